@@ -1,0 +1,322 @@
+//! The lease record and the port that stores it.
+//!
+//! One record per request (StackId + RequestId) holds the lease, the fencing token and the
+//! committed outcome together, because a multi-Region strongly consistent DynamoDB table has no
+//! transactions. [`LeaseStore`] is the narrow port the protocol speaks; its adapters (DynamoDB,
+//! in memory) translate storage errors into [`StoreError`] and condition failures into domain
+//! answers, and nothing else. The rules the store must enforce atomically:
+//!
+//! * **acquire** succeeds when the record is absent, or RUNNING with `lease_until_ms` earlier
+//!   than `now - skew` (and the caller's attempt is not superseded), or COMMITTED for a
+//!   different fingerprint that has never held the lease. It adds 1 to `fence` (S3), records the
+//!   fingerprint among `attempts`, and returns the new fence; on refusal it returns the record
+//!   as it was, so no second read is needed;
+//! * **heartbeat** and **commit** succeed only while `fence` is the caller's and the state is
+//!   RUNNING; commit is the single commit point (S1);
+//! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED.
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+
+use crate::fingerprint::Fingerprint;
+use crate::request::RequestKey;
+
+/// RUNNING while some execution holds (or held) the lease; COMMITTED once a response is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    Running,
+    Committed,
+}
+
+impl LeaseState {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "RUNNING",
+            Self::Committed => "COMMITTED",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "RUNNING" => Some(Self::Running),
+            "COMMITTED" => Some(Self::Committed),
+            _ => None,
+        }
+    }
+}
+
+/// One request's record, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    pub key: RequestKey,
+    /// Strictly increasing per key (S3).
+    pub fence: u64,
+    /// The execution that took the current fence: region, invocation and a nonce.
+    pub owner: String,
+    pub lease_until_ms: u64,
+    pub heartbeat: u64,
+    pub state: LeaseState,
+    /// The fingerprint of the attempt that took the current fence.
+    pub fingerprint: Fingerprint,
+    /// Every fingerprint that ever took the lease for this key.
+    pub attempts: BTreeSet<Fingerprint>,
+    /// The exact bytes to PUT, once COMMITTED.
+    pub response: Option<Vec<u8>>,
+    pub delivered: bool,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// When the sweeper may delete the record (MRSC tables have no TTL).
+    pub expires_ms: u64,
+}
+
+/// Everything an acquire needs; times are the caller's clock.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub key: RequestKey,
+    pub fingerprint: Fingerprint,
+    pub owner: String,
+    pub now_ms: u64,
+    /// The lease end this acquire writes.
+    pub lease_until_ms: u64,
+    /// A RUNNING lease counts as expired only when `lease_until_ms < now_ms - skew_ms`.
+    pub skew_ms: u64,
+    pub expires_ms: u64,
+}
+
+impl AcquireRequest {
+    /// The latest `lease_until_ms` that counts as expired for this caller.
+    pub fn expired_before_ms(&self) -> u64 {
+        self.now_ms.saturating_sub(self.skew_ms)
+    }
+}
+
+/// The answer to an acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    Acquired {
+        fence: u64,
+    },
+    /// The condition failed; the record as it was.
+    Refused(Box<LeaseRecord>),
+}
+
+/// The answer to a heartbeat, commit or mark-delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional {
+    Applied,
+    /// The condition failed; the record as it was (`None` if it is gone).
+    Refused(Option<Box<LeaseRecord>>),
+}
+
+/// A storage failure, already classified for the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The write was certainly not applied (throttling, a conflict, a refused connection):
+    /// retry it.
+    #[error("lease store is unavailable, the write was not applied: {0}")]
+    Transient(String),
+    /// The write may or may not have been applied (a timeout after sending, a 500): read the
+    /// record back before deciding.
+    #[error("lease store outcome unknown: {0}")]
+    Ambiguous(String),
+    /// Retrying will not help (missing table, access denied, validation).
+    #[error("lease store refused the request: {0}")]
+    Permanent(String),
+}
+
+impl StoreError {
+    /// Whether retrying the same call may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Self::Permanent(_))
+    }
+}
+
+/// The lease store port.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError>;
+
+    /// Extends the lease to `lease_until_ms`, if `fence` still holds it.
+    async fn heartbeat(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError>;
+
+    /// Stores `response` as the request's answer, if `fence` still holds the lease.
+    async fn commit(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        response: &[u8],
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError>;
+
+    /// Records that the committed response under `fence` was PUT.
+    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError>;
+
+    /// A strongly consistent read.
+    async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError>;
+}
+
+/// What a delivery should do, seen from a record another execution wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// Nothing stored yet: acquire.
+    Absent,
+    /// Someone holds a live lease until `until_ms` (plus skew): come back then.
+    Held { until_ms: u64 },
+    /// The lease is free to take (expired, or a new attempt after a finished one): acquire.
+    Free,
+    /// This very execution holds it (an acquire whose reply was lost, then retried).
+    Mine { fence: u64 },
+    /// Answered: PUT the stored bytes unless already delivered.
+    Committed { fence: u64, response: Vec<u8>, delivered: bool },
+    /// A newer attempt with the same RequestId exists: this delivery is stale.
+    Superseded,
+}
+
+impl LeaseRecord {
+    /// Classifies this record for a delivery with `fingerprint` by `owner` at `now_ms`.
+    pub fn seen_by(&self, fingerprint: &Fingerprint, owner: &str, now_ms: u64, skew_ms: u64) -> Seen {
+        if self.fingerprint != *fingerprint {
+            if self.attempts.contains(fingerprint) {
+                return Seen::Superseded;
+            }
+            return match self.state {
+                LeaseState::Committed => Seen::Free,
+                LeaseState::Running if self.lease_until_ms < now_ms.saturating_sub(skew_ms) => Seen::Free,
+                LeaseState::Running => Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) },
+            };
+        }
+        match (self.state, &self.response) {
+            (LeaseState::Committed, Some(response)) => {
+                Seen::Committed { fence: self.fence, response: response.clone(), delivered: self.delivered }
+            }
+            // A COMMITTED record always carries its response; without one, treat it as running
+            // so that nobody replays an empty answer.
+            (LeaseState::Committed, None) | (LeaseState::Running, _) => {
+                if self.owner == owner {
+                    Seen::Mine { fence: self.fence }
+                } else if self.lease_until_ms < now_ms.saturating_sub(skew_ms) {
+                    Seen::Free
+                } else {
+                    Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) }
+                }
+            }
+        }
+    }
+}
+
+/// Whether `record` admits `request`'s acquire: the condition every store evaluates atomically.
+/// The in-memory store calls it directly; the DynamoDB adapter expresses the same rule as a
+/// ConditionExpression, and the shared contract suite holds both to it.
+pub fn admits(record: Option<&LeaseRecord>, request: &AcquireRequest) -> bool {
+    let Some(record) = record else {
+        return true;
+    };
+    let same_attempt = record.fingerprint == request.fingerprint;
+    let superseded = !same_attempt && record.attempts.contains(&request.fingerprint);
+    if superseded {
+        return false;
+    }
+    match record.state {
+        LeaseState::Running => record.lease_until_ms < request.expired_before_ms(),
+        LeaseState::Committed => !same_attempt,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(name: &str) -> Fingerprint {
+        Fingerprint::from_stored(name.to_owned())
+    }
+
+    fn record(state: LeaseState, fingerprint: &str, lease_until_ms: u64, attempts: &[&str]) -> LeaseRecord {
+        LeaseRecord {
+            key: RequestKey { stack_id: "s".into(), request_id: "r".into() },
+            fence: 3,
+            owner: "us-east-1/inv/1".into(),
+            lease_until_ms,
+            heartbeat: 0,
+            state,
+            fingerprint: fp(fingerprint),
+            attempts: attempts.iter().map(|a| fp(a)).collect(),
+            response: (state == LeaseState::Committed).then(|| b"{}".to_vec()),
+            delivered: false,
+            created_ms: 0,
+            updated_ms: 0,
+            expires_ms: 0,
+        }
+    }
+
+    fn acquire(fingerprint: &str, now_ms: u64) -> AcquireRequest {
+        AcquireRequest {
+            key: RequestKey { stack_id: "s".into(), request_id: "r".into() },
+            fingerprint: fp(fingerprint),
+            owner: "us-west-2/inv/2".into(),
+            now_ms,
+            lease_until_ms: now_ms + 30_000,
+            skew_ms: 1_000,
+            expires_ms: now_ms + 1,
+        }
+    }
+
+    #[test]
+    fn admits_table() {
+        use LeaseState::*;
+        let cases: [(&str, Option<LeaseRecord>, AcquireRequest, bool); 9] = [
+            ("absent", None, acquire("a", 10_000), true),
+            ("running, live", Some(record(Running, "a", 10_000, &["a"])), acquire("a", 10_000), false),
+            (
+                "running, expired but inside skew",
+                Some(record(Running, "a", 10_000, &["a"])),
+                acquire("a", 11_000),
+                false,
+            ),
+            ("running, expired past skew", Some(record(Running, "a", 10_000, &["a"])), acquire("a", 11_001), true),
+            ("committed, same attempt", Some(record(Committed, "a", 0, &["a"])), acquire("a", 99_000), false),
+            ("committed, new attempt", Some(record(Committed, "a", 0, &["a"])), acquire("b", 1), true),
+            ("committed, superseded attempt", Some(record(Committed, "b", 0, &["a", "b"])), acquire("a", 1), false),
+            (
+                "running expired, superseded attempt",
+                Some(record(Running, "b", 0, &["a", "b"])),
+                acquire("a", 99_000),
+                false,
+            ),
+            ("running live, new attempt", Some(record(Running, "a", 10_000, &["a"])), acquire("b", 10_000), false),
+        ];
+        for (name, record, request, expected) in cases {
+            assert_eq!(admits(record.as_ref(), &request), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn seen_by_table() {
+        use LeaseState::*;
+        let me = "us-west-2/inv/2";
+        let check = |record: LeaseRecord, fingerprint: &str, owner: &str, now_ms: u64, expected: Seen| {
+            assert_eq!(record.seen_by(&fp(fingerprint), owner, now_ms, 1_000), expected);
+        };
+        check(record(Running, "a", 10_000, &["a"]), "a", me, 5_000, Seen::Held { until_ms: 11_000 });
+        check(record(Running, "a", 10_000, &["a"]), "a", me, 11_001, Seen::Free);
+        check(record(Running, "a", 10_000, &["a"]), "a", "us-east-1/inv/1", 5_000, Seen::Mine { fence: 3 });
+        check(
+            record(Committed, "a", 0, &["a"]),
+            "a",
+            me,
+            5_000,
+            Seen::Committed { fence: 3, response: b"{}".to_vec(), delivered: false },
+        );
+        check(record(Committed, "a", 0, &["a"]), "b", me, 5_000, Seen::Free);
+        check(record(Running, "a", 10_000, &["a"]), "b", me, 5_000, Seen::Held { until_ms: 11_000 });
+        check(record(Committed, "b", 0, &["a", "b"]), "a", me, 5_000, Seen::Superseded);
+    }
+}

@@ -1,0 +1,140 @@
+//! An in-memory [`LeaseStore`]: linearizable, like a multi-Region strongly consistent table.
+//!
+//! Every operation takes one lock, evaluates the same condition the DynamoDB adapter sends
+//! (`lease::admits` for acquire), and applies the same update, so the shared contract suite
+//! holds both adapters to one behaviour. Used by unit tests and the simulator, and by anyone
+//! who wants to run providers without AWS.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+
+use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, StoreError, admits};
+use crate::request::RequestKey;
+
+/// The in-memory lease store.
+#[derive(Debug, Default)]
+pub struct MemoryLeaseStore {
+    records: Mutex<BTreeMap<RequestKey, LeaseRecord>>,
+}
+
+impl MemoryLeaseStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every record, for assertions.
+    pub fn snapshot(&self) -> Vec<LeaseRecord> {
+        self.records().values().cloned().collect()
+    }
+
+    fn records(&self) -> MutexGuard<'_, BTreeMap<RequestKey, LeaseRecord>> {
+        // Each operation below leaves the map consistent before anything can panic.
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn conditional(
+        &self,
+        key: &RequestKey,
+        condition: impl FnOnce(&LeaseRecord) -> bool,
+        update: impl FnOnce(&mut LeaseRecord),
+    ) -> Conditional {
+        let mut records = self.records();
+        match records.get_mut(key) {
+            Some(record) if condition(record) => {
+                update(record);
+                Conditional::Applied
+            }
+            other => Conditional::Refused(other.map(|record| Box::new(record.clone()))),
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        let mut records = self.records();
+        let existing = records.get(&request.key);
+        if !admits(existing, request) {
+            let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
+            return Ok(Acquire::Refused(Box::new(record)));
+        }
+        let (fence, created_ms, mut attempts) = match existing {
+            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone()),
+            None => (1, request.now_ms, BTreeSet::new()),
+        };
+        attempts.insert(request.fingerprint.clone());
+        records.insert(
+            request.key.clone(),
+            LeaseRecord {
+                key: request.key.clone(),
+                fence,
+                owner: request.owner.clone(),
+                lease_until_ms: request.lease_until_ms,
+                heartbeat: 0,
+                state: LeaseState::Running,
+                fingerprint: request.fingerprint.clone(),
+                attempts,
+                response: None,
+                delivered: false,
+                created_ms,
+                updated_ms: request.now_ms,
+                expires_ms: request.expires_ms,
+            },
+        );
+        Ok(Acquire::Acquired { fence })
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        Ok(self.conditional(
+            key,
+            |record| record.fence == fence && record.state == LeaseState::Running,
+            |record| {
+                record.lease_until_ms = lease_until_ms;
+                record.heartbeat += 1;
+                record.updated_ms = now_ms;
+            },
+        ))
+    }
+
+    async fn commit(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        response: &[u8],
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        Ok(self.conditional(
+            key,
+            |record| record.fence == fence && record.state == LeaseState::Running,
+            |record| {
+                record.state = LeaseState::Committed;
+                record.response = Some(response.to_vec());
+                record.updated_ms = now_ms;
+            },
+        ))
+    }
+
+    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
+        Ok(self.conditional(
+            key,
+            |record| record.fence == fence && record.state == LeaseState::Committed,
+            |record| {
+                record.delivered = true;
+                record.updated_ms = now_ms;
+            },
+        ))
+    }
+
+    async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
+        Ok(self.records().get(key).cloned())
+    }
+}

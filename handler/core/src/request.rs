@@ -1,0 +1,415 @@
+//! Decoding one SQS record into a CloudFormation custom-resource request.
+//!
+//! Each record is decoded on its own, so a bad record fails only itself. The body is either an
+//! SNS envelope (raw message delivery off: the request is the envelope's `Message` string) or
+//! the bare request (raw delivery on). Decoding happens in stages so that as much as possible is
+//! still answered:
+//!
+//! 1. the body must be JSON, and an envelope must come from an allow-listed TopicArn;
+//! 2. the request must name a ResponseURL, StackId, RequestId and LogicalResourceId, and the
+//!    ResponseURL must pass the [`UrlPolicy`]; otherwise nobody can be answered and the record
+//!    is [`Undeliverable`] (logged without secrets, left to the DLQ);
+//! 3. the rest must parse as aws_lambda_events' `CloudFormationCustomResourceRequest`; if it
+//!    does not, the request is still answered, with FAILED and the parse error as Reason.
+//!
+//! Nothing here panics on input.
+
+use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
+use serde_json::{Map, Value};
+
+use crate::fingerprint::Fingerprint;
+use crate::response_url::{ResponseUrl, UrlPolicy, UrlRefused};
+
+/// The properties CloudFormation itself adds to every custom resource; providers never see them.
+const RESERVED_PROPERTIES: [&str; 2] = ["ServiceToken", "ServiceTimeout"];
+
+/// Upper bounds on identifiers, as serialized JSON, so any answer fits in 4096 bytes.
+const STACK_ID_BYTES_MAX: usize = 512;
+const REQUEST_ID_BYTES_MAX: usize = 256;
+const LOGICAL_ID_BYTES_MAX: usize = 512;
+/// CloudFormation's own limit on a PhysicalResourceId.
+pub const PHYSICAL_ID_BYTES_MAX: usize = 1024;
+
+/// What identifies one request: CloudFormation's StackId and RequestId.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey {
+    pub stack_id: String,
+    pub request_id: String,
+}
+
+/// Create, Update or Delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Create,
+    Update,
+    Delete,
+}
+
+impl RequestKind {
+    fn parse(value: &str) -> Option<Self> {
+        match value {
+            "Create" => Some(Self::Create),
+            "Update" => Some(Self::Update),
+            "Delete" => Some(Self::Delete),
+            _ => None,
+        }
+    }
+
+    /// The name CloudFormation uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "Create",
+            Self::Update => "Update",
+            Self::Delete => "Delete",
+        }
+    }
+}
+
+/// Where decoding stopped for a record that cannot be answered at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Undeliverable {
+    #[error("record has no body")]
+    NoBody,
+    #[error("record body is not JSON ({0})")]
+    NotJson(String),
+    #[error("SNS notification from topic {0} refused: it is not in CFN_ONCE_TOPIC_ARNS")]
+    ForeignTopic(String),
+    #[error("SNS notification's Message is not a JSON object ({0})")]
+    MessageNotJson(String),
+    #[error("record body is neither an SNS notification nor a CloudFormation request")]
+    Unrecognised,
+    #[error("request has no usable {0}, so no response can be addressed; the record goes to the DLQ")]
+    Missing(&'static str),
+    #[error("request's {field} is {bytes} bytes, longer than CloudFormation ever sends")]
+    TooLong { field: &'static str, bytes: usize },
+    #[error("{0}; nothing was sent")]
+    Url(#[from] UrlRefused),
+}
+
+/// Which SNS topics may send requests, and where responses may go.
+#[derive(Debug, Clone)]
+pub struct InputPolicy {
+    /// TopicArns allowed in SNS envelopes. Raw deliveries carry no TopicArn; for them the queue
+    /// policy (`aws:SourceArn`) is the only check.
+    pub topic_arns: Vec<String>,
+    pub urls: UrlPolicy,
+}
+
+/// A decoded request that can be answered.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub key: RequestKey,
+    pub logical_resource_id: String,
+    pub response_url: ResponseUrl,
+    pub fingerprint: Fingerprint,
+    pub body: RequestBody,
+}
+
+/// The request itself, or why it could not be parsed (answered FAILED with that reason).
+#[derive(Debug, Clone)]
+pub enum RequestBody {
+    /// The parsed request. Its `response_url` field is blanked: the URL lives only in
+    /// [`Request::response_url`], where it cannot be printed.
+    Valid(Box<CloudFormationCustomResourceRequest>),
+    Malformed {
+        reason: String,
+        kind: Option<RequestKind>,
+        physical_resource_id: Option<String>,
+    },
+}
+
+impl Request {
+    /// Create, Update or Delete, when known.
+    pub fn kind(&self) -> Option<RequestKind> {
+        match &self.body {
+            RequestBody::Valid(request) => Some(match request.as_ref() {
+                CloudFormationCustomResourceRequest::Create(_) => RequestKind::Create,
+                CloudFormationCustomResourceRequest::Update(_) => RequestKind::Update,
+                CloudFormationCustomResourceRequest::Delete(_) => RequestKind::Delete,
+                #[allow(unreachable_patterns)]
+                _ => return None,
+            }),
+            RequestBody::Malformed { kind, .. } => *kind,
+        }
+    }
+
+    /// The PhysicalResourceId CloudFormation sent (Update and Delete only).
+    pub fn physical_resource_id(&self) -> Option<&str> {
+        match &self.body {
+            RequestBody::Valid(request) => match request.as_ref() {
+                CloudFormationCustomResourceRequest::Update(update) => Some(&update.physical_resource_id),
+                CloudFormationCustomResourceRequest::Delete(delete) => Some(&delete.physical_resource_id),
+                _ => None,
+            },
+            RequestBody::Malformed { physical_resource_id, .. } => physical_resource_id.as_deref(),
+        }
+    }
+
+    /// The resource type, e.g. `Custom::Echo`.
+    pub fn resource_type(&self) -> Option<&str> {
+        match &self.body {
+            RequestBody::Valid(request) => Some(match request.as_ref() {
+                CloudFormationCustomResourceRequest::Create(r) => &r.resource_type,
+                CloudFormationCustomResourceRequest::Update(r) => &r.resource_type,
+                CloudFormationCustomResourceRequest::Delete(r) => &r.resource_type,
+                _ => return None,
+            }),
+            RequestBody::Malformed { .. } => None,
+        }
+    }
+
+    /// The resource's `ServiceTimeout` in seconds, when the template set one.
+    pub fn service_timeout_s(&self) -> Option<u64> {
+        let properties = match &self.body {
+            RequestBody::Valid(request) => match request.as_ref() {
+                CloudFormationCustomResourceRequest::Create(r) => &r.resource_properties,
+                CloudFormationCustomResourceRequest::Update(r) => &r.resource_properties,
+                CloudFormationCustomResourceRequest::Delete(r) => &r.resource_properties,
+                _ => return None,
+            },
+            RequestBody::Malformed { .. } => return None,
+        };
+        match properties.get("ServiceTimeout")? {
+            Value::String(text) => text.trim().parse().ok(),
+            Value::Number(number) => number.as_u64(),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes one SQS record body.
+pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undeliverable> {
+    let body = body.ok_or(Undeliverable::NoBody)?;
+    let outer: Value = serde_json::from_str(body).map_err(|e| Undeliverable::NotJson(describe_json_error(&e)))?;
+    let mut request = unwrap_envelope(outer, policy)?;
+    let fingerprint = Fingerprint::of(&request);
+
+    let object = request.as_object_mut().ok_or(Undeliverable::Unrecognised)?;
+    let key = RequestKey {
+        stack_id: required_id(object, "StackId", STACK_ID_BYTES_MAX)?,
+        request_id: required_id(object, "RequestId", REQUEST_ID_BYTES_MAX)?,
+    };
+    let logical_resource_id = required_id(object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
+    let physical_resource_id = match object.get("PhysicalResourceId") {
+        Some(Value::String(id)) if !id.is_empty() => {
+            check_length(id, "PhysicalResourceId", PHYSICAL_ID_BYTES_MAX)?;
+            Some(id.clone())
+        }
+        _ => None,
+    };
+    let raw_url = match object.get_mut("ResponseURL") {
+        // Taken out of the value, so no later parse error or Debug print can contain it.
+        Some(Value::String(url)) => std::mem::take(url),
+        _ => return Err(Undeliverable::Missing("ResponseURL")),
+    };
+    let response_url = policy.urls.check(&raw_url)?;
+    let kind = object.get("RequestType").and_then(Value::as_str).and_then(RequestKind::parse);
+
+    let body = match parse_request(request) {
+        Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
+        Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
+    };
+    Ok(Request { key, logical_resource_id, response_url, fingerprint, body })
+}
+
+/// Strips the SNS envelope, if any, checking its TopicArn.
+fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Value, Undeliverable> {
+    let Value::Object(map) = &outer else {
+        return Err(Undeliverable::Unrecognised);
+    };
+    if map.contains_key("RequestType") {
+        return Ok(outer);
+    }
+    let is_notification = map.get("Type").and_then(Value::as_str) == Some("Notification");
+    let (Some(Value::String(topic)), Some(Value::String(message))) = (map.get("TopicArn"), map.get("Message")) else {
+        return Err(Undeliverable::Unrecognised);
+    };
+    if !is_notification {
+        return Err(Undeliverable::Unrecognised);
+    }
+    if !policy.topic_arns.iter().any(|allowed| allowed == topic) {
+        return Err(Undeliverable::ForeignTopic(topic.clone()));
+    }
+    let inner: Value =
+        serde_json::from_str(message).map_err(|e| Undeliverable::MessageNotJson(describe_json_error(&e)))?;
+    if !inner.is_object() {
+        return Err(Undeliverable::MessageNotJson("it is not an object".into()));
+    }
+    Ok(inner)
+}
+
+fn required_id(object: &Map<String, Value>, field: &'static str, bytes_max: usize) -> Result<String, Undeliverable> {
+    match object.get(field) {
+        Some(Value::String(value)) if !value.is_empty() => {
+            check_length(value, field, bytes_max)?;
+            Ok(value.clone())
+        }
+        _ => Err(Undeliverable::Missing(field)),
+    }
+}
+
+fn check_length(value: &str, field: &'static str, bytes_max: usize) -> Result<(), Undeliverable> {
+    // Measured as serialized JSON, because that is what occupies the response body.
+    let bytes = Value::String(value.to_owned()).to_string().len() - 2;
+    if bytes > bytes_max {
+        return Err(Undeliverable::TooLong { field, bytes });
+    }
+    Ok(())
+}
+
+fn parse_request(mut request: Value) -> Result<CloudFormationCustomResourceRequest, String> {
+    if let Some(object) = request.as_object_mut() {
+        match object.get("RequestType") {
+            Some(Value::String(kind)) if RequestKind::parse(kind).is_some() => {}
+            Some(Value::String(kind)) => {
+                return Err(format!("RequestType {kind:?} is not one of Create, Update, Delete"));
+            }
+            _ => return Err("RequestType is missing or not a string".into()),
+        }
+        // CloudFormation omits ResourceProperties when a resource declares none.
+        object.entry("ResourceProperties").or_insert_with(|| Value::Object(Map::new()));
+        if object.get("RequestType").and_then(Value::as_str) == Some("Update") {
+            object.entry("OldResourceProperties").or_insert_with(|| Value::Object(Map::new()));
+        }
+        for field in ["ResourceProperties", "OldResourceProperties"] {
+            if object.get(field).is_some_and(|value| !value.is_object()) {
+                return Err(format!("{field} must be a JSON object"));
+            }
+        }
+    }
+    serde_json::from_value(request).map_err(|e| format!("request is malformed: {e}"))
+}
+
+/// The error's category and position, never the offending text.
+fn describe_json_error(error: &serde_json::Error) -> String {
+    format!("{:?} error at line {} column {}", error.classify(), error.line(), error.column())
+}
+
+/// A request's resource properties without the ones CloudFormation adds.
+pub fn provider_properties(properties: &Value) -> Value {
+    match properties {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(key, _)| !RESERVED_PROPERTIES.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::response_url::AllowedPrefix;
+    use serde_json::json;
+
+    const URL: &str =
+        "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/key?X-Amz-Signature=s3cr3t";
+    const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
+
+    fn policy() -> InputPolicy {
+        InputPolicy {
+            topic_arns: vec![TOPIC.into()],
+            urls: UrlPolicy::new(vec![AllowedPrefix::parse("http://127.0.0.1:5000/r/").expect("prefix")]),
+        }
+    }
+
+    fn create() -> Value {
+        json!({
+            "RequestType": "Create",
+            "ServiceToken": TOPIC,
+            "ResponseURL": URL,
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "RequestId": "e3f1c1d4-0000-4000-8000-000000000001",
+            "LogicalResourceId": "Thing",
+            "ResourceType": "Custom::Echo",
+            "ResourceProperties": {"ServiceToken": TOPIC, "Size": "5"}
+        })
+    }
+
+    fn envelope(message: &Value, topic: &str) -> String {
+        json!({"Type": "Notification", "TopicArn": topic, "Message": message.to_string(), "MessageId": "m"}).to_string()
+    }
+
+    #[test]
+    fn raw_and_enveloped_decode_to_the_same_request() {
+        let raw = decode(Some(&create().to_string()), &policy()).expect("raw");
+        let wrapped = decode(Some(&envelope(&create(), TOPIC)), &policy()).expect("envelope");
+        assert_eq!(raw.fingerprint, wrapped.fingerprint);
+        assert_eq!(raw.key, wrapped.key);
+        assert_eq!(raw.kind(), Some(RequestKind::Create));
+        assert_eq!(raw.resource_type(), Some("Custom::Echo"));
+        assert!(matches!(raw.body, RequestBody::Valid(_)));
+    }
+
+    #[test]
+    fn undeliverable_table() {
+        let check = |body: Option<String>, expected: Undeliverable| {
+            let got = decode(body.as_deref(), &policy()).map(|_| ()).expect_err("must be undeliverable");
+            assert_eq!(got, expected);
+        };
+        check(None, Undeliverable::NoBody);
+        check(Some("{not json".into()), Undeliverable::NotJson("Syntax error at line 1 column 2".into()));
+        check(Some("[1]".into()), Undeliverable::Unrecognised);
+        check(Some(json!({"hello": 1}).to_string()), Undeliverable::Unrecognised);
+        let foreign = "arn:aws:sns:us-east-1:999999999999:other";
+        check(Some(envelope(&create(), foreign)), Undeliverable::ForeignTopic(foreign.into()));
+        let mut no_url = create();
+        no_url.as_object_mut().expect("object").remove("ResponseURL");
+        check(Some(no_url.to_string()), Undeliverable::Missing("ResponseURL"));
+        let mut no_stack = create();
+        no_stack["StackId"] = json!("");
+        check(Some(no_stack.to_string()), Undeliverable::Missing("StackId"));
+        let mut long = create();
+        long["RequestId"] = json!("r".repeat(300));
+        check(Some(long.to_string()), Undeliverable::TooLong { field: "RequestId", bytes: 300 });
+        let mut evil = create();
+        evil["ResponseURL"] = json!("https://evil.example.com/x?X-Amz-Signature=s3cr3t");
+        check(Some(evil.to_string()), Undeliverable::Url(UrlRefused::Host("evil.example.com".into())));
+    }
+
+    #[test]
+    fn malformed_but_addressable_requests_are_answered() {
+        let mut bad_type = create();
+        bad_type["RequestType"] = json!("Upsert");
+        let request = decode(Some(&bad_type.to_string()), &policy()).expect("addressable");
+        let RequestBody::Malformed { reason, kind, .. } = &request.body else { panic!("expected malformed") };
+        assert_eq!(kind, &None);
+        assert!(reason.contains("Upsert"), "{reason}");
+
+        let mut no_type = create();
+        no_type.as_object_mut().expect("object").remove("ResourceType");
+        let request = decode(Some(&no_type.to_string()), &policy()).expect("addressable");
+        let RequestBody::Malformed { reason, kind, .. } = &request.body else { panic!("expected malformed") };
+        assert_eq!(kind, &Some(RequestKind::Create));
+        assert!(reason.contains("ResourceType"), "{reason}");
+        assert!(!reason.contains("s3cr3t"));
+    }
+
+    #[test]
+    fn the_url_is_not_in_the_parsed_request() {
+        let request = decode(Some(&create().to_string()), &policy()).expect("valid");
+        let printed = format!("{request:?}");
+        assert!(!printed.contains("s3cr3t") && !printed.contains("custom-resource-response"), "{printed}");
+        assert_eq!(request.response_url.expose_secret(), URL);
+    }
+
+    #[test]
+    fn service_timeout_and_reserved_properties() {
+        let mut with_timeout = create();
+        with_timeout["ResourceProperties"]["ServiceTimeout"] = json!("120");
+        let request = decode(Some(&with_timeout.to_string()), &policy()).expect("valid");
+        assert_eq!(request.service_timeout_s(), Some(120));
+        let stripped = provider_properties(&with_timeout["ResourceProperties"]);
+        assert_eq!(stripped, json!({"Size": "5"}));
+    }
+
+    #[test]
+    fn missing_resource_properties_become_empty() {
+        let mut bare = create();
+        bare.as_object_mut().expect("object").remove("ResourceProperties");
+        let request = decode(Some(&bare.to_string()), &policy()).expect("valid");
+        assert!(matches!(request.body, RequestBody::Valid(_)));
+    }
+}

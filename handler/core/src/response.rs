@@ -1,0 +1,319 @@
+//! The response body PUT to the ResponseURL.
+//!
+//! Built once, committed as exact bytes, and replayed byte for byte (invariant S1). The rules:
+//! the body is at most 4096 bytes (a long Reason is shortened; Data that cannot fit turns the
+//! answer into FAILED saying so); a FAILED answer always has a Reason; PhysicalResourceId is never
+//! empty and at most 1024 bytes; and its defaults never replace a resource by accident: Update and
+//! Delete echo the id CloudFormation sent unless a provider explicitly returns a new one on Update.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::fingerprint::short_digest;
+use crate::request::{PHYSICAL_ID_BYTES_MAX, Request, RequestKind};
+
+/// CloudFormation's limit on the whole response body.
+pub const BODY_BYTES_MAX: usize = 4096;
+
+/// Prefix of the PhysicalResourceId given to a Create that failed, so the Delete CloudFormation
+/// sends during rollback can be recognised and answered without touching any provider.
+pub const FAILED_CREATE_PREFIX: &str = "cfn-once-failed-create-";
+
+const TRUNCATION_MARK: &str = " [truncated]";
+
+/// SUCCESS or FAILED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    Success,
+    Failed,
+}
+
+/// What a run decided, before it is shaped into a body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Success {
+        /// A new PhysicalResourceId, or `None` to keep the default (see module docs).
+        physical_resource_id: Option<String>,
+        data: BTreeMap<String, Value>,
+        no_echo: bool,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// A FAILED outcome with `reason`.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        Self::Failed { reason: reason.into() }
+    }
+}
+
+/// The JSON document CloudFormation expects, in its documented field order.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ResponseBody {
+    pub status: Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub physical_resource_id: String,
+    pub stack_id: String,
+    pub request_id: String,
+    pub logical_resource_id: String,
+    pub no_echo: bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub data: BTreeMap<String, Value>,
+}
+
+impl ResponseBody {
+    /// Parses committed bytes back, e.g. to report what was answered.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+/// The PhysicalResourceId a Create gets when its provider chose none: derived from the stack,
+/// the logical id and the request, so every region computes the same one.
+pub fn default_physical_id(request: &Request) -> String {
+    let digest = short_digest(&[&request.key.stack_id, &request.logical_resource_id, &request.key.request_id]);
+    format!("{}-{digest}", request.logical_resource_id)
+}
+
+/// True for the id [`build`] gives a failed Create.
+pub fn is_failed_create_id(physical_resource_id: &str) -> bool {
+    physical_resource_id.starts_with(FAILED_CREATE_PREFIX)
+}
+
+/// Shapes `outcome` into the exact bytes to commit and PUT, within [`BODY_BYTES_MAX`].
+pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
+    let request_digest = short_digest(&[&request.key.stack_id, &request.key.request_id]);
+    let existing_id = request.physical_resource_id().filter(|id| !id.is_empty()).map(str::to_owned);
+    let failed_id = || match (request.kind(), &existing_id) {
+        (Some(RequestKind::Update | RequestKind::Delete), Some(id)) => id.clone(),
+        _ => format!("{FAILED_CREATE_PREFIX}{request_digest}"),
+    };
+
+    let mut body = match outcome {
+        Outcome::Success { physical_resource_id, data, no_echo } => {
+            let chosen = match (request.kind(), physical_resource_id, &existing_id) {
+                // Delete never changes the id; Update keeps it unless the provider replaced it.
+                (Some(RequestKind::Delete), _, Some(existing)) => Ok(existing.clone()),
+                (_, Some(new_id), _) => validate_physical_id(new_id),
+                (_, None, Some(existing)) => Ok(existing.clone()),
+                (_, None, None) => Ok(default_physical_id(request)),
+            };
+            match chosen {
+                Ok(physical_resource_id) => ResponseBody {
+                    status: Status::Success,
+                    reason: None,
+                    physical_resource_id,
+                    stack_id: request.key.stack_id.clone(),
+                    request_id: request.key.request_id.clone(),
+                    logical_resource_id: request.logical_resource_id.clone(),
+                    no_echo,
+                    data,
+                },
+                Err(reason) => failed_body(request, failed_id(), reason),
+            }
+        }
+        Outcome::Failed { reason } => failed_body(request, failed_id(), reason),
+    };
+
+    let bytes = to_bytes(&body);
+    if bytes.len() <= BODY_BYTES_MAX {
+        return bytes;
+    }
+    if body.status == Status::Success {
+        let data_bytes = serde_json::to_vec(&body.data).map(|d| d.len()).unwrap_or(usize::MAX);
+        // The provider did create something: keep its id on a Create, so the Delete that
+        // CloudFormation sends during rollback reaches the provider and cleans it up.
+        let physical_resource_id = match request.kind() {
+            Some(RequestKind::Update | RequestKind::Delete) => failed_id(),
+            _ => body.physical_resource_id.clone(),
+        };
+        body = failed_body(
+            request,
+            physical_resource_id,
+            format!(
+                "the provider returned {data_bytes} bytes of Data, which does not fit in CloudFormation's \
+                 {BODY_BYTES_MAX}-byte response limit: return fewer or shorter Data values"
+            ),
+        );
+    }
+    shorten_reason(body)
+}
+
+fn failed_body(request: &Request, physical_resource_id: String, reason: String) -> ResponseBody {
+    let reason =
+        if reason.trim().is_empty() { "the provider failed without giving a reason".to_owned() } else { reason };
+    ResponseBody {
+        status: Status::Failed,
+        reason: Some(reason),
+        physical_resource_id,
+        stack_id: request.key.stack_id.clone(),
+        request_id: request.key.request_id.clone(),
+        logical_resource_id: request.logical_resource_id.clone(),
+        no_echo: false,
+        data: BTreeMap::new(),
+    }
+}
+
+fn validate_physical_id(id: String) -> Result<String, String> {
+    if id.is_empty() {
+        return Err("the provider returned an empty PhysicalResourceId".into());
+    }
+    if id.len() > PHYSICAL_ID_BYTES_MAX {
+        return Err(format!(
+            "the provider returned a PhysicalResourceId of {} bytes; CloudFormation accepts at most {PHYSICAL_ID_BYTES_MAX}",
+            id.len()
+        ));
+    }
+    Ok(id)
+}
+
+/// Cuts the Reason, at a character boundary, until the body fits. Identifiers are bounded at
+/// decode time, so a body with an empty Reason always fits.
+fn shorten_reason(mut body: ResponseBody) -> Vec<u8> {
+    let Some(reason) = body.reason.take() else {
+        return to_bytes(&body);
+    };
+    let chars: Vec<char> = reason.chars().collect();
+    // Binary search for the longest prefix that fits: escaping makes bytes per char vary.
+    let (mut fits, mut too_long) = (0usize, chars.len());
+    while fits + 1 < too_long {
+        let middle = (fits + too_long) / 2;
+        body.reason = Some(truncated(&chars, middle));
+        if to_bytes(&body).len() <= BODY_BYTES_MAX {
+            fits = middle;
+        } else {
+            too_long = middle;
+        }
+    }
+    body.reason = Some(truncated(&chars, fits));
+    let bytes = to_bytes(&body);
+    debug_assert!(bytes.len() <= BODY_BYTES_MAX, "identifiers are bounded at decode time");
+    bytes
+}
+
+fn truncated(chars: &[char], keep: usize) -> String {
+    let mut text: String = chars[..keep].iter().collect();
+    text.push_str(TRUNCATION_MARK);
+    text
+}
+
+fn to_bytes(body: &ResponseBody) -> Vec<u8> {
+    // Serializing plain strings, bools and JSON values cannot fail.
+    serde_json::to_vec(body).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{InputPolicy, decode};
+    use crate::response_url::UrlPolicy;
+    use serde_json::json;
+
+    fn request(kind: &str, physical: Option<&str>) -> Request {
+        let mut raw = json!({
+            "RequestType": kind,
+            "ResponseURL": "https://b.s3.amazonaws.com/k",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "RequestId": "req-1",
+            "LogicalResourceId": "Thing",
+            "ResourceType": "Custom::Echo",
+            "ResourceProperties": {},
+        });
+        if let Some(id) = physical {
+            raw["PhysicalResourceId"] = json!(id);
+        }
+        if kind == "Update" {
+            raw["OldResourceProperties"] = json!({});
+        }
+        let policy = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
+        decode(Some(&raw.to_string()), &policy).expect("valid request")
+    }
+
+    fn success(physical: Option<&str>, data: BTreeMap<String, Value>) -> Outcome {
+        Outcome::Success { physical_resource_id: physical.map(str::to_owned), data, no_echo: false }
+    }
+
+    fn parsed(bytes: &[u8]) -> ResponseBody {
+        assert!(bytes.len() <= BODY_BYTES_MAX, "{} bytes", bytes.len());
+        ResponseBody::parse(bytes).expect("valid JSON body")
+    }
+
+    #[test]
+    fn physical_id_table() {
+        let check = |request: Request, outcome: Outcome, expected_status: Status, expected_id: &str| {
+            let body = parsed(&build(&request, outcome));
+            assert_eq!((body.status, body.physical_resource_id.as_str()), (expected_status, expected_id));
+        };
+        let default_create = default_physical_id(&request("Create", None));
+        assert!(default_create.starts_with("Thing-"));
+        check(request("Create", None), success(None, BTreeMap::new()), Status::Success, &default_create);
+        check(request("Create", None), success(Some("mine"), BTreeMap::new()), Status::Success, "mine");
+        check(request("Update", Some("old")), success(None, BTreeMap::new()), Status::Success, "old");
+        check(request("Update", Some("old")), success(Some("new"), BTreeMap::new()), Status::Success, "new");
+        check(request("Delete", Some("old")), success(Some("other"), BTreeMap::new()), Status::Success, "old");
+        check(request("Update", Some("old")), Outcome::failed("nope"), Status::Failed, "old");
+        check(request("Delete", Some("old")), Outcome::failed("nope"), Status::Failed, "old");
+        let failed_create = parsed(&build(&request("Create", None), Outcome::failed("nope")));
+        assert!(is_failed_create_id(&failed_create.physical_resource_id));
+        assert_eq!(failed_create.reason.as_deref(), Some("nope"));
+        let empty = parsed(&build(&request("Create", None), success(Some(""), BTreeMap::new())));
+        assert_eq!(empty.status, Status::Failed);
+        assert_eq!(empty.reason.as_deref(), Some("the provider returned an empty PhysicalResourceId"));
+        let huge = parsed(&build(&request("Update", Some("old")), success(Some(&"x".repeat(1025)), BTreeMap::new())));
+        assert_eq!((huge.status, huge.physical_resource_id.as_str()), (Status::Failed, "old"));
+    }
+
+    #[test]
+    fn the_same_outcome_gives_the_same_bytes() {
+        let data: BTreeMap<String, Value> = [("b".to_owned(), json!("2")), ("a".to_owned(), json!("1"))].into();
+        let first = build(&request("Create", None), success(None, data.clone()));
+        let second = build(&request("Create", None), success(None, data));
+        assert_eq!(first, second);
+        let text = String::from_utf8(first).expect("utf8");
+        assert!(text.starts_with(r#"{"Status":"SUCCESS","PhysicalResourceId":"#), "{text}");
+        assert!(text.ends_with(r#""NoEcho":false,"Data":{"a":"1","b":"2"}}"#), "{text}");
+    }
+
+    #[test]
+    fn a_long_reason_is_shortened_to_fit() {
+        let reason = "é\"\n".repeat(3_000);
+        let body = parsed(&build(&request("Create", None), Outcome::failed(reason)));
+        let kept = body.reason.expect("reason");
+        assert!(kept.ends_with(TRUNCATION_MARK));
+        assert!(kept.len() > 1_000, "kept only {} bytes", kept.len());
+        let grown = build(&request("Create", None), Outcome::failed(format!("{kept}x")));
+        assert!(grown.len() <= BODY_BYTES_MAX);
+    }
+
+    #[test]
+    fn data_too_big_fails_clearly() {
+        let data: BTreeMap<String, Value> = (0..100).map(|i| (format!("key{i}"), json!("v".repeat(50)))).collect();
+        let body = parsed(&build(&request("Create", None), success(None, data)));
+        assert_eq!(body.status, Status::Failed);
+        assert!(body.data.is_empty());
+        let reason = body.reason.expect("reason");
+        assert!(reason.contains("bytes of Data") && reason.contains("4096"), "{reason}");
+        assert_eq!(
+            body.physical_resource_id,
+            default_physical_id(&request("Create", None)),
+            "rollback must reach the provider"
+        );
+    }
+
+    #[test]
+    fn data_that_fits_exactly_is_kept() {
+        let base = build(&request("Create", None), success(None, [("k".to_owned(), json!(""))].into())).len();
+        let room = BODY_BYTES_MAX - base;
+        let data: BTreeMap<String, Value> = [("k".to_owned(), json!("v".repeat(room)))].into();
+        let bytes = build(&request("Create", None), success(None, data));
+        assert_eq!(bytes.len(), BODY_BYTES_MAX);
+        assert_eq!(parsed(&bytes).status, Status::Success);
+    }
+}

@@ -1,0 +1,292 @@
+//! The ResponseURL: validated before use and never printable.
+//!
+//! A presigned ResponseURL is a credential: whoever holds it can answer for the stack. This
+//! module keeps it inside [`ResponseUrl`], whose `Debug` is redacted and which has no `Display`,
+//! so it cannot reach a log line or an error message by accident. [`UrlPolicy::check`] accepts
+//! only what CloudFormation sends (https on port 443, no userinfo, an S3 host) plus explicitly
+//! allow-listed prefixes for local endpoints; its refusals describe the problem without quoting
+//! the URL.
+
+use url::Url;
+
+/// A ResponseURL that passed [`UrlPolicy::check`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct ResponseUrl(Url);
+
+impl ResponseUrl {
+    /// The URL itself, for the one adapter that sends the response. Never log the result.
+    pub fn expose_secret(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// Seconds-resolution expiry written into a presigned URL, if it carries one: SigV4
+    /// `X-Amz-Date` + `X-Amz-Expires`, or the older SigV2 `Expires` (epoch seconds).
+    pub fn presigned_expiry_ms(&self) -> Option<u64> {
+        let mut amz_date = None;
+        let mut amz_expires = None;
+        let mut expires = None;
+        for (name, value) in self.0.query_pairs() {
+            match name.as_ref() {
+                "X-Amz-Date" => amz_date = parse_amz_date_ms(&value),
+                "X-Amz-Expires" => amz_expires = value.parse::<u64>().ok(),
+                "Expires" => expires = value.parse::<u64>().ok(),
+                _ => {}
+            }
+        }
+        match (amz_date, amz_expires, expires) {
+            (Some(signed_ms), Some(valid_s), _) => Some(signed_ms.saturating_add(valid_s.saturating_mul(1000))),
+            (_, _, Some(epoch_s)) => Some(epoch_s.saturating_mul(1000)),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ResponseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResponseUrl(<redacted>)")
+    }
+}
+
+/// Why a ResponseURL was refused. The messages never contain the URL's path or query.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlRefused {
+    #[error("ResponseURL is not a valid absolute URL")]
+    Unparsable,
+    #[error(
+        "ResponseURL uses scheme {0}; only https is accepted (allow-list a local endpoint with CFN_ONCE_RESPONSE_URL_ALLOW)"
+    )]
+    Scheme(String),
+    #[error("ResponseURL carries a user name or password; CloudFormation never sends one")]
+    Userinfo,
+    #[error("ResponseURL uses port {0}; only 443 is accepted")]
+    Port(u16),
+    #[error("ResponseURL host {0} is not an Amazon S3 endpoint and is not allow-listed in CFN_ONCE_RESPONSE_URL_ALLOW")]
+    Host(String),
+}
+
+/// An allow-listed URL prefix for non-AWS endpoints (moto, a drill bucket): scheme, host and
+/// port must match exactly and the path must start with the prefix's path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedPrefix(Url);
+
+impl AllowedPrefix {
+    /// Parses one allow-list entry such as `http://127.0.0.1:5000/responses/`.
+    pub fn parse(entry: &str) -> Result<Self, String> {
+        let url = Url::parse(entry).map_err(|e| format!("{entry:?} is not an absolute URL ({e})"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("{entry:?} must be an http or https URL"));
+        }
+        if url.host_str().is_none() {
+            return Err(format!("{entry:?} has no host"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(format!("{entry:?} must not carry a user name or password"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(format!("{entry:?} must not carry a query or fragment"));
+        }
+        Ok(Self(url))
+    }
+
+    fn admits(&self, url: &Url) -> bool {
+        url.scheme() == self.0.scheme()
+            && url.host_str() == self.0.host_str()
+            && url.port_or_known_default() == self.0.port_or_known_default()
+            && url.path().starts_with(self.0.path())
+    }
+}
+
+/// Which ResponseURLs this deployment will send to.
+#[derive(Debug, Clone, Default)]
+pub struct UrlPolicy {
+    allow: Vec<AllowedPrefix>,
+}
+
+impl UrlPolicy {
+    /// The strict policy plus `allow`, which may be empty.
+    pub fn new(allow: Vec<AllowedPrefix>) -> Self {
+        Self { allow }
+    }
+
+    /// Accepts `raw` if it is a CloudFormation-shaped S3 URL or matches an allow-listed prefix.
+    pub fn check(&self, raw: &str) -> Result<ResponseUrl, UrlRefused> {
+        let url = Url::parse(raw).map_err(|_| UrlRefused::Unparsable)?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UrlRefused::Userinfo);
+        }
+        if self.allow.iter().any(|prefix| prefix.admits(&url)) {
+            return Ok(ResponseUrl(url));
+        }
+        if url.scheme() != "https" {
+            return Err(UrlRefused::Scheme(url.scheme().to_owned()));
+        }
+        match url.port_or_known_default() {
+            Some(443) => {}
+            Some(port) => return Err(UrlRefused::Port(port)),
+            None => return Err(UrlRefused::Unparsable),
+        }
+        let host = url.host_str().unwrap_or_default();
+        if !is_s3_host(host) {
+            return Err(UrlRefused::Host(host.to_owned()));
+        }
+        Ok(ResponseUrl(url))
+    }
+}
+
+/// True for the S3 endpoint shapes CloudFormation uses, virtual-hosted or path-style:
+/// `[bucket.]s3[.dualstack].amazonaws.com`, `[bucket.]s3[-fips][.dualstack].<region>.amazonaws.com`,
+/// the legacy `[bucket.]s3-<region>.amazonaws.com`, and the same under `amazonaws.com.cn`.
+pub fn is_s3_host(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    let Some(rest) = host.strip_suffix(".amazonaws.com").or_else(|| host.strip_suffix(".amazonaws.com.cn")) else {
+        return false;
+    };
+    let mut labels: Vec<&str> = rest.split('.').collect();
+    if labels.iter().any(|label| !is_dns_label(label)) {
+        return false;
+    }
+    // Peel from the right: optional region, optional "dualstack", then the service label.
+    if labels.last().is_some_and(|label| is_region(label)) {
+        labels.pop();
+    }
+    if labels.last() == Some(&"dualstack") {
+        labels.pop();
+    }
+    let Some(service) = labels.pop() else {
+        return false;
+    };
+    let service_ok = service == "s3"
+        || service == "s3-fips"
+        || service.strip_prefix("s3-").is_some_and(is_region)
+        || service.strip_prefix("s3-fips-").is_some_and(is_region);
+    // Whatever is left is the bucket of a virtual-hosted URL (bucket names may contain dots).
+    service_ok
+}
+
+fn is_dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+/// `us-east-1`, `ap-southeast-2`, `us-gov-west-1`, `cn-north-1`, `eu-central-2`.
+fn is_region(label: &str) -> bool {
+    let parts: Vec<&str> = label.split('-').collect();
+    parts.len() >= 3
+        && parts[0].len() == 2
+        && parts[0].bytes().all(|b| b.is_ascii_lowercase())
+        && parts[1..parts.len() - 1].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
+        && parts.last().is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Parses SigV4's `YYYYMMDDTHHMMSSZ` into epoch milliseconds.
+fn parse_amz_date_ms(value: &str) -> Option<u64> {
+    let bytes = value.as_bytes();
+    if bytes.len() != 16 || bytes[8] != b'T' || bytes[15] != b'Z' {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| value.get(range)?.parse::<u64>().ok();
+    let (year, month, day) = (num(0..4)?, num(4..6)?, num(6..8)?);
+    let (hour, minute, second) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let days = days_from_civil(year as i64, month as i64, day as i64);
+    let seconds = u64::try_from(days).ok()? * 86_400 + hour * 3_600 + minute * 60 + second;
+    Some(seconds * 1000)
+}
+
+/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFN_URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/arn%3Aaws%3Acloudformation%3Aus-east-1%3A123456789012%3Astack/demo/1a2b|Thing|5f3c?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261129T073311Z&X-Amz-Expires=7200&X-Amz-SignedHeaders=host&X-Amz-Signature=abc";
+
+    fn check(raw: &str, expected: Result<(), UrlRefused>) {
+        let got = UrlPolicy::new(vec![]).check(raw).map(|_| ());
+        assert_eq!(got, expected, "for {raw}");
+    }
+
+    #[test]
+    fn strict_policy_table() {
+        check(CFN_URL, Ok(()));
+        check("https://cloudformation-custom-resource-response-useast1.s3-us-east-1.amazonaws.com/k?x=1", Ok(()));
+        check("https://cloudformation-custom-resource-response-euwest1.s3.eu-west-1.amazonaws.com/k", Ok(()));
+        check("https://s3.us-west-2.amazonaws.com/bucket/key", Ok(()));
+        check("https://my.dotted.bucket.s3.dualstack.ap-southeast-2.amazonaws.com/key", Ok(()));
+        check("https://bucket.s3.cn-north-1.amazonaws.com.cn/key", Ok(()));
+        check("https://bucket.s3-fips.us-gov-west-1.amazonaws.com/key", Ok(()));
+        check("https://bucket.s3.amazonaws.com:443/key", Ok(()));
+        check("http://bucket.s3.amazonaws.com/key", Err(UrlRefused::Scheme("http".into())));
+        check("https://bucket.s3.amazonaws.com:8443/key", Err(UrlRefused::Port(8443)));
+        check("https://user:pw@bucket.s3.amazonaws.com/key", Err(UrlRefused::Userinfo));
+        check("https://evil.example.com/key", Err(UrlRefused::Host("evil.example.com".into())));
+        check("https://s3.amazonaws.com.evil.com/key", Err(UrlRefused::Host("s3.amazonaws.com.evil.com".into())));
+        check(
+            "https://bucket.s4.us-east-1.amazonaws.com/key",
+            Err(UrlRefused::Host("bucket.s4.us-east-1.amazonaws.com".into())),
+        );
+        check("https://ec2.us-east-1.amazonaws.com/key", Err(UrlRefused::Host("ec2.us-east-1.amazonaws.com".into())));
+        check("https://amazonaws.com/key", Err(UrlRefused::Host("amazonaws.com".into())));
+        check("https://127.0.0.1/key", Err(UrlRefused::Host("127.0.0.1".into())));
+        check("not a url", Err(UrlRefused::Unparsable));
+    }
+
+    #[test]
+    fn allow_list_admits_only_its_prefix() {
+        let policy =
+            UrlPolicy::new(vec![AllowedPrefix::parse("http://127.0.0.1:5000/responses/").expect("valid prefix")]);
+        assert!(policy.check("http://127.0.0.1:5000/responses/k?X-Amz-Signature=1").is_ok());
+        assert_eq!(
+            policy.check("http://127.0.0.1:5001/responses/k").map(|_| ()),
+            Err(UrlRefused::Scheme("http".into()))
+        );
+        assert!(policy.check("http://127.0.0.1:5000/other/k").is_err());
+        assert!(policy.check("http://localhost:5000/responses/k").is_err());
+        assert_eq!(policy.check("http://u:p@127.0.0.1:5000/responses/k").map(|_| ()), Err(UrlRefused::Userinfo));
+        assert!(AllowedPrefix::parse("ftp://host/").is_err());
+        assert!(AllowedPrefix::parse("http://u@host/").is_err());
+    }
+
+    #[test]
+    fn refusals_never_quote_the_path_or_query() {
+        let secret = "X-Amz-Signature=topsecret";
+        for raw in [
+            format!("http://bucket.s3.amazonaws.com/key?{secret}"),
+            format!("https://evil.example.com/key?{secret}"),
+            format!("https://bucket.s3.amazonaws.com:8443/key?{secret}"),
+            format!("https://u:p@bucket.s3.amazonaws.com/key?{secret}"),
+        ] {
+            let refusal = UrlPolicy::new(vec![]).check(&raw).expect_err("must be refused").to_string();
+            assert!(!refusal.contains("topsecret") && !refusal.contains("/key"), "{refusal}");
+        }
+        let accepted = UrlPolicy::new(vec![]).check(CFN_URL).expect("valid");
+        assert_eq!(format!("{accepted:?}"), "ResponseUrl(<redacted>)");
+    }
+
+    #[test]
+    fn presigned_expiry_from_sigv4_and_sigv2() {
+        let url = UrlPolicy::new(vec![]).check(CFN_URL).expect("valid");
+        // 2026-11-29T07:33:11Z is 1795937591 s; plus 7200 s.
+        assert_eq!(url.presigned_expiry_ms(), Some((1_795_937_591 + 7_200) * 1000));
+        let v2 = UrlPolicy::new(vec![])
+            .check("https://b.s3.amazonaws.com/k?AWSAccessKeyId=x&Expires=1795944791&Signature=s")
+            .expect("valid");
+        assert_eq!(v2.presigned_expiry_ms(), Some(1_795_944_791_000));
+        let none = UrlPolicy::new(vec![]).check("https://b.s3.amazonaws.com/k").expect("valid");
+        assert_eq!(none.presigned_expiry_ms(), None);
+    }
+}

@@ -1,0 +1,489 @@
+//! The protocol, end to end in memory: in-memory store, recording sink, manual clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::echo::{ECHO_TYPE, Echo};
+use crate::lease::LeaseRecord;
+use crate::memory_store::MemoryLeaseStore;
+use crate::properties::PropertyMap;
+use crate::provider::{Provider, ProviderOutput};
+use crate::random::SplitMix64;
+use crate::request::RequestKey;
+use crate::response::is_failed_create_id;
+use crate::response_url::UrlPolicy;
+use crate::testing::{Fault, FaultyStore, Op, PutFault, RecordingSink, drive, drive_until};
+
+const START_MS: u64 = 1_800_000_000_000;
+const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
+const OTHER_URL: &str =
+    "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=two";
+
+/// Counts calls, then behaves like Echo; fails transiently `transient_failures` times first.
+#[derive(Debug, Default)]
+struct Counting {
+    calls: AtomicU32,
+    transient_failures: AtomicU32,
+}
+
+#[async_trait]
+impl Provider for Arc<Counting> {
+    type Properties = PropertyMap;
+
+    async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<ProviderOutput, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.transient_failures.load(Ordering::SeqCst) > 0 {
+            self.transient_failures.fetch_sub(1, Ordering::SeqCst);
+            return Err(ProviderError::Transient("downstream throttled".into()));
+        }
+        Echo.create(ctx, properties).await
+    }
+
+    async fn update(
+        &self,
+        ctx: &ProviderContext,
+        id: &str,
+        properties: PropertyMap,
+        old: Option<PropertyMap>,
+    ) -> Result<ProviderOutput, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Echo.update(ctx, id, properties, old).await
+    }
+
+    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: PropertyMap) -> Result<(), ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Echo.delete(ctx, id, properties).await
+    }
+}
+
+struct Harness {
+    clock: ManualClock,
+    memory: Arc<MemoryLeaseStore>,
+    store: Arc<FaultyStore>,
+    sink: Arc<RecordingSink>,
+    counting: Arc<Counting>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let memory = Arc::new(MemoryLeaseStore::new());
+        Self {
+            clock: ManualClock::new(START_MS),
+            store: Arc::new(FaultyStore::new(memory.clone())),
+            memory,
+            sink: Arc::new(RecordingSink::new()),
+            counting: Arc::new(Counting::default()),
+        }
+    }
+
+    fn worker(&self, region: &str) -> Worker {
+        let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Counting", Arc::clone(&self.counting));
+        Worker::new(
+            self.store.clone(),
+            self.sink.clone(),
+            Arc::new(router),
+            Arc::new(self.clock.clone()),
+            Arc::new(SplitMix64::new(7)),
+            InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) },
+            settings(region),
+        )
+    }
+
+    fn invocation(&self, budget_ms: u64) -> Invocation {
+        Invocation { id: "inv".into(), deadline_ms: crate::clock::Clock::now_ms(&self.clock) + budget_ms }
+    }
+
+    fn handle(&self, worker: &Worker, body: &str) -> Disposition {
+        let invocation = self.invocation(900_000);
+        drive(&self.clock, worker.handle(Delivery { body: Some(body), receive_count: 1 }, &invocation))
+    }
+
+    fn record(&self) -> LeaseRecord {
+        self.memory.snapshot().into_iter().next().expect("a lease record")
+    }
+
+    fn bodies(&self, url: &str) -> Vec<ResponseBody> {
+        self.sink.bodies(url).iter().map(|b| ResponseBody::parse(b).expect("valid body")).collect()
+    }
+}
+
+fn settings(region: &str) -> Settings {
+    Settings {
+        region: region.into(),
+        lease_ms: 10_000,
+        skew_ms: 1_000,
+        heartbeat_ms: 3_000,
+        reserve_ms: 5_000,
+        store_attempts_max: 4,
+        store_call_timeout_ms: 2_000,
+        store_backoff_base_ms: 50,
+        store_backoff_max_ms: 1_000,
+        provider_attempts_max: 3,
+        provider_backoff_base_ms: 100,
+        provider_backoff_max_ms: 1_000,
+        put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 },
+        retention_ms: 86_400_000,
+        retry_delay_s_max: 900,
+    }
+}
+
+fn request(kind: &str, resource_type: &str, properties: Value, url: &str) -> String {
+    let mut request = json!({
+        "RequestType": kind,
+        "ResponseURL": url,
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+        "RequestId": "req-1",
+        "LogicalResourceId": "Thing",
+        "ResourceType": resource_type,
+        "ResourceProperties": properties,
+    });
+    if kind != "Create" {
+        request["PhysicalResourceId"] = json!("Thing-existing");
+    }
+    if kind == "Update" {
+        request["OldResourceProperties"] = json!({});
+    }
+    request.to_string()
+}
+
+fn echo_create(properties: Value) -> String {
+    request("Create", ECHO_TYPE, properties, URL)
+}
+
+fn answered(disposition: &Disposition) -> (u64, Status) {
+    match disposition {
+        Disposition::Done(Done::Answered { fence, status }) => (*fence, *status),
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+#[test]
+fn happy_path_answers_once_with_echoed_data() {
+    let h = Harness::new();
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({"Colour": "blue", "Size": "5"})));
+    assert_eq!(answered(&disposition), (1, Status::Success));
+    let bodies = h.bodies(URL);
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(bodies[0].data, BTreeMap::from([("Colour".into(), json!("blue")), ("Size".into(), json!("5"))]));
+    let record = h.record();
+    assert_eq!((record.state, record.delivered, record.fence), (LeaseState::Committed, true, 1));
+    assert_eq!(h.store.calls(Op::Read), 0, "the happy path reads nothing");
+    assert_eq!(h.store.calls(Op::Acquire) + h.store.calls(Op::Commit) + h.store.calls(Op::MarkDelivered), 3);
+    assert_eq!(h.store.calls(Op::Heartbeat), 0, "a quick provider needs no heartbeat");
+}
+
+#[test]
+fn s1_duplicates_are_dropped_and_the_provider_runs_once() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let body = request("Create", "Custom::Counting", json!({"A": "1"}), URL);
+    assert_eq!(answered(&h.handle(&worker, &body)), (1, Status::Success));
+    assert_eq!(h.handle(&worker, &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.handle(&h.worker("us-west-2"), &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
+fn s1_concurrent_duplicates_run_the_provider_once() {
+    let h = Harness::new();
+    let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
+    let body = request("Create", "Custom::Counting", json!({"DelayMs": "4000"}), URL);
+    let invocation = h.invocation(900_000);
+    let both = futures_util::future::join(
+        east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        west.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+    );
+    let (first, second) = drive(&h.clock, both);
+    assert_eq!(answered(&first), (1, Status::Success));
+    assert!(matches!(second, Disposition::Retry { delay_s, .. } if (1..=16).contains(&delay_s)), "{second:?}");
+    // The retried copy comes back later and finds the answer delivered.
+    assert_eq!(h.handle(&west, &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+    assert!(h.store.calls(Op::Heartbeat) >= 1, "a 4 s provider is heartbeated every 3 s");
+}
+
+#[test]
+fn crash_after_acquire_is_taken_over_with_a_higher_fence() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "60000"}));
+    let invocation = h.invocation(900_000);
+    let crashed = drive_until(
+        &h.clock,
+        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Running),
+    );
+    assert!(crashed.is_none(), "the worker was dropped mid-provider");
+    // The lease is live: a second delivery backs off.
+    assert!(matches!(h.handle(&h.worker("us-west-2"), &body), Disposition::Retry { .. }));
+    h.clock.advance_ms(10_000 + 1_000 + 1);
+    // Now it is expired past the skew margin; the provider is fast this time.
+    let disposition = h.handle(&h.worker("us-west-2"), &echo_create(json!({"DelayMs": "60000"})));
+    // Same request, same fingerprint: the takeover runs the 60 s provider under heartbeats.
+    assert_eq!(answered(&disposition), (2, Status::Success));
+    assert_eq!(h.record().fence, 2);
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
+fn crash_between_commit_and_put_replays_the_stored_bytes() {
+    let h = Harness::new();
+    let body = echo_create(json!({"K": "v"}));
+    h.sink.inject(PutFault::Hang);
+    let invocation = h.invocation(900_000);
+    let crashed = drive_until(
+        &h.clock,
+        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Committed),
+    );
+    assert!(crashed.is_none());
+    assert!(h.sink.all().is_empty(), "nothing was PUT before the crash");
+    let committed = h.record().response.expect("committed bytes");
+    assert_eq!(h.handle(&h.worker("us-west-2"), &body), Disposition::Done(Done::Replayed { fence: 1 }));
+    assert_eq!(h.sink.bodies(URL), vec![committed]);
+    assert!(h.record().delivered);
+}
+
+#[test]
+fn lost_replies_are_resolved_by_reading_the_record() {
+    let h = Harness::new();
+    h.store.inject(Op::Acquire, Fault::LostReply);
+    h.store.inject(Op::Commit, Fault::LostReply);
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({})));
+    assert_eq!(answered(&disposition), (1, Status::Success), "the applied acquire and commit are recognised as ours");
+    assert_eq!(h.record().fence, 1, "no second acquire happened");
+    assert_eq!(h.store.calls(Op::Read), 2);
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
+fn lost_requests_and_throttling_are_retried() {
+    let h = Harness::new();
+    h.store.inject(Op::Acquire, Fault::Transient);
+    h.store.inject(Op::Acquire, Fault::LostRequest);
+    h.store.inject(Op::Commit, Fault::LostRequest);
+    h.store.inject(Op::Commit, Fault::Transient);
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({})));
+    assert_eq!(answered(&disposition), (1, Status::Success));
+    assert_eq!(h.store.calls(Op::Acquire), 3);
+    assert_eq!(h.store.calls(Op::Commit), 3);
+}
+
+#[test]
+fn a_hung_store_call_times_out_and_is_resolved() {
+    let h = Harness::new();
+    h.store.inject(Op::Commit, Fault::Hang);
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({})));
+    assert_eq!(answered(&disposition), (1, Status::Success));
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
+fn a_lost_lease_means_no_commit_and_no_put() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "30000"}));
+    // East's heartbeats all fail, so its lease quietly expires while its provider runs.
+    for _ in 0..3 {
+        h.store.inject(Op::Heartbeat, Fault::Transient);
+    }
+    let east = h.worker("us-east-1");
+    let west = h.worker("us-west-2");
+    let invocation = h.invocation(900_000);
+    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation);
+    let west_run = async {
+        // West arrives after the lease (10 s) and skew (1 s) have passed, before east's 12 s tick.
+        h.clock.sleep_ms(11_500).await;
+        west.handle(Delivery { body: Some(&echo_create(json!({"DelayMs": "30000"}))), receive_count: 1 }, &invocation)
+            .await
+    };
+    // East's fourth heartbeat (at 12 s) reaches the store after west took over: it learns it lost.
+    let (east_result, west_result) = drive(&h.clock, futures_util::future::join(east_run, west_run));
+    assert!(
+        matches!(&east_result, Disposition::Retry { why, .. } if why.contains("taken over while the provider ran")),
+        "{east_result:?}"
+    );
+    assert_eq!(answered(&west_result), (2, Status::Success));
+    assert_eq!(h.sink.bodies(URL).len(), 1, "only the fence-2 execution PUT");
+}
+
+#[test]
+fn l1_a_provider_past_the_deadline_is_answered_failed() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let invocation = h.invocation(20_000);
+    let body = echo_create(json!({"DelayMs": "600000"}));
+    let disposition = drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation));
+    assert_eq!(answered(&disposition), (1, Status::Failed));
+    let reason = h.bodies(URL)[0].reason.clone().expect("reason");
+    assert!(reason.contains("did not finish before the Lambda invocation's deadline"), "{reason}");
+    assert!(crate::clock::Clock::now_ms(&h.clock) < invocation.deadline_ms, "answered before the deadline");
+}
+
+#[test]
+fn a_bad_property_is_answered_failed_with_a_readable_reason() {
+    let h = Harness::new();
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({"DelayMs": "soon"})));
+    assert_eq!(answered(&disposition), (1, Status::Failed));
+    let body = &h.bodies(URL)[0];
+    assert_eq!(
+        body.reason.as_deref(),
+        Some("Custom::Echo Create failed: invalid property DelayMs: invalid value: string \"soon\", expected u64")
+    );
+    assert!(is_failed_create_id(&body.physical_resource_id));
+}
+
+#[test]
+fn transient_provider_errors_are_retried() {
+    let h = Harness::new();
+    h.counting.transient_failures.store(2, Ordering::SeqCst);
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Success));
+    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 3);
+
+    let h = Harness::new();
+    h.counting.transient_failures.store(5, Ordering::SeqCst);
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Failed));
+    let reason = h.bodies(URL)[0].reason.clone().expect("reason");
+    assert_eq!(reason, "Custom::Counting Create failed after 3 attempts: downstream throttled");
+}
+
+#[test]
+fn a_reused_request_id_is_a_new_attempt_and_the_old_one_is_superseded() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let first = echo_create(json!({"V": "1"}));
+    let retried = request("Create", ECHO_TYPE, json!({"V": "2"}), OTHER_URL);
+    assert_eq!(answered(&h.handle(&worker, &first)), (1, Status::Success));
+    assert_eq!(answered(&h.handle(&worker, &retried)), (2, Status::Success));
+    assert_eq!(h.bodies(OTHER_URL)[0].data["V"], json!("2"), "the old outcome was not replayed");
+    assert_eq!(h.handle(&worker, &first), Disposition::Done(Done::Superseded));
+    assert_eq!(h.handle(&worker, &retried), Disposition::Done(Done::Duplicate));
+    assert_eq!((h.sink.bodies(URL).len(), h.sink.bodies(OTHER_URL).len()), (1, 1));
+}
+
+#[test]
+fn deletes_that_must_succeed() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let mut failed_create =
+        serde_json::from_str::<Value>(&request("Delete", "Custom::Counting", json!({}), URL)).expect("json");
+    failed_create["PhysicalResourceId"] = json!("cfn-once-failed-create-0123456789abcdef");
+    assert_eq!(answered(&h.handle(&worker, &failed_create.to_string())), (1, Status::Success));
+    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 0, "no provider call for a Create that failed");
+    assert_eq!(h.bodies(URL)[0].physical_resource_id, "cfn-once-failed-create-0123456789abcdef");
+
+    let h = Harness::new();
+    let unknown_type = request("Delete", "Custom::Nobody", json!({}), URL);
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &unknown_type)), (1, Status::Success));
+
+    let h = Harness::new();
+    let unknown_create = request("Create", "Custom::Nobody", json!({}), URL);
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &unknown_create)), (1, Status::Failed));
+    assert!(
+        h.bodies(URL)[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("no provider serves ResourceType Custom::Nobody"))
+    );
+}
+
+#[test]
+fn a_failed_put_is_retried_by_the_next_delivery() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    for _ in 0..3 {
+        h.sink.inject(PutFault::Fail);
+    }
+    let body = echo_create(json!({}));
+    assert!(matches!(h.handle(&worker, &body), Disposition::Retry { .. }));
+    assert!(h.sink.all().is_empty());
+    assert_eq!(h.handle(&worker, &body), Disposition::Done(Done::Replayed { fence: 1 }));
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
+fn a_lost_put_reply_repeats_identical_bytes() {
+    let h = Harness::new();
+    h.sink.inject(PutFault::LostReply);
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({})));
+    assert_eq!(answered(&disposition), (1, Status::Success));
+    let bodies = h.sink.bodies(URL);
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[0], bodies[1], "S1: every PUT carries the same bytes");
+}
+
+#[test]
+fn undeliverable_records_are_left_for_the_dlq() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let evil = echo_create(json!({}))
+        .replace("cloudformation-custom-resource-response-useast1.s3.amazonaws.com", "evil.example.com");
+    assert!(matches!(h.handle(&worker, &evil), Disposition::Undeliverable { .. }));
+    assert!(matches!(h.handle(&worker, "garbage"), Disposition::Undeliverable { .. }));
+    assert!(h.sink.all().is_empty());
+    assert!(h.memory.snapshot().is_empty(), "no lease is taken for input nobody can be answered for");
+}
+
+#[test]
+fn malformed_but_addressable_input_is_answered_failed_once() {
+    let h = Harness::new();
+    let mut malformed = serde_json::from_str::<Value>(&echo_create(json!({}))).expect("json");
+    malformed["RequestType"] = json!("Upsert");
+    let body = malformed.to_string();
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Failed));
+    assert_eq!(h.handle(&h.worker("us-east-1"), &body), Disposition::Done(Done::Duplicate));
+    assert!(
+        h.bodies(URL)[0]
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("\"Upsert\" is not one of Create, Update, Delete"))
+    );
+}
+
+#[test]
+fn the_record_is_keyed_by_stack_and_request() {
+    let h = Harness::new();
+    h.handle(&h.worker("us-east-1"), &echo_create(json!({})));
+    let record = h.record();
+    assert_eq!(
+        record.key,
+        RequestKey {
+            stack_id: "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid".into(),
+            request_id: "req-1".into()
+        }
+    );
+    assert!(record.owner.starts_with("us-east-1/inv/"));
+    assert_eq!(record.expires_ms, START_MS + 86_400_000);
+}
+
+#[test]
+fn s1_a_stale_commit_is_rejected() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "30000"}));
+    // Every heartbeat of east fails, so east never learns that west took over and reaches its
+    // commit at 30 s holding fence 1, while west (fence 2 since 11.5 s) is still running.
+    for _ in 0..20 {
+        h.store.inject(Op::Heartbeat, Fault::Transient);
+    }
+    let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
+    let invocation = h.invocation(900_000);
+    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation);
+    let west_run = async {
+        h.clock.sleep_ms(11_500).await;
+        west.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation).await
+    };
+    let (east_result, west_result) = drive(&h.clock, futures_util::future::join(east_run, west_run));
+    assert!(
+        matches!(&east_result, Disposition::Retry { why, .. } if why.contains("taken over before the commit")),
+        "{east_result:?}"
+    );
+    assert_eq!(answered(&west_result), (2, Status::Success));
+    assert_eq!(h.sink.bodies(URL).len(), 1, "only the fence-2 execution PUT");
+}

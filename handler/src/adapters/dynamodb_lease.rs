@@ -1,0 +1,327 @@
+//! The DynamoDB lease store: [`LeaseStore`] over aws-sdk-dynamodb.
+//!
+//! Each operation is one conditional UpdateItem (read is one consistent GetItem). Acquire takes
+//! the lease and increments the fence in a single write (`ADD fence :one`), returning the new
+//! item (`ReturnValues = ALL_NEW`); on a failed condition it returns the old item
+//! (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so the caller needs no second read. The
+//! condition is `cfn_once_core::lease::admits` written as a ConditionExpression; the shared
+//! contract suite holds the two to the same behaviour. This is the only place where
+//! `ConditionalCheckFailedException` exists: above it, it is a domain answer.
+//!
+//! Table layout: partition key `pk` = StackId, sort key `sk` = RequestId, both strings.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use cfn_once_core::fingerprint::Fingerprint;
+use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, StoreError};
+use cfn_once_core::request::RequestKey;
+
+use super::dynamodb_errors::{Failure, classify};
+
+/// Attribute names, in one place.
+mod attr {
+    pub const PK: &str = "pk";
+    pub const SK: &str = "sk";
+    pub const FENCE: &str = "fence";
+    pub const OWNER: &str = "owner";
+    pub const LEASE_UNTIL: &str = "lease_until_ms";
+    pub const HEARTBEAT: &str = "heartbeat";
+    pub const STATE: &str = "state";
+    pub const FINGERPRINT: &str = "fingerprint";
+    pub const ATTEMPTS: &str = "attempts";
+    pub const RESPONSE: &str = "response";
+    pub const DELIVERED: &str = "delivered";
+    pub const CREATED: &str = "created_ms";
+    pub const UPDATED: &str = "updated_ms";
+    pub const EXPIRES: &str = "expires_ms";
+}
+
+const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
+     #fingerprint = :fp, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
+     #updated = :now, #expires = :expires \
+     REMOVE #response, #delivered \
+     ADD #fence :one, #attempts :fp_set";
+
+/// `lease::admits`: absent; or not superseded and (RUNNING and expired past the skew margin, or
+/// COMMITTED for another attempt).
+const ACQUIRE_CONDITION: &str = "attribute_not_exists(#fence) OR \
+     ((#fingerprint = :fp OR NOT contains(#attempts, :fp)) AND \
+      ((#state = :running AND #lease_until < :expired_before) OR \
+       (#state = :committed AND #fingerprint <> :fp)))";
+
+/// The lease store on a DynamoDB table (an MRSC global table in production).
+#[derive(Debug, Clone)]
+pub struct DynamoLeaseStore {
+    client: Client,
+    table_name: String,
+}
+
+impl DynamoLeaseStore {
+    /// A store on `table_name`.
+    pub fn new(client: Client, table_name: impl Into<String>) -> Self {
+        Self { client, table_name: table_name.into() }
+    }
+
+    fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (attr::PK.to_owned(), AttributeValue::S(key.stack_id.clone())),
+            (attr::SK.to_owned(), AttributeValue::S(key.request_id.clone())),
+        ])
+    }
+
+    /// An UpdateItem with `update` under `condition` that returns the old item when the
+    /// condition fails.
+    fn update_call(
+        &self,
+        key: &RequestKey,
+        update: &str,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> UpdateItemFluentBuilder {
+        let mut call = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(key)))
+            .update_expression(update)
+            .condition_expression(condition)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (placeholder, name) in names {
+            call = call.expression_attribute_names(*placeholder, *name);
+        }
+        for (placeholder, value) in values {
+            call = call.expression_attribute_values(placeholder, value);
+        }
+        call
+    }
+
+    /// A conditional update that returns nothing on success and the old item on failure.
+    async fn conditional_update(
+        &self,
+        key: &RequestKey,
+        update: &str,
+        condition: &str,
+        names: &[(&str, &str)],
+        values: Vec<(&str, AttributeValue)>,
+    ) -> Result<Conditional, StoreError> {
+        let call = self.update_call(key, update, condition, names, values).return_values(ReturnValue::None);
+        match call.send().await {
+            Ok(_) => Ok(Conditional::Applied),
+            Err(error) => {
+                let old = refused_item(error)?;
+                Ok(Conditional::Refused(old.map(|item| parse_record(key, &item)).transpose()?.map(Box::new)))
+            }
+        }
+    }
+}
+
+/// The old item of a failed condition (`Ok`), or the classified error of any other failure.
+fn refused_item(
+    error: SdkError<UpdateItemError, HttpResponse>,
+) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+    match error {
+        SdkError::ServiceError(service) if service.err().is_conditional_check_failed_exception() => {
+            match service.into_err() {
+                UpdateItemError::ConditionalCheckFailedException(refused) => Ok(refused.item),
+                _ => Ok(None),
+            }
+        }
+        other => Err(store_error(&other)),
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoLeaseStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        let names = [
+            ("#owner", attr::OWNER),
+            ("#lease_until", attr::LEASE_UNTIL),
+            ("#state", attr::STATE),
+            ("#fingerprint", attr::FINGERPRINT),
+            ("#heartbeat", attr::HEARTBEAT),
+            ("#created", attr::CREATED),
+            ("#updated", attr::UPDATED),
+            ("#expires", attr::EXPIRES),
+            ("#response", attr::RESPONSE),
+            ("#delivered", attr::DELIVERED),
+            ("#fence", attr::FENCE),
+            ("#attempts", attr::ATTEMPTS),
+        ];
+        let values = vec![
+            (":owner", AttributeValue::S(request.owner.clone())),
+            (":lease_until", number(request.lease_until_ms)),
+            (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
+            (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
+            (":fp", AttributeValue::S(request.fingerprint.as_str().into())),
+            (":fp_set", AttributeValue::Ss(vec![request.fingerprint.as_str().into()])),
+            (":zero", number(0)),
+            (":one", number(1)),
+            (":now", number(request.now_ms)),
+            (":expires", number(request.expires_ms)),
+            (":expired_before", number(request.expired_before_ms())),
+        ];
+        let call = self
+            .update_call(&request.key, ACQUIRE_UPDATE, ACQUIRE_CONDITION, &names, values)
+            .return_values(ReturnValue::AllNew);
+        match call.send().await {
+            Ok(output) => {
+                let record = parse_record(&request.key, &output.attributes.unwrap_or_default())?;
+                Ok(Acquire::Acquired { fence: record.fence })
+            }
+            Err(error) => {
+                let item = refused_item(error)?.ok_or_else(|| {
+                    StoreError::Permanent(
+                        "acquire was refused but DynamoDB returned no item; is ALL_OLD supported?".into(),
+                    )
+                })?;
+                Ok(Acquire::Refused(Box::new(parse_record(&request.key, &item)?)))
+            }
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.conditional_update(
+            key,
+            "SET #lease_until = :lease_until, #updated = :now ADD #heartbeat :one",
+            "#fence = :fence AND #state = :running",
+            &[
+                ("#lease_until", attr::LEASE_UNTIL),
+                ("#updated", attr::UPDATED),
+                ("#heartbeat", attr::HEARTBEAT),
+                ("#fence", attr::FENCE),
+                ("#state", attr::STATE),
+            ],
+            vec![
+                (":lease_until", number(lease_until_ms)),
+                (":now", number(now_ms)),
+                (":one", number(1)),
+                (":fence", number(fence)),
+                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
+            ],
+        )
+        .await
+    }
+
+    async fn commit(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        response: &[u8],
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.conditional_update(
+            key,
+            "SET #state = :committed, #response = :response, #updated = :now",
+            "#fence = :fence AND #state = :running",
+            &[
+                ("#state", attr::STATE),
+                ("#response", attr::RESPONSE),
+                ("#updated", attr::UPDATED),
+                ("#fence", attr::FENCE),
+            ],
+            vec![
+                (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
+                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
+                (":response", AttributeValue::B(Blob::new(response))),
+                (":now", number(now_ms)),
+                (":fence", number(fence)),
+            ],
+        )
+        .await
+    }
+
+    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
+        self.conditional_update(
+            key,
+            "SET #delivered = :true, #updated = :now",
+            "#fence = :fence AND #state = :committed",
+            &[
+                ("#delivered", attr::DELIVERED),
+                ("#updated", attr::UPDATED),
+                ("#fence", attr::FENCE),
+                ("#state", attr::STATE),
+            ],
+            vec![
+                (":true", AttributeValue::Bool(true)),
+                (":now", number(now_ms)),
+                (":fence", number(fence)),
+                (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
+            ],
+        )
+        .await
+    }
+
+    async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| store_error(&error))?;
+        output.item.map(|item| parse_record(key, &item)).transpose()
+    }
+}
+
+fn number(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+fn store_error<E, R>(error: &SdkError<E, R>) -> StoreError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match classify(error) {
+        Failure::NotApplied(text) => StoreError::Transient(text),
+        Failure::Unknown(text) => StoreError::Ambiguous(text),
+        Failure::Permanent(text) => StoreError::Permanent(text),
+    }
+}
+
+/// Reads a stored item back into the domain record; a malformed item is a permanent error
+/// (somebody wrote the table by hand), never a panic.
+fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Result<LeaseRecord, StoreError> {
+    let bad = |field: &str| StoreError::Permanent(format!("lease record has no valid {field}"));
+    let string = |field: &str| item.get(field).and_then(|v| v.as_s().ok()).cloned();
+    let number = |field: &str| item.get(field).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
+    Ok(LeaseRecord {
+        key: key.clone(),
+        fence: number(attr::FENCE).ok_or_else(|| bad(attr::FENCE))?,
+        owner: string(attr::OWNER).unwrap_or_default(),
+        lease_until_ms: number(attr::LEASE_UNTIL).unwrap_or(0),
+        heartbeat: number(attr::HEARTBEAT).unwrap_or(0),
+        state: string(attr::STATE).as_deref().and_then(LeaseState::parse).ok_or_else(|| bad(attr::STATE))?,
+        fingerprint: Fingerprint::from_stored(string(attr::FINGERPRINT).ok_or_else(|| bad(attr::FINGERPRINT))?),
+        attempts: item
+            .get(attr::ATTEMPTS)
+            .and_then(|v| v.as_ss().ok())
+            .map(|set| set.iter().cloned().map(Fingerprint::from_stored).collect())
+            .unwrap_or_default(),
+        response: item.get(attr::RESPONSE).and_then(|v| v.as_b().ok()).map(|blob| blob.as_ref().to_vec()),
+        delivered: item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
+        created_ms: number(attr::CREATED).unwrap_or(0),
+        updated_ms: number(attr::UPDATED).unwrap_or(0),
+        expires_ms: number(attr::EXPIRES).unwrap_or(0),
+    })
+}
+
+/// The key schema the store expects, for provisioning tools (`make local`, tests, templates).
+pub const KEY_ATTRIBUTES: (&str, &str) = (attr::PK, attr::SK);

@@ -1,0 +1,8 @@
+//! Adapters: the ports of `cfn_once_core` implemented on AWS services and HTTP.
+
+mod dynamodb_errors;
+pub mod dynamodb_lease;
+pub mod http_sink;
+pub mod sqs_queue;
+
+pub(crate) use dynamodb_errors::{Failure, classify};

@@ -1,0 +1,264 @@
+//! Configuration, read from the environment once at start-up.
+//!
+//! Nothing else in cfn-once reads the environment (the AWS SDK reads its own variables, such as
+//! `AWS_ENDPOINT_URL`, when `main` loads the SDK configuration). Every missing or malformed
+//! variable is reported in one error, each with what it should be.
+
+use cfn_once_core::response_url::AllowedPrefix;
+
+/// Defaults, named so the README and `--help` can quote them.
+pub const LEASE_MS_DEFAULT: u64 = 30_000;
+pub const SKEW_MS_DEFAULT: u64 = 2_000;
+pub const RESERVE_MS_DEFAULT: u64 = 10_000;
+pub const PUT_ATTEMPTS_MAX_DEFAULT: u32 = 5;
+pub const PUT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+pub const STORE_TIMEOUT_MS_DEFAULT: u64 = 3_000;
+pub const RETENTION_DAYS_DEFAULT: u64 = 30;
+pub const RETRY_DELAY_S_MAX_DEFAULT: u32 = 900;
+
+/// The handler's configuration. Deliberately no `Default`: a deployment states what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `AWS_REGION`: this deployment's region (set by Lambda).
+    pub region: String,
+    /// `CFN_ONCE_TABLE`: the lease table.
+    pub table_name: String,
+    /// `CFN_ONCE_TOPIC_ARNS`: comma-separated SNS topics whose envelopes are accepted.
+    pub topic_arns: Vec<String>,
+    /// `CFN_ONCE_RESPONSE_URL_ALLOW`: comma-separated URL prefixes accepted besides S3 (local
+    /// endpoints, drills). Empty in production.
+    pub response_url_allow: Vec<AllowedPrefix>,
+    /// `CFN_ONCE_ITEM_TABLES`: tables `Custom::DynamoDBItem` may write, comma-separated, or `*`
+    /// for any table but the lease table. Empty disables writes.
+    pub item_tables: ItemTables,
+    /// `CFN_ONCE_LEASE_MS` (default 30000).
+    pub lease_ms: u64,
+    /// `CFN_ONCE_SKEW_MS` (default 2000): clock-skew margin before a lease counts as expired.
+    pub skew_ms: u64,
+    /// `CFN_ONCE_HEARTBEAT_MS` (default a third of the lease).
+    pub heartbeat_ms: u64,
+    /// `CFN_ONCE_RESERVE_MS` (default 10000): time kept back at the end of an invocation to
+    /// commit and PUT.
+    pub reserve_ms: u64,
+    /// `CFN_ONCE_PUT_ATTEMPTS_MAX` (default 5).
+    pub put_attempts_max: u32,
+    /// `CFN_ONCE_PUT_TIMEOUT_MS` (default 5000): per PUT attempt.
+    pub put_timeout_ms: u64,
+    /// `CFN_ONCE_STORE_TIMEOUT_MS` (default 3000): per lease-store call.
+    pub store_timeout_ms: u64,
+    /// `CFN_ONCE_RETENTION_DAYS` (default 30): how long lease records are kept.
+    pub retention_days: u64,
+    /// `CFN_ONCE_RETRY_DELAY_S_MAX` (default 900): longest backoff of a message.
+    pub retry_delay_s_max: u32,
+}
+
+/// Which tables `Custom::DynamoDBItem` may write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemTables {
+    /// Any table except the lease table.
+    Any,
+    /// Only these.
+    Only(Vec<String>),
+}
+
+impl ItemTables {
+    /// Whether `table` may be written; never the lease table.
+    pub fn allows(&self, table: &str, lease_table: &str) -> bool {
+        table != lease_table
+            && match self {
+                Self::Any => true,
+                Self::Only(tables) => tables.iter().any(|allowed| allowed == table),
+            }
+    }
+}
+
+/// Every problem found in the environment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration is invalid: {}", .problems.join("; "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup`, so tests need not touch the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let mut vars = Vars { lookup: &lookup, problems: &mut problems };
+
+        let region = vars.required("AWS_REGION", "the region this deployment runs in, e.g. us-east-1");
+        let table_name = vars.required("CFN_ONCE_TABLE", "the lease table's name");
+        let topic_arns = vars.list("CFN_ONCE_TOPIC_ARNS");
+        let response_url_allow = vars
+            .list("CFN_ONCE_RESPONSE_URL_ALLOW")
+            .iter()
+            .filter_map(|entry| match AllowedPrefix::parse(entry) {
+                Ok(prefix) => Some(prefix),
+                Err(why) => {
+                    vars.problems.push(format!("CFN_ONCE_RESPONSE_URL_ALLOW: {why}"));
+                    None
+                }
+            })
+            .collect();
+        let item_tables = match vars.list("CFN_ONCE_ITEM_TABLES").as_slice() {
+            [star] if star == "*" => ItemTables::Any,
+            tables => ItemTables::Only(tables.to_vec()),
+        };
+        let lease_ms = vars.number("CFN_ONCE_LEASE_MS", LEASE_MS_DEFAULT, 1_000, 900_000);
+        let skew_ms = vars.number("CFN_ONCE_SKEW_MS", SKEW_MS_DEFAULT, 0, 60_000);
+        let heartbeat_ms = vars.number("CFN_ONCE_HEARTBEAT_MS", (lease_ms / 3).max(100), 100, 300_000);
+        let reserve_ms = vars.number("CFN_ONCE_RESERVE_MS", RESERVE_MS_DEFAULT, 1_000, 300_000);
+        let put_attempts_max = vars.number("CFN_ONCE_PUT_ATTEMPTS_MAX", PUT_ATTEMPTS_MAX_DEFAULT.into(), 1, 20) as u32;
+        let put_timeout_ms = vars.number("CFN_ONCE_PUT_TIMEOUT_MS", PUT_TIMEOUT_MS_DEFAULT, 100, 60_000);
+        let store_timeout_ms = vars.number("CFN_ONCE_STORE_TIMEOUT_MS", STORE_TIMEOUT_MS_DEFAULT, 100, 60_000);
+        let retention_days = vars.number("CFN_ONCE_RETENTION_DAYS", RETENTION_DAYS_DEFAULT, 1, 3_650);
+        let retry_delay_s_max =
+            vars.number("CFN_ONCE_RETRY_DELAY_S_MAX", RETRY_DELAY_S_MAX_DEFAULT.into(), 1, 43_200) as u32;
+
+        if topic_arns.is_empty() {
+            problems.push(
+                "CFN_ONCE_TOPIC_ARNS is not set: set it to the ServiceToken topic's ARN (comma-separate several)"
+                    .into(),
+            );
+        }
+        for arn in &topic_arns {
+            if !arn.starts_with("arn:") || arn.split(':').count() != 6 {
+                problems.push(format!("CFN_ONCE_TOPIC_ARNS entry {arn:?} is not an SNS topic ARN"));
+            }
+        }
+        if heartbeat_ms >= lease_ms {
+            problems.push(format!(
+                "CFN_ONCE_HEARTBEAT_MS ({heartbeat_ms}) must be shorter than CFN_ONCE_LEASE_MS ({lease_ms}), or the lease lapses between heartbeats"
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        Ok(Self {
+            region,
+            table_name,
+            topic_arns,
+            response_url_allow,
+            item_tables,
+            lease_ms,
+            skew_ms,
+            heartbeat_ms,
+            reserve_ms,
+            put_attempts_max,
+            put_timeout_ms,
+            store_timeout_ms,
+            retention_days,
+            retry_delay_s_max,
+        })
+    }
+}
+
+struct Vars<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    problems: &'a mut Vec<String>,
+}
+
+impl Vars<'_> {
+    fn get(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).map(|value| value.trim().to_owned()).filter(|value| !value.is_empty())
+    }
+
+    fn required(&mut self, name: &str, what: &str) -> String {
+        self.get(name).unwrap_or_else(|| {
+            self.problems.push(format!("{name} is not set: set it to {what}"));
+            String::new()
+        })
+    }
+
+    fn list(&self, name: &str) -> Vec<String> {
+        self.get(name)
+            .map(|value| value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    fn number(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
+        let Some(raw) = self.get(name) else {
+            return default;
+        };
+        match raw.parse::<u64>() {
+            Ok(value) if (min..=max).contains(&value) => value,
+            _ => {
+                self.problems.push(format!("{name} is {raw:?}: expected a whole number from {min} to {max}"));
+                default
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Config::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
+
+    #[test]
+    fn minimal_configuration_takes_the_defaults() {
+        let config =
+            config(&[("AWS_REGION", "us-east-1"), ("CFN_ONCE_TABLE", "leases"), ("CFN_ONCE_TOPIC_ARNS", TOPIC)])
+                .expect("valid");
+        assert_eq!(config.lease_ms, LEASE_MS_DEFAULT);
+        assert_eq!(config.heartbeat_ms, LEASE_MS_DEFAULT / 3);
+        assert_eq!(config.topic_arns, vec![TOPIC.to_owned()]);
+        assert_eq!(config.item_tables, ItemTables::Only(vec![]));
+        assert!(config.response_url_allow.is_empty());
+    }
+
+    #[test]
+    fn every_problem_is_named_at_once() {
+        let error = config(&[
+            ("CFN_ONCE_LEASE_MS", "soon"),
+            ("CFN_ONCE_PUT_ATTEMPTS_MAX", "0"),
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", "ftp://x/"),
+            ("CFN_ONCE_TOPIC_ARNS", "not-an-arn"),
+        ])
+        .expect_err("invalid");
+        let text = error.to_string();
+        for expected in [
+            "AWS_REGION is not set",
+            "CFN_ONCE_TABLE is not set",
+            "CFN_ONCE_LEASE_MS is \"soon\": expected a whole number from 1000 to 900000",
+            "CFN_ONCE_PUT_ATTEMPTS_MAX is \"0\"",
+            "CFN_ONCE_RESPONSE_URL_ALLOW: \"ftp://x/\" must be an http or https URL",
+            "CFN_ONCE_TOPIC_ARNS entry \"not-an-arn\" is not an SNS topic ARN",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in {text}");
+        }
+        assert_eq!(error.problems.len(), 6);
+    }
+
+    #[test]
+    fn heartbeat_must_be_shorter_than_the_lease() {
+        let error = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_LEASE_MS", "5000"),
+            ("CFN_ONCE_HEARTBEAT_MS", "5000"),
+        ])
+        .expect_err("invalid");
+        assert!(error.to_string().contains("must be shorter than CFN_ONCE_LEASE_MS"));
+    }
+
+    #[test]
+    fn item_tables_never_include_the_lease_table() {
+        assert!(ItemTables::Any.allows("app-settings", "leases"));
+        assert!(!ItemTables::Any.allows("leases", "leases"));
+        assert!(!ItemTables::Only(vec!["leases".into()]).allows("leases", "leases"));
+        assert!(!ItemTables::Only(vec![]).allows("x", "leases"));
+    }
+}

@@ -1,0 +1,134 @@
+//! Fenced DynamoDB writes, for provider authors (invariant S2).
+//!
+//! A provider that writes to a downstream DynamoDB table passes its [`Fence`]; the write carries
+//! the fence and is conditioned on no newer fence of the same request having written the item:
+//!
+//! ```text
+//! attribute_not_exists(cfn_once_fence) OR cfn_once_fence_scope <> :scope OR cfn_once_fence <= :fence
+//! ```
+//!
+//! So when a stale execution (a Lambda that lost its lease but has not noticed yet) writes after
+//! the execution that took over, its write is refused. Fences order executions of one request;
+//! different requests for the same resource are ordered by CloudFormation itself, which sends
+//! the next operation only after the previous one was answered (see ARCHITECTURE.md for the
+//! one residual case).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use cfn_once_core::provider::{Fence, ProviderError};
+
+use crate::adapters::{Failure, classify};
+
+/// The attribute holding the fence value of the last accepted write.
+pub const FENCE_ATTRIBUTE: &str = "cfn_once_fence";
+/// The attribute holding the scope (request) of that fence.
+pub const SCOPE_ATTRIBUTE: &str = "cfn_once_fence_scope";
+
+const CONDITION: &str = "attribute_not_exists(#fence) OR #scope <> :scope OR #fence <= :fence";
+
+/// A table written under fences.
+#[derive(Debug, Clone)]
+pub struct FencedTable {
+    client: Client,
+    table_name: String,
+}
+
+/// Why a fenced write did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FencedWriteError {
+    /// A newer execution of the same request already wrote this item.
+    #[error("a newer execution of this request already wrote the item; this stale write (fence {fence}) was refused")]
+    FencedOut { fence: u64 },
+    #[error("table {table} does not exist")]
+    NoSuchTable { table: String },
+    #[error("DynamoDB is unavailable: {0}")]
+    Transient(String),
+    #[error("DynamoDB refused the write: {0}")]
+    Permanent(String),
+}
+
+impl From<FencedWriteError> for ProviderError {
+    fn from(error: FencedWriteError) -> Self {
+        match error {
+            FencedWriteError::Transient(_) => ProviderError::Transient(error.to_string()),
+            _ => ProviderError::Failed(error.to_string()),
+        }
+    }
+}
+
+impl FencedTable {
+    /// Fenced writes to `table_name`.
+    pub fn new(client: Client, table_name: impl Into<String>) -> Self {
+        Self { client, table_name: table_name.into() }
+    }
+
+    /// Puts `item` (replacing any previous version), stamped with `fence`.
+    pub async fn put_item(
+        &self,
+        fence: &Fence,
+        mut item: HashMap<String, AttributeValue>,
+    ) -> Result<(), FencedWriteError> {
+        item.insert(FENCE_ATTRIBUTE.into(), AttributeValue::N(fence.value.to_string()));
+        item.insert(SCOPE_ATTRIBUTE.into(), AttributeValue::S(fence.scope.clone()));
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .condition_expression(CONDITION)
+            .expression_attribute_names("#fence", FENCE_ATTRIBUTE)
+            .expression_attribute_names("#scope", SCOPE_ATTRIBUTE)
+            .expression_attribute_values(":fence", AttributeValue::N(fence.value.to_string()))
+            .expression_attribute_values(":scope", AttributeValue::S(fence.scope.clone()))
+            .send()
+            .await;
+        result.map(|_| ()).map_err(|error| self.error(fence, &error))
+    }
+
+    /// Deletes the item at `key` unless a newer execution of the same request wrote it. Deleting
+    /// an item that does not exist succeeds.
+    pub async fn delete_item(
+        &self,
+        fence: &Fence,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<(), FencedWriteError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table_name)
+            .set_key(Some(key))
+            .condition_expression(CONDITION)
+            .expression_attribute_names("#fence", FENCE_ATTRIBUTE)
+            .expression_attribute_names("#scope", SCOPE_ATTRIBUTE)
+            .expression_attribute_values(":fence", AttributeValue::N(fence.value.to_string()))
+            .expression_attribute_values(":scope", AttributeValue::S(fence.scope.clone()))
+            .send()
+            .await;
+        result.map(|_| ()).map_err(|error| self.error(fence, &error))
+    }
+
+    fn error<E, R>(&self, fence: &Fence, error: &SdkError<E, R>) -> FencedWriteError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        if let SdkError::ServiceError(service) = error {
+            match service.err().code() {
+                Some("ConditionalCheckFailedException") => return FencedWriteError::FencedOut { fence: fence.value },
+                Some("ResourceNotFoundException") => {
+                    return FencedWriteError::NoSuchTable { table: self.table_name.clone() };
+                }
+                _ => {}
+            }
+        }
+        match classify(error) {
+            // An unknown outcome is retried: a repeated fenced write with the same fence is
+            // accepted (`<=`), so the retry is idempotent.
+            Failure::NotApplied(text) | Failure::Unknown(text) => FencedWriteError::Transient(text),
+            Failure::Permanent(text) => FencedWriteError::Permanent(text),
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! cfn-once: CloudFormation custom resources answered exactly once, from whichever of two
+//! regions is alive.
+//!
+//! This crate is the shell around `cfn_once_core`: [`config`] reads the environment once,
+//! [`app`] wires the adapters, [`lambda`] turns an SQS batch into a partial batch response,
+//! [`adapters`] implement the core's ports on DynamoDB, SQS and HTTP, [`fenced`] offers fenced
+//! DynamoDB writes to provider authors, [`providers`] holds the shipped providers, and [`local`]
+//! runs the same handler against a local AWS (moto) through a local event source mapping.
+
+pub mod adapters;
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod fenced;
+pub mod lambda;
+pub mod local;
+pub mod providers;
+
+pub use cfn_once_core as core;

@@ -1,0 +1,220 @@
+//! A local event source mapping: what Lambda does between an SQS queue and the function.
+//!
+//! It long-polls the queue, hands each batch to the *same* handler function the Lambda binary
+//! runs (as a `LambdaEvent<SqsEvent>` shaped like Lambda's, with a deadline), and then does what
+//! Lambda does with the answer: deletes the records not listed in `batchItemFailures`; deletes
+//! nothing if the handler failed, timed out, or named a record that was not in the batch. Failed
+//! records come back when their visibility timeout ends (the handler may have shortened it), and
+//! the queue's redrive policy moves a record that keeps failing to the DLQ; that part is SQS's
+//! own behaviour, which moto implements.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
+use lambda_runtime::{Context as LambdaContext, LambdaEvent};
+
+use crate::clock::SystemClock;
+use cfn_once_core::clock::Clock;
+
+/// How the mapping polls and invokes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EsmSettings {
+    /// Records per batch, 1 to 10.
+    pub batch_size: i32,
+    /// Long-poll wait, 0 to 20 s.
+    pub wait_time_s: i32,
+    /// The function timeout: the invocation's deadline, after which it is abandoned.
+    pub function_timeout_ms: u64,
+}
+
+/// How one poll went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    pub received: usize,
+    pub deleted: usize,
+    /// Records left on the queue to be seen again.
+    pub failed: usize,
+    pub invoke: Invoke,
+}
+
+/// How the invocation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invoke {
+    /// Nothing was received, so nothing was invoked.
+    Idle,
+    Returned,
+    /// The handler returned an error: the whole batch is retried.
+    HandlerError(String),
+    /// The handler ran past the function timeout and was abandoned: the whole batch is retried.
+    TimedOut,
+}
+
+/// One queue, one function.
+#[derive(Debug, Clone)]
+pub struct LocalEventSourceMapping {
+    sqs: Client,
+    queue_url: String,
+    queue_arn: String,
+    region: String,
+    settings: EsmSettings,
+}
+
+impl LocalEventSourceMapping {
+    /// A mapping for the queue at `queue_url`, whose region `sqs` is configured for.
+    pub async fn new(sqs: Client, queue_url: &str, settings: EsmSettings) -> anyhow::Result<Self> {
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("could not read the queue's ARN: {}", DisplayErrorContext(&e)))?;
+        let queue_arn = attributes
+            .attributes
+            .and_then(|mut map| map.remove(&QueueAttributeName::QueueArn))
+            .context("queue has no QueueArn attribute")?;
+        let region = sqs.config().region().map(|r| r.to_string()).unwrap_or_default();
+        Ok(Self { sqs, queue_url: queue_url.to_owned(), queue_arn, region, settings })
+    }
+
+    /// The queue's ARN, as records carry it in `eventSourceARN`.
+    pub fn queue_arn(&self) -> &str {
+        &self.queue_arn
+    }
+
+    /// Receives one batch (waiting up to the long-poll time), invokes `handler` with it, and
+    /// settles the batch as Lambda would.
+    pub async fn poll_once<F, Fut>(&self, handler: &F) -> anyhow::Result<BatchReport>
+    where
+        F: Fn(LambdaEvent<SqsEvent>) -> Fut,
+        Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>>,
+    {
+        let received = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(self.settings.batch_size.clamp(1, 10))
+            .wait_time_seconds(self.settings.wait_time_s.clamp(0, 20))
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("ReceiveMessage failed: {}", DisplayErrorContext(&e)))?;
+        let messages = received.messages.unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(BatchReport { received: 0, deleted: 0, failed: 0, invoke: Invoke::Idle });
+        }
+        let records: Vec<SqsMessage> = messages.iter().map(|message| self.record(message)).collect();
+        let handles: HashMap<String, String> =
+            records.iter().filter_map(|r| Some((r.message_id.clone()?, r.receipt_handle.clone()?))).collect();
+
+        let mut context = LambdaContext::default();
+        context.request_id = format!("local-{}", SystemClock.now_ms());
+        context.deadline = SystemClock.now_ms() + self.settings.function_timeout_ms;
+        context.invoked_function_arn = format!("arn:aws:lambda:{}:123456789012:function:cfn-once-local", self.region);
+        let mut payload = SqsEvent::default();
+        payload.records = records;
+        let timeout = Duration::from_millis(self.settings.function_timeout_ms);
+
+        let (invoke, to_delete): (Invoke, Vec<&String>) =
+            match tokio::time::timeout(timeout, handler(LambdaEvent::new(payload, context))).await {
+                Err(_) => (Invoke::TimedOut, vec![]),
+                Ok(Err(error)) => (Invoke::HandlerError(error.to_string()), vec![]),
+                Ok(Ok(response)) => {
+                    let failed: HashSet<&str> =
+                        response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+                    if failed.iter().any(|id| !handles.contains_key(*id)) {
+                        // Lambda treats an unknown or empty identifier as a failure of the batch.
+                        (Invoke::Returned, vec![])
+                    } else {
+                        (
+                            Invoke::Returned,
+                            handles.iter().filter(|(id, _)| !failed.contains(id.as_str())).map(|(_, h)| h).collect(),
+                        )
+                    }
+                }
+            };
+        self.delete(&to_delete).await?;
+        Ok(BatchReport {
+            received: handles.len(),
+            deleted: to_delete.len(),
+            failed: handles.len() - to_delete.len(),
+            invoke,
+        })
+    }
+
+    /// Polls until `stop` resolves, reporting each batch to `on_batch`. Errors from SQS are
+    /// reported and retried after a pause, as Lambda's poller does.
+    pub async fn run<F, Fut>(
+        &self,
+        handler: F,
+        stop: impl Future<Output = ()>,
+        mut on_batch: impl FnMut(anyhow::Result<BatchReport>),
+    ) where
+        F: Fn(LambdaEvent<SqsEvent>) -> Fut,
+        Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>>,
+    {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => return,
+                report = self.poll_once(&handler) => {
+                    let failed = report.is_err();
+                    on_batch(report);
+                    if failed {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn record(&self, message: &aws_sdk_sqs::types::Message) -> SqsMessage {
+        let mut record = SqsMessage::default();
+        record.message_id = message.message_id.clone();
+        record.receipt_handle = message.receipt_handle.clone();
+        record.body = message.body.clone();
+        record.md5_of_body = message.md5_of_body.clone();
+        record.attributes = message
+            .attributes
+            .as_ref()
+            .map(|attributes| {
+                attributes.iter().map(|(name, value)| (name.as_str().to_owned(), value.clone())).collect()
+            })
+            .unwrap_or_default();
+        record.event_source = Some("aws:sqs".into());
+        record.event_source_arn = Some(self.queue_arn.clone());
+        record.aws_region = Some(self.region.clone());
+        record
+    }
+
+    async fn delete(&self, receipt_handles: &[&String]) -> anyhow::Result<()> {
+        for chunk in receipt_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(index, handle)| {
+                    DeleteMessageBatchRequestEntry::builder()
+                        .id(index.to_string())
+                        .receipt_handle(handle.as_str())
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            self.sqs
+                .delete_message_batch()
+                .queue_url(&self.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("DeleteMessageBatch failed: {}", DisplayErrorContext(&e)))?;
+        }
+        Ok(())
+    }
+}

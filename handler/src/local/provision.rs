@@ -1,0 +1,224 @@
+//! Creating the local stand-ins for what `infra/` deploys in AWS: the lease table, queues with
+//! DLQs, the ServiceToken topic and its subscriptions, and a versioned bucket that plays
+//! CloudFormation's response bucket. Shared by `cfn-once demo` and the end-to-end tests.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use crate::adapters::dynamodb_lease::KEY_ATTRIBUTES;
+
+/// SDK configuration for a local endpoint: fixed test credentials, the given region.
+pub async fn sdk_config(endpoint_url: &str, region: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(region.to_owned()))
+        .endpoint_url(endpoint_url)
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "cfn-once-local"))
+        .load()
+        .await
+}
+
+/// Creates a lease table with the key schema the DynamoDB lease store expects.
+pub async fn create_lease_table(dynamodb: &aws_sdk_dynamodb::Client, name: &str) -> anyhow::Result<()> {
+    let (pk, sk) = KEY_ATTRIBUTES;
+    create_table(dynamodb, name, &[(pk, KeyType::Hash), (sk, KeyType::Range)]).await
+}
+
+/// Creates a table whose key attributes are all strings.
+pub async fn create_table(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    name: &str,
+    key: &[(&str, KeyType)],
+) -> anyhow::Result<()> {
+    let mut call = dynamodb.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
+    for (attribute, key_type) in key {
+        call = call
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(*attribute)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()?,
+            )
+            .key_schema(KeySchemaElement::builder().attribute_name(*attribute).key_type(key_type.clone()).build()?);
+    }
+    call.send().await.map_err(|e| sdk_error("CreateTable", &e))?;
+    Ok(())
+}
+
+/// A queue and its dead-letter queue.
+#[derive(Debug, Clone)]
+pub struct QueuePair {
+    pub url: String,
+    pub arn: String,
+    pub dlq_url: String,
+    pub dlq_arn: String,
+}
+
+/// How a queue behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    pub delay_s: u32,
+    pub visibility_timeout_s: u32,
+    /// Receives before a message moves to the DLQ.
+    pub max_receive_count: u32,
+}
+
+/// Creates `name` and `name-dlq`, with a redrive policy between them.
+pub async fn create_queue_pair(
+    sqs: &aws_sdk_sqs::Client,
+    name: &str,
+    settings: QueueSettings,
+) -> anyhow::Result<QueuePair> {
+    let dlq_url = sqs
+        .create_queue()
+        .queue_name(format!("{name}-dlq"))
+        .send()
+        .await
+        .map_err(|e| sdk_error("CreateQueue", &e))?
+        .queue_url
+        .context("CreateQueue returned no URL")?;
+    let dlq_arn = queue_arn(sqs, &dlq_url).await?;
+    let redrive =
+        serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": settings.max_receive_count.to_string()});
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::DelaySeconds, settings.delay_s.to_string())
+        .attributes(QueueAttributeName::VisibilityTimeout, settings.visibility_timeout_s.to_string())
+        .attributes(QueueAttributeName::RedrivePolicy, redrive.to_string())
+        .send()
+        .await
+        .map_err(|e| sdk_error("CreateQueue", &e))?
+        .queue_url
+        .context("CreateQueue returned no URL")?;
+    let arn = queue_arn(sqs, &url).await?;
+    Ok(QueuePair { url, arn, dlq_url, dlq_arn })
+}
+
+/// The ARN of the queue at `url`.
+pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<String> {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| sdk_error("GetQueueAttributes", &e))?
+        .attributes
+        .and_then(|mut attributes| attributes.remove(&QueueAttributeName::QueueArn))
+        .context("queue has no ARN")
+}
+
+/// Approximate number of messages in the queue, visible or not.
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<u64> {
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .map_err(|e| sdk_error("GetQueueAttributes", &e))?
+        .attributes
+        .unwrap_or_default();
+    Ok(attributes.values().filter_map(|count| count.parse::<u64>().ok()).sum())
+}
+
+/// Creates the ServiceToken topic and returns its ARN.
+pub async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> anyhow::Result<String> {
+    sns.create_topic()
+        .name(name)
+        .send()
+        .await
+        .map_err(|e| sdk_error("CreateTopic", &e))?
+        .topic_arn
+        .context("no topic ARN")
+}
+
+/// Subscribes a queue (possibly in another region) to the topic.
+pub async fn subscribe_queue(
+    sns: &aws_sdk_sns::Client,
+    topic_arn: &str,
+    queue_arn: &str,
+    raw_delivery: bool,
+) -> anyhow::Result<()> {
+    sns.subscribe()
+        .topic_arn(topic_arn)
+        .protocol("sqs")
+        .endpoint(queue_arn)
+        .attributes("RawMessageDelivery", raw_delivery.to_string())
+        .send()
+        .await
+        .map_err(|e| sdk_error("Subscribe", &e))?;
+    Ok(())
+}
+
+/// Creates a versioned bucket, so every PUT of a response is kept and can be counted.
+pub async fn create_response_bucket(s3: &aws_sdk_s3::Client, name: &str) -> anyhow::Result<()> {
+    s3.create_bucket().bucket(name).send().await.map_err(|e| sdk_error("CreateBucket", &e))?;
+    s3.put_bucket_versioning()
+        .bucket(name)
+        .versioning_configuration(VersioningConfiguration::builder().status(BucketVersioningStatus::Enabled).build())
+        .send()
+        .await
+        .map_err(|e| sdk_error("PutBucketVersioning", &e))?;
+    Ok(())
+}
+
+/// A presigned PUT URL (SigV4, `X-Amz-Expires`), made the way CloudFormation makes its
+/// ResponseURL.
+pub async fn presigned_put_url(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    expires_s: u64,
+) -> anyhow::Result<String> {
+    let presigning = PresigningConfig::expires_in(Duration::from_secs(expires_s))?;
+    let request = s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .presigned(presigning)
+        .await
+        .map_err(|e| sdk_error("presign PutObject", &e))?;
+    Ok(request.uri().to_owned())
+}
+
+/// Every version of `key` PUT so far, oldest first.
+pub async fn response_versions(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    let listing = s3
+        .list_object_versions()
+        .bucket(bucket)
+        .prefix(key)
+        .send()
+        .await
+        .map_err(|e| sdk_error("ListObjectVersions", &e))?;
+    let mut versions: Vec<_> =
+        listing.versions.unwrap_or_default().into_iter().filter(|v| v.key.as_deref() == Some(key)).collect();
+    versions.sort_by_key(|version| version.last_modified);
+    let mut bodies = Vec::with_capacity(versions.len());
+    for version in versions {
+        let object = s3
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_version_id(version.version_id)
+            .send()
+            .await
+            .map_err(|e| sdk_error("GetObject", &e))?;
+        bodies.push(object.body.collect().await?.into_bytes().to_vec());
+    }
+    Ok(bodies)
+}
+
+fn sdk_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    operation: &str,
+    error: &aws_sdk_sqs::error::SdkError<E, R>,
+) -> anyhow::Error {
+    anyhow::anyhow!("{operation} failed: {}", aws_sdk_sqs::error::DisplayErrorContext(error))
+}

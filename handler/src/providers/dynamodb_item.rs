@@ -1,0 +1,331 @@
+//! `Custom::DynamoDBItem`: one item in a DynamoDB table, owned by a CloudFormation resource.
+//!
+//! For seeding configuration, feature flags or tenant records from a template. Create and
+//! Update put the whole item, Delete removes it; every write is fenced (see `fenced`), so a
+//! stale execution of the same request cannot overwrite a newer one. Properties:
+//!
+//! * `TableName`: the table; it must be allowed by `CFN_ONCE_ITEM_TABLES` and is never the
+//!   lease table;
+//! * `Key`: the key attributes, e.g. `{"pk": "tenant#42"}` or `{"id": {"N": "7"}}`;
+//! * `Attributes` (optional): the other attributes.
+//!
+//! A plain string is a string attribute (CloudFormation turns every scalar into a string); other
+//! types are written as one typed value, as in DynamoDB JSON: `{"N": "5"}`, `{"BOOL": "true"}`,
+//! `{"NULL": "true"}`, `{"SS": [..]}`, `{"NS": [..]}`, `{"L": [..]}`, `{"M": {..}}`.
+//!
+//! The PhysicalResourceId is `dynamodb-item:<table>:<key as DynamoDB JSON>`, so changing the
+//! table or key replaces the resource (CloudFormation then deletes the old item), and a Delete
+//! for an id that is not of this shape (one CloudFormation generated for a Create that never
+//! answered) succeeds without touching anything.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use cfn_once_core::properties::PropertyError;
+use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
+use cfn_once_core::request::PHYSICAL_ID_BYTES_MAX;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::config::ItemTables;
+use crate::fenced::{FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE};
+
+/// The ResourceType this provider is registered under.
+pub const DYNAMODB_ITEM_TYPE: &str = "Custom::DynamoDBItem";
+
+const ID_PREFIX: &str = "dynamodb-item:";
+
+/// The provider.
+#[derive(Debug, Clone)]
+pub struct DynamoDbItem {
+    client: Client,
+    allowed: ItemTables,
+    lease_table: String,
+}
+
+/// The resource's properties.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct ItemProperties {
+    pub table_name: String,
+    pub key: Map<String, Value>,
+    #[serde(default)]
+    pub attributes: Map<String, Value>,
+}
+
+impl DynamoDbItem {
+    /// A provider writing with `client`, to the tables `allowed` permits, never `lease_table`.
+    pub fn new(client: Client, allowed: ItemTables, lease_table: impl Into<String>) -> Self {
+        Self { client, allowed, lease_table: lease_table.into() }
+    }
+
+    fn check_table(&self, table: &str) -> Result<(), ProviderError> {
+        if self.allowed.allows(table, &self.lease_table) {
+            return Ok(());
+        }
+        Err(ProviderError::Failed(if table == self.lease_table {
+            format!("TableName {table} is cfn-once's own lease table, which providers may never write")
+        } else {
+            format!("TableName {table} is not allowed: add it to the handler's CFN_ONCE_ITEM_TABLES")
+        }))
+    }
+
+    async fn put(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<ProviderOutput, ProviderError> {
+        self.check_table(&properties.table_name)?;
+        let key = attribute_map(&properties.key, "Key")?;
+        if key.is_empty() {
+            return Err(PropertyError::new("invalid property Key: name at least the table's key attributes").into());
+        }
+        for (name, value) in &key {
+            if !matches!(value, AttributeValue::S(_) | AttributeValue::N(_)) {
+                return Err(PropertyError::new(format!(
+                    "invalid property Key.{name}: a key attribute must be a string or {{\"N\": ...}}"
+                ))
+                .into());
+            }
+        }
+        let attributes = attribute_map(&properties.attributes, "Attributes")?;
+        if let Some(name) = attributes.keys().find(|name| key.contains_key(*name)) {
+            return Err(
+                PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
+            );
+        }
+        let key_json = key_json(&properties.key)?;
+        let physical_resource_id = format!("{ID_PREFIX}{}:{key_json}", properties.table_name);
+        if physical_resource_id.len() > PHYSICAL_ID_BYTES_MAX {
+            return Err(ProviderError::Failed(format!(
+                "TableName and Key are too long to name the resource: {} bytes, CloudFormation allows {PHYSICAL_ID_BYTES_MAX}",
+                physical_resource_id.len()
+            )));
+        }
+        let mut item: HashMap<String, AttributeValue> = key.into_iter().collect();
+        item.extend(attributes);
+        FencedTable::new(self.client.clone(), &properties.table_name).put_item(&ctx.fence, item).await?;
+        tracing::info!(table = %properties.table_name, fence = ctx.fence.value, "item written");
+        Ok(ProviderOutput {
+            physical_resource_id: Some(physical_resource_id),
+            data: BTreeMap::from([
+                ("TableName".to_owned(), json!(properties.table_name)),
+                ("Key".to_owned(), json!(key_json)),
+            ]),
+            no_echo: false,
+        })
+    }
+}
+
+#[async_trait]
+impl Provider for DynamoDbItem {
+    type Properties = ItemProperties;
+
+    async fn create(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<ProviderOutput, ProviderError> {
+        self.put(ctx, properties).await
+    }
+
+    async fn update(
+        &self,
+        ctx: &ProviderContext,
+        _physical_resource_id: &str,
+        properties: ItemProperties,
+        _old_properties: Option<ItemProperties>,
+    ) -> Result<ProviderOutput, ProviderError> {
+        // A changed table or key yields a new id: CloudFormation treats that as a replacement
+        // and deletes the old item with a separate Delete.
+        self.put(ctx, properties).await
+    }
+
+    async fn delete(
+        &self,
+        ctx: &ProviderContext,
+        physical_resource_id: &str,
+        _properties: ItemProperties,
+    ) -> Result<(), ProviderError> {
+        let Some((table, key)) = parse_physical_id(physical_resource_id) else {
+            tracing::info!("Delete of an id this provider never issued: nothing to delete");
+            return Ok(());
+        };
+        self.check_table(&table)?;
+        match FencedTable::new(self.client.clone(), &table).delete_item(&ctx.fence, key).await {
+            Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// Converts a property map into DynamoDB attributes, naming the offending path on error.
+fn attribute_map(
+    properties: &Map<String, Value>,
+    path: &str,
+) -> Result<HashMap<String, AttributeValue>, ProviderError> {
+    let mut attributes = HashMap::new();
+    for (name, value) in properties {
+        if name.starts_with("cfn_once_") || name == FENCE_ATTRIBUTE || name == SCOPE_ATTRIBUTE {
+            return Err(PropertyError::new(format!(
+                "invalid property {path}.{name}: names starting with cfn_once_ are reserved"
+            ))
+            .into());
+        }
+        let attribute =
+            to_attribute(value).map_err(|why| PropertyError::new(format!("invalid property {path}.{name}: {why}")))?;
+        attributes.insert(name.clone(), attribute);
+    }
+    Ok(attributes)
+}
+
+fn to_attribute(value: &Value) -> Result<AttributeValue, String> {
+    let typed_hint = "use a string, or one typed value such as {\"N\": \"5\"} or {\"BOOL\": \"true\"}";
+    match value {
+        Value::String(text) => Ok(AttributeValue::S(text.clone())),
+        Value::Number(number) => Ok(AttributeValue::N(number.to_string())),
+        Value::Bool(flag) => Ok(AttributeValue::Bool(*flag)),
+        Value::Array(items) => items.iter().map(to_attribute).collect::<Result<_, _>>().map(AttributeValue::L),
+        Value::Object(map) if map.len() == 1 => {
+            let (tag, inner) = map.iter().next().ok_or_else(|| typed_hint.to_owned())?;
+            typed_attribute(tag, inner)
+        }
+        Value::Object(_) | Value::Null => Err(typed_hint.into()),
+    }
+}
+
+fn typed_attribute(tag: &str, inner: &Value) -> Result<AttributeValue, String> {
+    let as_number = |value: &Value| -> Result<String, String> {
+        let text = match value {
+            Value::String(text) => text.trim().to_owned(),
+            Value::Number(number) => number.to_string(),
+            other => return Err(format!("expected a number, got {other}")),
+        };
+        text.parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite())
+            .map(|_| text.clone())
+            .ok_or(format!("{text:?} is not a number"))
+    };
+    let as_bool = |value: &Value| match value {
+        Value::Bool(flag) => Ok(*flag),
+        Value::String(text) if text.eq_ignore_ascii_case("true") => Ok(true),
+        Value::String(text) if text.eq_ignore_ascii_case("false") => Ok(false),
+        other => Err(format!("expected \"true\" or \"false\", got {other}")),
+    };
+    let strings = |value: &Value| -> Result<Vec<String>, String> {
+        value
+            .as_array()
+            .ok_or("expected a list")?
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned).ok_or_else(|| format!("expected strings, got {item}")))
+            .collect()
+    };
+    match tag {
+        "S" => inner.as_str().map(|s| AttributeValue::S(s.to_owned())).ok_or_else(|| "S expects a string".into()),
+        "N" => as_number(inner).map(AttributeValue::N),
+        "BOOL" => as_bool(inner).map(AttributeValue::Bool),
+        "NULL" => as_bool(inner)
+            .and_then(|flag| if flag { Ok(AttributeValue::Null(true)) } else { Err("NULL must be \"true\"".into()) }),
+        "SS" => strings(inner).and_then(|set| non_empty(set).map(AttributeValue::Ss)),
+        "NS" => {
+            let items = inner.as_array().ok_or("NS expects a list")?;
+            let numbers = items.iter().map(as_number).collect::<Result<Vec<_>, _>>()?;
+            non_empty(numbers).map(AttributeValue::Ns)
+        }
+        "L" => inner
+            .as_array()
+            .ok_or("L expects a list")?
+            .iter()
+            .map(to_attribute)
+            .collect::<Result<_, _>>()
+            .map(AttributeValue::L),
+        "M" => {
+            let map = inner.as_object().ok_or("M expects an object")?;
+            map.iter()
+                .map(|(name, value)| to_attribute(value).map(|attribute| (name.clone(), attribute)))
+                .collect::<Result<_, _>>()
+                .map(AttributeValue::M)
+        }
+        other => Err(format!("{other} is not a DynamoDB type; use S, N, BOOL, NULL, SS, NS, L or M")),
+    }
+}
+
+fn non_empty(set: Vec<String>) -> Result<Vec<String>, String> {
+    if set.is_empty() { Err("a set must have at least one member".into()) } else { Ok(set) }
+}
+
+/// The key in canonical DynamoDB JSON (sorted names, explicit types), for the physical id.
+fn key_json(key: &Map<String, Value>) -> Result<String, ProviderError> {
+    let mut canonical = BTreeMap::new();
+    for (name, value) in key {
+        let typed = match to_attribute(value)
+            .map_err(|why| PropertyError::new(format!("invalid property Key.{name}: {why}")))?
+        {
+            AttributeValue::S(text) => json!({ "S": text }),
+            AttributeValue::N(number) => json!({ "N": number }),
+            _ => {
+                return Err(
+                    PropertyError::new(format!("invalid property Key.{name}: must be a string or number")).into()
+                );
+            }
+        };
+        canonical.insert(name.clone(), typed);
+    }
+    Ok(serde_json::to_string(&canonical).unwrap_or_default())
+}
+
+/// The table and key an id of this provider names; `None` for any other id.
+fn parse_physical_id(id: &str) -> Option<(String, HashMap<String, AttributeValue>)> {
+    let (table, key_json) = id.strip_prefix(ID_PREFIX)?.split_once(':')?;
+    let key: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(key_json).ok()?;
+    let mut attributes = HashMap::new();
+    for (name, typed) in key {
+        let attribute = match typed.iter().next() {
+            Some((tag, value)) if typed.len() == 1 && tag == "S" => AttributeValue::S(value.clone()),
+            Some((tag, value)) if typed.len() == 1 && tag == "N" => AttributeValue::N(value.clone()),
+            _ => return None,
+        };
+        attributes.insert(name, attribute);
+    }
+    (!table.is_empty() && !attributes.is_empty()).then(|| (table.to_owned(), attributes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_conversion_table() {
+        let check = |value: Value, expected: Result<AttributeValue, &str>| {
+            assert_eq!(to_attribute(&value), expected.map_err(str::to_owned), "for {value}");
+        };
+        check(json!("x"), Ok(AttributeValue::S("x".into())));
+        check(json!({"N": "5"}), Ok(AttributeValue::N("5".into())));
+        check(json!({"N": "five"}), Err("\"five\" is not a number"));
+        check(json!({"BOOL": "true"}), Ok(AttributeValue::Bool(true)));
+        check(json!({"BOOL": "maybe"}), Err("expected \"true\" or \"false\", got \"maybe\""));
+        check(json!({"NULL": "true"}), Ok(AttributeValue::Null(true)));
+        check(json!({"SS": ["a", "b"]}), Ok(AttributeValue::Ss(vec!["a".into(), "b".into()])));
+        check(json!({"SS": []}), Err("a set must have at least one member"));
+        check(json!({"NS": ["1", "2.5"]}), Ok(AttributeValue::Ns(vec!["1".into(), "2.5".into()])));
+        check(
+            json!({"L": ["a", {"N": "1"}]}),
+            Ok(AttributeValue::L(vec![AttributeValue::S("a".into()), AttributeValue::N("1".into())])),
+        );
+        check(
+            json!({"M": {"k": "v"}}),
+            Ok(AttributeValue::M(HashMap::from([("k".into(), AttributeValue::S("v".into()))]))),
+        );
+        check(json!({"X": "1"}), Err("X is not a DynamoDB type; use S, N, BOOL, NULL, SS, NS, L or M"));
+        assert!(to_attribute(&json!({"a": 1, "b": 2})).is_err());
+    }
+
+    #[test]
+    fn physical_ids_round_trip() {
+        let key = json!({"pk": "tenant#42", "sk": {"N": "7"}});
+        let key_json = key_json(key.as_object().expect("object")).expect("valid key");
+        assert_eq!(key_json, r#"{"pk":{"S":"tenant#42"},"sk":{"N":"7"}}"#);
+        let id = format!("{ID_PREFIX}settings:{key_json}");
+        let (table, parsed) = parse_physical_id(&id).expect("ours");
+        assert_eq!(table, "settings");
+        assert_eq!(parsed.get("pk"), Some(&AttributeValue::S("tenant#42".into())));
+        assert_eq!(parsed.get("sk"), Some(&AttributeValue::N("7".into())));
+        assert_eq!(parse_physical_id("demo-Thing-1A2B3C"), None, "CloudFormation-generated ids are not ours");
+        assert_eq!(parse_physical_id("dynamodb-item:t:not json"), None);
+    }
+}

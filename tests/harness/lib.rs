@@ -1,0 +1,343 @@
+//! The test harness: local AWS (one moto server per test binary), per-test resources with
+//! unique names, event fixtures from `events/`, and helpers to send requests the way
+//! CloudFormation does and read back what was answered.
+//!
+//! Tests start and stop their own moto: the first test that needs it starts it from the
+//! project's venv (`make venv`; `CFN_ONCE_PYTHON` overrides the interpreter), and it exits with
+//! the test process.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_config::SdkConfig;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::config::ConfigBag;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
+use cfn_once::adapters::http_sink::HttpResponseSink;
+use cfn_once::adapters::sqs_queue::SqsQueue;
+use cfn_once::app::{App, input_policy, settings};
+use cfn_once::clock::SystemClock;
+use cfn_once::config::Config;
+use cfn_once::local::esm::{EsmSettings, LocalEventSourceMapping};
+use cfn_once::local::moto::MotoServer;
+use cfn_once::local::provision::{self, QueuePair, QueueSettings};
+use cfn_once::providers::standard_router;
+use cfn_once_core::clock::Clock;
+use cfn_once_core::delivery::ResponseSink;
+use cfn_once_core::lease::{LeaseRecord, LeaseStore};
+use cfn_once_core::provider::Router;
+use cfn_once_core::random::SplitMix64;
+use cfn_once_core::request::RequestKey;
+use cfn_once_core::worker::Worker;
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+/// The account moto uses.
+pub const ACCOUNT: &str = "123456789012";
+/// Where the ServiceToken topic lives, as in a customer's stack region.
+pub const CUSTOMER_REGION: &str = "us-east-2";
+/// The region the handler under test runs in.
+pub const REGION: &str = "us-east-1";
+
+/// The shared moto endpoint, started on first use.
+pub fn moto() -> &'static str {
+    static MOTO: OnceLock<MotoServer> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let python = std::env::var_os("CFN_ONCE_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
+        MotoServer::start(&python).unwrap_or_else(|error| panic!("could not start moto: {error:#}"))
+    })
+    .endpoint()
+}
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A name no other test in this process uses.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+/// A CloudFormation request fixture from `events/`.
+pub fn fixture(name: &str) -> Value {
+    let path = workspace_root().join("events").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+/// Counts DynamoDB operations as they go on the wire (SDK retries included).
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter {
+    calls: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+impl CallCounter {
+    /// Operation name to count, e.g. `UpdateItem` to 3.
+    pub fn snapshot(&self) -> BTreeMap<String, u32> {
+        self.calls.lock().expect("counter lock").clone()
+    }
+
+    /// Forgets what was counted.
+    pub fn reset(&self) {
+        self.calls.lock().expect("counter lock").clear();
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = context.request().headers().get("x-amz-target").unwrap_or("unknown");
+        let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+        *self.calls.lock().expect("counter lock").entry(operation).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// One region's worth of local AWS for one test: topic (in the customer region), queue + DLQ,
+/// lease table, versioned response bucket, and an item table for `Custom::DynamoDBItem`.
+#[derive(Debug, Clone)]
+pub struct LocalRegion {
+    pub endpoint: String,
+    pub sdk: SdkConfig,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub sns: aws_sdk_sns::Client,
+    pub table: String,
+    pub item_table: String,
+    pub bucket: String,
+    pub topic_arn: String,
+    pub queue: QueuePair,
+    pub counter: CallCounter,
+}
+
+/// How a test wants its queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub raw_delivery: bool,
+    pub visibility_timeout_s: u32,
+    pub max_receive_count: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { raw_delivery: false, visibility_timeout_s: 30, max_receive_count: 5 }
+    }
+}
+
+impl LocalRegion {
+    /// Provisions fresh resources on the shared moto.
+    pub async fn new(options: Options) -> Self {
+        let endpoint = moto().to_owned();
+        let sdk = provision::sdk_config(&endpoint, REGION).await;
+        let customer = provision::sdk_config(&endpoint, CUSTOMER_REGION).await;
+        let counter = CallCounter::default();
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(counter.clone()).build(),
+        );
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&sdk).force_path_style(true).build());
+        let sns = aws_sdk_sns::Client::new(&customer);
+        let name = unique("cfn-once");
+        let (table, item_table, bucket) =
+            (format!("{name}-leases"), format!("{name}-items"), format!("{name}-responses"));
+        provision::create_lease_table(&dynamodb, &table).await.expect("lease table");
+        provision::create_table(&dynamodb, &item_table, &[("pk", aws_sdk_dynamodb::types::KeyType::Hash)])
+            .await
+            .expect("item table");
+        provision::create_response_bucket(&s3, &bucket).await.expect("bucket");
+        let queue = provision::create_queue_pair(
+            &sqs,
+            &format!("{name}-primary"),
+            QueueSettings {
+                delay_s: 0,
+                visibility_timeout_s: options.visibility_timeout_s,
+                max_receive_count: options.max_receive_count,
+            },
+        )
+        .await
+        .expect("queues");
+        let topic_arn = provision::create_topic(&sns, &format!("{name}-token")).await.expect("topic");
+        provision::subscribe_queue(&sns, &topic_arn, &queue.arn, options.raw_delivery).await.expect("subscription");
+        counter.reset();
+        Self { endpoint, sdk, dynamodb, sqs, s3, sns, table, item_table, bucket, topic_arn, queue, counter }
+    }
+
+    /// The handler's configuration for this region, with `overrides` applied.
+    pub fn config(&self, overrides: &[(&str, &str)]) -> Config {
+        let mut vars: BTreeMap<String, String> = BTreeMap::from([
+            ("AWS_REGION".into(), REGION.into()),
+            ("CFN_ONCE_TABLE".into(), self.table.clone()),
+            ("CFN_ONCE_TOPIC_ARNS".into(), self.topic_arn.clone()),
+            ("CFN_ONCE_RESPONSE_URL_ALLOW".into(), format!("{}/{}/", self.endpoint, self.bucket)),
+            ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
+            ("CFN_ONCE_LEASE_MS".into(), "3000".into()),
+            ("CFN_ONCE_SKEW_MS".into(), "200".into()),
+            ("CFN_ONCE_RESERVE_MS".into(), "2000".into()),
+        ]);
+        for (name, value) in overrides {
+            vars.insert((*name).into(), (*value).into());
+        }
+        Config::from_lookup(|name| vars.get(name).cloned()).expect("valid test configuration")
+    }
+
+    /// The production wiring on this region's resources (counting DynamoDB calls).
+    pub fn app(&self, config: &Config) -> App {
+        self.app_with(
+            config,
+            self.lease_store(),
+            Arc::new(HttpResponseSink::new(config.put_timeout_ms).expect("http client")),
+        )
+    }
+
+    /// The production wiring with the given lease store and response sink.
+    pub fn app_with(&self, config: &Config, store: Arc<dyn LeaseStore>, sink: Arc<dyn ResponseSink>) -> App {
+        self.app_with_router(config, store, sink, standard_router(config, self.dynamodb.clone()))
+    }
+
+    /// The production wiring with everything injectable.
+    pub fn app_with_router(
+        &self,
+        config: &Config,
+        store: Arc<dyn LeaseStore>,
+        sink: Arc<dyn ResponseSink>,
+        router: Router,
+    ) -> App {
+        let worker = Worker::new(
+            store,
+            sink,
+            Arc::new(router),
+            Arc::new(SystemClock),
+            Arc::new(SplitMix64::new(cfn_once::clock::random_seed())),
+            input_policy(config),
+            settings(config),
+        );
+        App { worker, queue: SqsQueue::new(self.sqs.clone()) }
+    }
+
+    /// The DynamoDB lease store on this region's table.
+    pub fn lease_store(&self) -> Arc<DynamoLeaseStore> {
+        Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table))
+    }
+
+    /// A local event source mapping on this region's queue.
+    pub async fn esm(&self, batch_size: i32) -> LocalEventSourceMapping {
+        LocalEventSourceMapping::new(
+            self.sqs.clone(),
+            &self.queue.url,
+            EsmSettings { batch_size, wait_time_s: 0, function_timeout_ms: 30_000 },
+        )
+        .await
+        .expect("event source mapping")
+    }
+
+    /// A fixture made live: a fresh RequestId, this test's stack, topic and a presigned
+    /// ResponseURL into this region's bucket. Returns the request and its S3 key.
+    pub async fn request(&self, fixture_name: &str) -> Sent {
+        let mut request = fixture(fixture_name);
+        let request_id = unique("request");
+        let stack_id = format!("arn:aws:cloudformation:{CUSTOMER_REGION}:{ACCOUNT}:stack/{}/guid", self.bucket);
+        let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
+        let key = format!("{logical}/{request_id}");
+        let url = provision::presigned_put_url(&self.s3, &self.bucket, &key, 7_200).await.expect("presigned URL");
+        request["RequestId"] = Value::String(request_id.clone());
+        request["StackId"] = Value::String(stack_id.clone());
+        request["ResponseURL"] = Value::String(url);
+        request["ServiceToken"] = Value::String(self.topic_arn.clone());
+        request["ResourceProperties"]["ServiceToken"] = Value::String(self.topic_arn.clone());
+        if request["ResourceProperties"].get("TableName").is_some() {
+            request["ResourceProperties"]["TableName"] = Value::String(self.item_table.clone());
+        }
+        Sent { request, key, request_key: RequestKey { stack_id, request_id } }
+    }
+
+    /// Publishes the request to the ServiceToken topic, as CloudFormation does.
+    pub async fn publish(&self, sent: &Sent) {
+        self.sns
+            .publish()
+            .topic_arn(&self.topic_arn)
+            .message(sent.request.to_string())
+            .send()
+            .await
+            .expect("publish to the ServiceToken topic");
+    }
+
+    /// Every body PUT to the request's ResponseURL, oldest first.
+    pub async fn responses(&self, sent: &Sent) -> Vec<Vec<u8>> {
+        provision::response_versions(&self.s3, &self.bucket, &sent.key).await.expect("list responses")
+    }
+
+    /// The request's lease record.
+    pub async fn record(&self, sent: &Sent) -> Option<LeaseRecord> {
+        self.lease_store().read(&sent.request_key).await.expect("read lease record")
+    }
+
+    /// Polls `esm` with `app` until the request has a response or `timeout` passes.
+    pub async fn serve_until_answered(
+        &self,
+        esm: &LocalEventSourceMapping,
+        app: &App,
+        sent: &Sent,
+        timeout: Duration,
+    ) -> Vec<u8> {
+        let started = Instant::now();
+        loop {
+            esm.poll_once(&handler(app)).await.expect("poll");
+            if let Some(first) = self.responses(sent).await.into_iter().next() {
+                return first;
+            }
+            assert!(started.elapsed() < timeout, "no response within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls until the queue is empty (every message deleted), or panics after `timeout`.
+    pub async fn drain(&self, esm: &LocalEventSourceMapping, app: &App, timeout: Duration) {
+        let started = Instant::now();
+        while provision::queue_depth(&self.sqs, &self.queue.url).await.expect("depth") > 0 {
+            assert!(started.elapsed() < timeout, "queue not drained within {timeout:?}");
+            esm.poll_once(&handler(app)).await.expect("poll");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A request as sent, with where its answer lands.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub request: Value,
+    /// The S3 key its ResponseURL points at.
+    pub key: String,
+    pub request_key: RequestKey,
+}
+
+/// The Lambda handler function over `app`, as the event source mapping invokes it.
+pub fn handler<'a>(
+    app: &'a App,
+) -> impl Fn(LambdaEvent<SqsEvent>) -> futures_util::future::BoxFuture<'a, Result<SqsBatchResponse, lambda_runtime::Error>>
+{
+    move |event| Box::pin(cfn_once::lambda::handle(app, event))
+}
+
+/// Milliseconds on the system clock, for timing assertions in reports.
+pub fn now_ms() -> u64 {
+    SystemClock.now_ms()
+}

@@ -1,0 +1,254 @@
+//! The lease store contract: the same cases against the in-memory store and the DynamoDB store
+//! (on moto). Both must make the same decisions, because the unit tests and the simulator trust
+//! the in-memory store to behave like the table.
+
+use std::sync::Arc;
+
+use cfn_once_core::fingerprint::Fingerprint;
+use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, admits};
+use cfn_once_core::memory_store::MemoryLeaseStore;
+use cfn_once_core::request::RequestKey;
+use cfn_once_tests::{LocalRegion, Options, unique};
+
+const T0: u64 = 1_800_000_000_000;
+const LEASE_MS: u64 = 10_000;
+const SKEW_MS: u64 = 1_000;
+
+fn key() -> RequestKey {
+    RequestKey {
+        stack_id: "arn:aws:cloudformation:us-east-2:123456789012:stack/contract/guid".into(),
+        request_id: unique("request"),
+    }
+}
+
+fn fp(name: &str) -> Fingerprint {
+    Fingerprint::from_stored(format!("{name:0>32}"))
+}
+
+fn acquire(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64) -> AcquireRequest {
+    AcquireRequest {
+        key: key.clone(),
+        fingerprint: fp(fingerprint),
+        owner: owner.into(),
+        now_ms,
+        lease_until_ms: now_ms + LEASE_MS,
+        skew_ms: SKEW_MS,
+        expires_ms: now_ms + 86_400_000,
+    }
+}
+
+async fn fence_of(store: &dyn LeaseStore, request: &AcquireRequest) -> Option<u64> {
+    match store.acquire(request).await.expect("acquire") {
+        Acquire::Acquired { fence } => Some(fence),
+        Acquire::Refused(_) => None,
+    }
+}
+
+async fn first_acquire_grants_fence_one(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    assert_eq!(store.read(&key).await.expect("read"), None);
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await, Some(1));
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.fence, record.state, record.owner.as_str()), (1, LeaseState::Running, "east/1"));
+    assert_eq!((record.lease_until_ms, record.heartbeat, record.delivered), (T0 + LEASE_MS, 0, false));
+    assert_eq!(record.fingerprint, fp("a"));
+    assert_eq!(record.attempts, [fp("a")].into());
+    assert_eq!((record.response, record.created_ms, record.expires_ms), (None, T0, T0 + 86_400_000));
+}
+
+async fn a_refusal_returns_the_record_as_it_was(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    let before = store.read(&key).await.expect("read").expect("record");
+    match store.acquire(&acquire(&key, "a", "west/1", T0 + 5_000)).await.expect("acquire") {
+        Acquire::Refused(record) => assert_eq!(*record, before, "ALL_OLD is the stored record"),
+        Acquire::Acquired { fence } => panic!("a live lease was granted again (fence {fence})"),
+    }
+    assert_eq!(store.read(&key).await.expect("read").expect("record"), before, "a refused acquire changes nothing");
+}
+
+async fn expiry_respects_the_skew_margin(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    // lease_until = T0 + 10 000; expired only when lease_until < now - 1 000.
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + LEASE_MS + SKEW_MS)).await, None);
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + LEASE_MS + SKEW_MS + 1)).await, Some(2));
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.owner.as_str(), record.created_ms), ("west/1", T0), "created_ms survives a takeover");
+}
+
+async fn commit_and_heartbeat_are_fenced(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    assert_eq!(store.heartbeat(&key, 1, T0 + 20_000, T0 + 3_000).await.expect("heartbeat"), Conditional::Applied);
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.lease_until_ms, record.heartbeat), (T0 + 20_000, 1));
+
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + 40_000)).await, Some(2));
+    let stale_heartbeat = store.heartbeat(&key, 1, T0 + 60_000, T0 + 40_001).await.expect("heartbeat");
+    assert!(matches!(stale_heartbeat, Conditional::Refused(Some(ref r)) if r.fence == 2), "{stale_heartbeat:?}");
+    let stale_commit = store.commit(&key, 1, b"stale", T0 + 40_002).await.expect("commit");
+    assert!(
+        matches!(stale_commit, Conditional::Refused(Some(ref r)) if r.fence == 2 && r.response.is_none()),
+        "{stale_commit:?}"
+    );
+
+    let bytes = b"\x00\xff{\"Status\":\"SUCCESS\"}".to_vec();
+    assert_eq!(store.commit(&key, 2, &bytes, T0 + 41_000).await.expect("commit"), Conditional::Applied);
+    let again = store.commit(&key, 2, b"other", T0 + 41_001).await.expect("commit");
+    assert!(
+        matches!(again, Conditional::Refused(Some(ref r)) if r.state == LeaseState::Committed && r.response.as_deref() == Some(&bytes[..])),
+        "S1: a second commit never replaces the first: {again:?}"
+    );
+    let refused = store.heartbeat(&key, 2, T0 + 90_000, T0 + 41_002).await.expect("heartbeat");
+    assert!(matches!(refused, Conditional::Refused(_)), "no heartbeat after commit");
+}
+
+async fn operations_on_an_absent_record_are_refused(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    assert_eq!(store.heartbeat(&key, 1, T0, T0).await.expect("heartbeat"), Conditional::Refused(None));
+    assert_eq!(store.commit(&key, 1, b"x", T0).await.expect("commit"), Conditional::Refused(None));
+    assert_eq!(store.mark_delivered(&key, 1, T0).await.expect("mark"), Conditional::Refused(None));
+    assert_eq!(store.read(&key).await.expect("read"), None, "refused writes create nothing");
+}
+
+async fn delivery_is_marked_only_once_committed(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    assert!(matches!(store.mark_delivered(&key, 1, T0 + 1).await.expect("mark"), Conditional::Refused(Some(_))));
+    store.commit(&key, 1, b"{}", T0 + 2).await.expect("commit");
+    assert!(
+        matches!(store.mark_delivered(&key, 2, T0 + 3).await.expect("mark"), Conditional::Refused(Some(_))),
+        "wrong fence"
+    );
+    assert_eq!(store.mark_delivered(&key, 1, T0 + 4).await.expect("mark"), Conditional::Applied);
+    assert_eq!(store.mark_delivered(&key, 1, T0 + 5).await.expect("mark"), Conditional::Applied, "idempotent");
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert!(record.delivered);
+    assert_eq!(
+        record.seen_by(&fp("a"), "west/1", T0 + 6, SKEW_MS),
+        Seen::Committed { fence: 1, response: b"{}".to_vec(), delivered: true }
+    );
+}
+
+async fn a_new_attempt_replaces_a_finished_one(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    store.commit(&key, 1, b"first", T0 + 1).await.expect("commit");
+    store.mark_delivered(&key, 1, T0 + 2).await.expect("mark");
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "b", "east/2", T0 + 3)).await, Some(2));
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!(
+        (record.fingerprint.clone(), record.state, record.response.clone(), record.delivered),
+        (fp("b"), LeaseState::Running, None, false)
+    );
+    assert_eq!(record.attempts, [fp("a"), fp("b")].into());
+    // The old attempt is superseded: refused even after the new one finishes or expires.
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + 4)).await, None);
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + 999_999)).await, None);
+    assert_eq!(
+        store.read(&key).await.expect("read").expect("record").seen_by(&fp("a"), "west/1", T0, SKEW_MS),
+        Seen::Superseded
+    );
+}
+
+async fn s3_fences_strictly_increase(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    let mut fences = Vec::new();
+    for round in 0..12u64 {
+        let now = T0 + round * (LEASE_MS + SKEW_MS + 1);
+        fences.push(
+            fence_of(store.as_ref(), &acquire(&key, "a", &format!("owner/{round}"), now)).await.expect("takeover"),
+        );
+    }
+    assert!(fences.windows(2).all(|pair| pair[0] < pair[1]), "{fences:?}");
+    assert_eq!(fences.first(), Some(&1));
+}
+
+async fn concurrent_acquires_grant_one_lease(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    let attempts = (0..12).map(|i| {
+        let store = Arc::clone(&store);
+        let request = acquire(&key, "a", &format!("racer/{i}"), T0);
+        async move { fence_of(store.as_ref(), &request).await }
+    });
+    let granted: Vec<u64> = futures_util::future::join_all(attempts).await.into_iter().flatten().collect();
+    assert_eq!(granted, vec![1], "exactly one racer wins");
+}
+
+async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
+    // Reachable states, built through the store's own operations.
+    async fn state(store: &dyn LeaseStore, which: &str) -> RequestKey {
+        let key = key();
+        match which {
+            "absent" => {}
+            "running a" => {
+                fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
+            }
+            "committed a" => {
+                fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
+                store.commit(&key, 1, b"a", T0).await.expect("commit");
+            }
+            "running b after a" | "committed b after a" => {
+                fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
+                store.commit(&key, 1, b"a", T0).await.expect("commit");
+                fence_of(store, &acquire(&key, "b", "east/2", T0)).await;
+                if which == "committed b after a" {
+                    store.commit(&key, 2, b"b", T0).await.expect("commit");
+                }
+            }
+            other => unreachable!("{other}"),
+        }
+        key
+    }
+    let mut checked = 0;
+    for which in ["absent", "running a", "committed a", "running b after a", "committed b after a"] {
+        for fingerprint in ["a", "b", "c"] {
+            for now in [T0 + 1, T0 + LEASE_MS + SKEW_MS, T0 + LEASE_MS + SKEW_MS + 1] {
+                let key = state(store.as_ref(), which).await;
+                let request = acquire(&key, fingerprint, "racer/1", now);
+                let before = store.read(&key).await.expect("read");
+                let expected = admits(before.as_ref(), &request);
+                let granted = fence_of(store.as_ref(), &request).await.is_some();
+                assert_eq!(granted, expected, "state {which:?}, fingerprint {fingerprint}, now {}", now - T0);
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 45);
+}
+
+macro_rules! contract {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(std::sync::Arc::new(super::MemoryLeaseStore::new())).await;
+                }
+            )*
+        }
+        mod dynamodb {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let region = super::LocalRegion::new(super::Options::default()).await;
+                    super::$case(region.lease_store()).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    first_acquire_grants_fence_one,
+    a_refusal_returns_the_record_as_it_was,
+    expiry_respects_the_skew_margin,
+    commit_and_heartbeat_are_fenced,
+    operations_on_an_absent_record_are_refused,
+    delivery_is_marked_only_once_committed,
+    a_new_attempt_replaces_a_finished_one,
+    s3_fences_strictly_increase,
+    concurrent_acquires_grant_one_lease,
+    the_store_decides_as_admits_says,
+);
