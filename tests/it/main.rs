@@ -2,4 +2,11 @@
 //!
 //! Everything here runs the real handler code against local AWS (moto), started by the harness.
 
+mod bad_input;
+mod calls;
 mod contract;
+mod crashes;
+mod duplicates;
+mod e2e;
+mod logs;
+mod support;
