@@ -79,6 +79,16 @@ pub struct ConfigError {
     pub problems: Vec<String>,
 }
 
+/// The log level: `AWS_LAMBDA_LOG_LEVEL` (Lambda's advanced logging controls), else
+/// `RUST_LOG` if it is a plain level, else INFO. Read before the rest of the configuration, so
+/// that configuration errors are logged.
+pub fn log_level() -> tracing_subscriber::filter::LevelFilter {
+    ["AWS_LAMBDA_LOG_LEVEL", "RUST_LOG"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok()?.trim().parse().ok())
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO)
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {

@@ -4,8 +4,9 @@
 //! This crate is the shell around `cfn_once_core`: [`config`] reads the environment once,
 //! [`app`] wires the adapters, [`lambda`] turns an SQS batch into a partial batch response,
 //! [`adapters`] implement the core's ports on DynamoDB, SQS and HTTP, [`fenced`] offers fenced
-//! DynamoDB writes to provider authors, [`providers`] holds the shipped providers, and [`local`]
-//! runs the same handler against a local AWS (moto) through a local event source mapping.
+//! DynamoDB writes to provider authors, [`providers`] holds the shipped providers, [`logging`]
+//! sets up JSON logs, and [`local`] runs the same handler against a local AWS (moto) through a
+//! local event source mapping.
 
 pub mod adapters;
 pub mod app;
@@ -14,6 +15,12 @@ pub mod config;
 pub mod fenced;
 pub mod lambda;
 pub mod local;
+pub mod logging;
 pub mod providers;
 
 pub use cfn_once_core as core;
+
+// The README's Rust examples compile as doctests, so the README cannot drift from the API.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
