@@ -90,3 +90,25 @@ async fn a_crash_between_commit_and_put_ends_with_a_put_of_the_stored_bytes() {
     let record = region.record(&sent).await.expect("record");
     assert_eq!((record.fence, record.delivered), (1, true), "no new execution was needed");
 }
+
+#[tokio::test]
+async fn lost_dynamodb_replies_are_resolved_by_reading_the_item_back() {
+    use cfn_once_core::testing::{Fault, FaultyStore, Op};
+    let region = LocalRegion::new(Options::default()).await;
+    let config = region.config(&[]);
+    let store = Arc::new(FaultyStore::new(region.lease_store()));
+    // Both writes reach the table; their replies are lost.
+    store.inject(Op::Acquire, Fault::LostReply);
+    store.inject(Op::Commit, Fault::LostReply);
+    let sink = Arc::new(cfn_once::adapters::http_sink::HttpResponseSink::new(config.put_timeout_ms).expect("client"));
+    let app = region.app_with(&config, store.clone(), sink);
+    let sent = region.request("create-echo.json").await;
+    region.publish(&sent).await;
+    let esm = region.esm(10).await;
+    region.serve_until_answered(&esm, &app, &sent, Duration::from_secs(30)).await;
+    let record = region.record(&sent).await.expect("record");
+    assert_eq!((record.fence, record.state, record.delivered), (1, LeaseState::Committed, true), "no second acquire");
+    assert_eq!(store.calls(Op::Read), 2, "one read per unknown outcome");
+    assert_eq!(store.calls(Op::Acquire), 1);
+    assert_eq!(region.responses(&sent).await.len(), 1);
+}

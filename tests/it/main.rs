@@ -8,5 +8,8 @@ mod contract;
 mod crashes;
 mod duplicates;
 mod e2e;
+mod esm;
+mod fenced;
+mod http_sink;
 mod logs;
 mod support;
