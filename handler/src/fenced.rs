@@ -73,16 +73,15 @@ impl FencedTable {
     ) -> Result<(), FencedWriteError> {
         item.insert(FENCE_ATTRIBUTE.into(), AttributeValue::N(fence.value.to_string()));
         item.insert(SCOPE_ATTRIBUTE.into(), AttributeValue::S(fence.scope.clone()));
+        let (names, values) = condition_placeholders(fence);
         let result = self
             .client
             .put_item()
             .table_name(&self.table_name)
             .set_item(Some(item))
             .condition_expression(CONDITION)
-            .expression_attribute_names("#fence", FENCE_ATTRIBUTE)
-            .expression_attribute_names("#scope", SCOPE_ATTRIBUTE)
-            .expression_attribute_values(":fence", AttributeValue::N(fence.value.to_string()))
-            .expression_attribute_values(":scope", AttributeValue::S(fence.scope.clone()))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .send()
             .await;
         result.map(|_| ()).map_err(|error| self.error(fence, &error))
@@ -95,16 +94,15 @@ impl FencedTable {
         fence: &Fence,
         key: HashMap<String, AttributeValue>,
     ) -> Result<(), FencedWriteError> {
+        let (names, values) = condition_placeholders(fence);
         let result = self
             .client
             .delete_item()
             .table_name(&self.table_name)
             .set_key(Some(key))
             .condition_expression(CONDITION)
-            .expression_attribute_names("#fence", FENCE_ATTRIBUTE)
-            .expression_attribute_names("#scope", SCOPE_ATTRIBUTE)
-            .expression_attribute_values(":fence", AttributeValue::N(fence.value.to_string()))
-            .expression_attribute_values(":scope", AttributeValue::S(fence.scope.clone()))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .send()
             .await;
         result.map(|_| ()).map_err(|error| self.error(fence, &error))
@@ -131,4 +129,17 @@ impl FencedTable {
             Failure::Permanent(text) => FencedWriteError::Permanent(text),
         }
     }
+}
+
+/// The names and values [`CONDITION`] refers to, for `fence`.
+fn condition_placeholders(fence: &Fence) -> (HashMap<String, String>, HashMap<String, AttributeValue>) {
+    let names = HashMap::from([
+        ("#fence".to_owned(), FENCE_ATTRIBUTE.to_owned()),
+        ("#scope".to_owned(), SCOPE_ATTRIBUTE.to_owned()),
+    ]);
+    let values = HashMap::from([
+        (":fence".to_owned(), AttributeValue::N(fence.value.to_string())),
+        (":scope".to_owned(), AttributeValue::S(fence.scope.clone())),
+    ]);
+    (names, values)
 }

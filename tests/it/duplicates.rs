@@ -8,21 +8,28 @@ use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::App;
 use cfn_once::local::esm::LocalEventSourceMapping;
 use cfn_once::local::provision::queue_depth;
+use cfn_once::providers::standard_router;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::testing::CountingEcho;
 use cfn_once_tests::{LocalRegion, Options, handler};
 use serde_json::json;
 
-use crate::support::{COUNTED_TYPE, Counted};
+const COUNTED_TYPE: &str = "Custom::Counted";
 
 #[tokio::test]
 async fn three_deliveries_two_instances_one_provider_run_one_answer() {
     let region = LocalRegion::new(Options::default()).await;
     let config = region.config(&[("CFN_ONCE_LEASE_MS", "2000"), ("CFN_ONCE_HEARTBEAT_MS", "500")]);
-    let counted = Counted::default();
+    let counted = CountingEcho::default();
     let instance = || {
         let sink = Arc::new(HttpResponseSink::new(config.put_timeout_ms).expect("http client"));
-        region.app_with_router(&config, region.lease_store(), sink, counted.router(&region, &config))
+        region.app_with_router(
+            &config,
+            region.lease_store(),
+            sink,
+            standard_router(&config, region.dynamodb.clone()).register(COUNTED_TYPE, counted.clone()),
+        )
     };
     let (first, second) = (instance(), instance());
     let (first_esm, second_esm) = (region.esm(1).await, region.esm(1).await);
@@ -41,7 +48,7 @@ async fn three_deliveries_two_instances_one_provider_run_one_answer() {
     assert!(first_received >= 1 && second_received >= 1, "both instances got a copy");
     assert!(first_backed_off + second_backed_off >= 1, "a copy arrived while the lease was held, and backed off");
 
-    assert_eq!(counted.creates(), 1, "the provider ran once");
+    assert_eq!(counted.calls(), 1, "the provider ran once");
     let versions = region.responses(&sent).await;
     assert!(!versions.is_empty());
     assert!(versions.windows(2).all(|pair| pair[0] == pair[1]), "S1: every PUT carried the same bytes");

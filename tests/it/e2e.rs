@@ -1,7 +1,10 @@
 //! End to end through local AWS: SNS topic → SQS queue → local event source mapping → the
 //! Lambda handler → DynamoDB lease table → presigned PUT into S3, read back from moto.
 
+use std::collections::HashMap;
 use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
@@ -81,17 +84,7 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     let create = region.request("create-dynamodb-item.json").await;
     let body = answer(&region, &create).await;
     assert_eq!(body.status, Status::Success, "{body:?}");
-    let item = region
-        .dynamodb
-        .get_item()
-        .table_name(&region.item_table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("tenant#42".into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get item")
-        .item
-        .expect("the item was written");
+    let item = tenant_item(&region).await.expect("the item was written");
     assert_eq!(item["Plan"].as_s().ok().map(String::as_str), Some("enterprise"));
     assert_eq!(item["Seats"].as_n().ok().map(String::as_str), Some("250"));
     assert_eq!(item["SsoEnabled"].as_bool().ok(), Some(&true));
@@ -100,16 +93,21 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     let mut delete = region.request("delete-dynamodb-item.json").await;
     delete.request["PhysicalResourceId"] = json!(body.physical_resource_id);
     assert_eq!(answer(&region, &delete).await.status, Status::Success);
-    let gone = region
+    assert!(tenant_item(&region).await.is_none(), "Delete removed the item");
+}
+
+/// The item the fixture's `Custom::DynamoDBItem` writes, read consistently.
+async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
+    let output = region
         .dynamodb
         .get_item()
         .table_name(&region.item_table)
-        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("tenant#42".into()))
+        .key("pk", AttributeValue::S("tenant#42".into()))
         .consistent_read(true)
         .send()
         .await
         .expect("get item");
-    assert!(gone.item.is_none(), "Delete removed the item");
+    output.item
 }
 
 #[tokio::test]

@@ -12,4 +12,3 @@ mod esm;
 mod fenced;
 mod http_sink;
 mod logs;
-mod support;

@@ -3,7 +3,8 @@
 //! [`FaultyStore`] wraps any [`LeaseStore`] (the in-memory one or the real DynamoDB adapter)
 //! and injects one-shot faults per operation, including the nasty one: a write that was applied
 //! but reported as failed. [`RecordingSink`] stands in for S3: it records every body PUT to each
-//! URL, so tests can check invariant S1 directly, and can be told to fail or hang. [`drive`] and
+//! URL, so tests can check invariant S1 directly, and can be told to fail or hang.
+//! [`CountingEcho`] is `Custom::Echo` that counts its runs and can fail transiently on cue. [`drive`] and
 //! [`drive_until`] run a future to completion on a [`ManualClock`], jumping time to the next
 //! timer whenever nothing else can make progress: deterministic, and as fast as the CPU.
 
@@ -13,12 +14,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::clock::ManualClock;
 use crate::delivery::{PutError, ResponseSink};
+use crate::echo::Echo;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, StoreError};
+use crate::properties::PropertyMap;
+use crate::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
 use crate::request::RequestKey;
 use crate::response_url::ResponseUrl;
 
@@ -180,6 +184,62 @@ impl ResponseSink for RecordingSink {
             }
             Some(PutFault::Hang) => std::future::pending().await,
         }
+    }
+}
+
+/// `Custom::Echo` that counts every run (clones share the counts) and fails with
+/// [`ProviderError::Transient`] as many times as [`CountingEcho::fail_transiently`] says first.
+#[derive(Debug, Clone, Default)]
+pub struct CountingEcho {
+    calls: Arc<AtomicU32>,
+    transient_failures: Arc<AtomicU32>,
+}
+
+impl CountingEcho {
+    /// How many times any operation ran.
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// The next `times` runs fail transiently.
+    pub fn fail_transiently(&self, times: u32) {
+        self.transient_failures.store(times, Ordering::SeqCst);
+    }
+
+    fn run(&self) -> Result<(), ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let failing =
+            self.transient_failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1));
+        match failing {
+            Ok(_) => Err(ProviderError::Transient("downstream throttled".into())),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for CountingEcho {
+    type Properties = PropertyMap;
+
+    async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<ProviderOutput, ProviderError> {
+        self.run()?;
+        Echo.create(ctx, properties).await
+    }
+
+    async fn update(
+        &self,
+        ctx: &ProviderContext,
+        id: &str,
+        properties: PropertyMap,
+        old: Option<PropertyMap>,
+    ) -> Result<ProviderOutput, ProviderError> {
+        self.run()?;
+        Echo.update(ctx, id, properties, old).await
+    }
+
+    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: PropertyMap) -> Result<(), ProviderError> {
+        self.run()?;
+        Echo.delete(ctx, id, properties).await
     }
 }
 

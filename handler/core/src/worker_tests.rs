@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
-use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
@@ -12,62 +10,23 @@ use crate::clock::ManualClock;
 use crate::echo::{ECHO_TYPE, Echo};
 use crate::lease::LeaseRecord;
 use crate::memory_store::MemoryLeaseStore;
-use crate::properties::PropertyMap;
-use crate::provider::{Provider, ProviderOutput};
 use crate::random::SplitMix64;
 use crate::request::RequestKey;
 use crate::response::is_failed_create_id;
 use crate::response_url::UrlPolicy;
-use crate::testing::{Fault, FaultyStore, Op, PutFault, RecordingSink, drive, drive_until};
+use crate::testing::{CountingEcho, Fault, FaultyStore, Op, PutFault, RecordingSink, drive, drive_until};
 
 const START_MS: u64 = 1_800_000_000_000;
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
 const OTHER_URL: &str =
     "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=two";
 
-/// Counts calls, then behaves like Echo; fails transiently `transient_failures` times first.
-#[derive(Debug, Default)]
-struct Counting {
-    calls: AtomicU32,
-    transient_failures: AtomicU32,
-}
-
-#[async_trait]
-impl Provider for Arc<Counting> {
-    type Properties = PropertyMap;
-
-    async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<ProviderOutput, ProviderError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if self.transient_failures.load(Ordering::SeqCst) > 0 {
-            self.transient_failures.fetch_sub(1, Ordering::SeqCst);
-            return Err(ProviderError::Transient("downstream throttled".into()));
-        }
-        Echo.create(ctx, properties).await
-    }
-
-    async fn update(
-        &self,
-        ctx: &ProviderContext,
-        id: &str,
-        properties: PropertyMap,
-        old: Option<PropertyMap>,
-    ) -> Result<ProviderOutput, ProviderError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Echo.update(ctx, id, properties, old).await
-    }
-
-    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: PropertyMap) -> Result<(), ProviderError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Echo.delete(ctx, id, properties).await
-    }
-}
-
 struct Harness {
     clock: ManualClock,
     memory: Arc<MemoryLeaseStore>,
     store: Arc<FaultyStore>,
     sink: Arc<RecordingSink>,
-    counting: Arc<Counting>,
+    counting: CountingEcho,
 }
 
 impl Harness {
@@ -78,12 +37,12 @@ impl Harness {
             store: Arc::new(FaultyStore::new(memory.clone())),
             memory,
             sink: Arc::new(RecordingSink::new()),
-            counting: Arc::new(Counting::default()),
+            counting: CountingEcho::default(),
         }
     }
 
     fn worker(&self, region: &str) -> Worker {
-        let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Counting", Arc::clone(&self.counting));
+        let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Counting", self.counting.clone());
         Worker::new(
             self.store.clone(),
             self.sink.clone(),
@@ -186,7 +145,7 @@ fn s1_duplicates_are_dropped_and_the_provider_runs_once() {
     assert_eq!(answered(&h.handle(&worker, &body)), (1, Status::Success));
     assert_eq!(h.handle(&worker, &body), Disposition::Done(Done::Duplicate));
     assert_eq!(h.handle(&h.worker("us-west-2"), &body), Disposition::Done(Done::Duplicate));
-    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(h.counting.calls(), 1);
     assert_eq!(h.sink.bodies(URL).len(), 1);
 }
 
@@ -205,7 +164,7 @@ fn s1_concurrent_duplicates_run_the_provider_once() {
     assert!(matches!(second, Disposition::Retry { delay_s, .. } if (1..=16).contains(&delay_s)), "{second:?}");
     // The retried copy comes back later and finds the answer delivered.
     assert_eq!(h.handle(&west, &body), Disposition::Done(Done::Duplicate));
-    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(h.counting.calls(), 1);
     assert_eq!(h.sink.bodies(URL).len(), 1);
     assert!(h.store.calls(Op::Heartbeat) >= 1, "a 4 s provider is heartbeated every 3 s");
 }
@@ -342,13 +301,13 @@ fn a_bad_property_is_answered_failed_with_a_readable_reason() {
 #[test]
 fn transient_provider_errors_are_retried() {
     let h = Harness::new();
-    h.counting.transient_failures.store(2, Ordering::SeqCst);
+    h.counting.fail_transiently(2);
     let body = request("Create", "Custom::Counting", json!({}), URL);
     assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Success));
-    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(h.counting.calls(), 3);
 
     let h = Harness::new();
-    h.counting.transient_failures.store(5, Ordering::SeqCst);
+    h.counting.fail_transiently(5);
     assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Failed));
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert_eq!(reason, "Custom::Counting Create failed after 3 attempts: downstream throttled");
@@ -376,7 +335,7 @@ fn deletes_that_must_succeed() {
         serde_json::from_str::<Value>(&request("Delete", "Custom::Counting", json!({}), URL)).expect("json");
     failed_create["PhysicalResourceId"] = json!("cfn-once-failed-create-0123456789abcdef");
     assert_eq!(answered(&h.handle(&worker, &failed_create.to_string())), (1, Status::Success));
-    assert_eq!(h.counting.calls.load(Ordering::SeqCst), 0, "no provider call for a Create that failed");
+    assert_eq!(h.counting.calls(), 0, "no provider call for a Create that failed");
     assert_eq!(h.bodies(URL)[0].physical_resource_id, "cfn-once-failed-create-0123456789abcdef");
 
     let h = Harness::new();
