@@ -28,7 +28,6 @@ use cfn_once::local::esm::{EsmSettings, LocalEventSourceMapping};
 use cfn_once::local::moto::MotoServer;
 use cfn_once::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once::providers::standard_router;
-use cfn_once_core::clock::Clock;
 use cfn_once_core::delivery::ResponseSink;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::provider::Router;
@@ -335,9 +334,4 @@ pub fn handler<'a>(
 ) -> impl Fn(LambdaEvent<SqsEvent>) -> futures_util::future::BoxFuture<'a, Result<SqsBatchResponse, lambda_runtime::Error>>
 {
     move |event| Box::pin(cfn_once::lambda::handle(app, event))
-}
-
-/// Milliseconds on the system clock, for timing assertions in reports.
-pub fn now_ms() -> u64 {
-    SystemClock.now_ms()
 }

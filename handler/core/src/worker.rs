@@ -140,11 +140,6 @@ impl Worker {
         Self { store, sink, router, clock, random, input: Arc::new(input), settings: Arc::new(settings) }
     }
 
-    /// The protocol settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// Handles one delivery of one SQS record.
     pub async fn handle(&self, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
         let request = match decode(delivery.body, &self.input) {

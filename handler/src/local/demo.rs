@@ -66,14 +66,18 @@ struct Row {
 
 /// Runs the demo; `Ok(true)` if every request was answered exactly once.
 pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
-    let _moto;
-    let endpoint = match &options.endpoint_url {
-        Some(endpoint) => endpoint.clone(),
+    // Held until the demo ends: dropping it stops moto.
+    let moto = match &options.endpoint_url {
+        Some(_) => None,
         None => {
             step("starting local AWS (moto)");
-            _moto = MotoServer::start(&options.python)?;
-            _moto.endpoint().to_owned()
+            Some(MotoServer::start(&options.python)?)
         }
+    };
+    let endpoint = match (&options.endpoint_url, &moto) {
+        (Some(endpoint), _) => endpoint.clone(),
+        (None, Some(moto)) => moto.endpoint().to_owned(),
+        (None, None) => unreachable!("moto is started when no endpoint is given"),
     };
     println!(
         "cfn-once demo: local AWS at {endpoint}; customer region {CUSTOMER_REGION}, primary region {PRIMARY_REGION}"
