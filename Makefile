@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: venv, build, moto, fmt, clippy, lint-templates, unit, clean.
+# Other targets: local, drill, venv, build, moto, fmt, clippy, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,7 +14,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: help demo test venv build moto fmt clippy lint-templates unit clean
+.PHONY: help demo local drill test venv build moto fmt clippy lint-templates unit clean
 
 help:
 	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -34,6 +34,16 @@ demo: venv
 	@echo "==> building cfn-once"
 	$(CARGO) build --quiet --bin cfn-once
 	./target/debug/cfn-once demo --python $(PY) --events events
+
+## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
+local: venv
+	$(CARGO) build --quiet --bin cfn-once
+	./target/debug/cfn-once local --python $(PY)
+
+## drill: a failover drill against the environment `make local` is running.
+drill:
+	$(CARGO) build --quiet --bin cfn-once
+	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
 test: venv fmt clippy lint-templates

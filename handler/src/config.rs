@@ -4,6 +4,7 @@
 //! `AWS_ENDPOINT_URL`, when `main` loads the SDK configuration). Every missing or malformed
 //! variable is reported in one error, each with what it should be.
 
+use cfn_once_core::decision::Role;
 use cfn_once_core::response_url::AllowedPrefix;
 
 /// Defaults, named so the README and `--help` can quote them.
@@ -15,14 +16,27 @@ pub const PUT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 pub const STORE_TIMEOUT_MS_DEFAULT: u64 = 3_000;
 pub const RETENTION_DAYS_DEFAULT: u64 = 30;
 pub const RETRY_DELAY_S_MAX_DEFAULT: u32 = 900;
+pub const CONTROL_CACHE_MS_DEFAULT: u64 = 5_000;
+pub const STANDBY_RETRY_S_DEFAULT: u64 = 30;
+pub const DEADLINE_CEILING_S_DEFAULT: u64 = 3_600;
+pub const DEADLINE_MARGIN_MS_DEFAULT: u64 = 20_000;
 
 /// The handler's configuration. Deliberately no `Default`: a deployment states what it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `AWS_REGION`: this deployment's region (set by Lambda).
     pub region: String,
+    /// `CFN_ONCE_ROLE`: `primary` or `secondary`.
+    pub role: Role,
     /// `CFN_ONCE_TABLE`: the lease table.
     pub table_name: String,
+    /// `CFN_ONCE_TABLE_REGION` (default `AWS_REGION`): the region whose replica of the table to
+    /// use. In AWS every region has its MRSC replica; locally both regions share one table.
+    pub table_region: String,
+    /// `CFN_ONCE_CONTROL` (default `table`): where a primary learns whether it is active.
+    pub control: ControlSource,
+    /// `CFN_ONCE_CONTROL_CACHE_MS` (default 5000): how long an answer of the control is reused.
+    pub control_cache_ms: u64,
     /// `CFN_ONCE_TOPIC_ARNS`: comma-separated SNS topics whose envelopes are accepted.
     pub topic_arns: Vec<String>,
     /// `CFN_ONCE_RESPONSE_URL_ALLOW`: comma-separated URL prefixes accepted besides S3 (local
@@ -50,6 +64,51 @@ pub struct Config {
     pub retention_days: u64,
     /// `CFN_ONCE_RETRY_DELAY_S_MAX` (default 900): longest backoff of a message.
     pub retry_delay_s_max: u32,
+    /// `CFN_ONCE_STANDBY_RETRY_S` (default 30): how long a standby primary leaves a message
+    /// before looking again.
+    pub standby_retry_s: u32,
+    /// `CFN_ONCE_DEADLINE_CEILING_S` (default 3600): the latest deadline of any request, from
+    /// when it was sent.
+    pub deadline_ceiling_s: u64,
+    /// `CFN_ONCE_DEADLINE_MARGIN_MS` (default 20000): when this little is left before a request's
+    /// deadline and nobody has answered, answer FAILED now. Must exceed CFN_ONCE_RESERVE_MS.
+    pub deadline_margin_ms: u64,
+}
+
+/// Where a primary learns whether it is the active region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlSource {
+    /// The `control#active` item in the lease table (strongly consistent, no extra cost).
+    Table,
+    /// An ARC routing control for this region, read from the cluster's endpoints in rotation.
+    Arc {
+        /// `CFN_ONCE_ARC_ENDPOINTS`: `region=url` pairs, comma-separated.
+        endpoints: Vec<ArcEndpoint>,
+        /// `CFN_ONCE_ARC_ROUTING_CONTROL_ARN`: this region's routing control.
+        routing_control_arn: String,
+    },
+}
+
+/// One ARC cluster endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArcEndpoint {
+    pub region: String,
+    pub url: String,
+}
+
+impl ArcEndpoint {
+    /// Parses `CFN_ONCE_ARC_ENDPOINTS`: `us-east-1=https://...,ap-southeast-2=https://...`.
+    pub fn parse_list(entries: &[String]) -> Result<Vec<Self>, String> {
+        entries
+            .iter()
+            .map(|entry| match entry.split_once('=') {
+                Some((region, url)) if !region.trim().is_empty() && url.trim().starts_with("https://") => {
+                    Ok(Self { region: region.trim().to_owned(), url: url.trim().to_owned() })
+                }
+                _ => Err(format!("CFN_ONCE_ARC_ENDPOINTS entry {entry:?} is not region=https://endpoint")),
+            })
+            .collect()
+    }
 }
 
 /// Which tables `Custom::DynamoDBItem` may write.
@@ -101,7 +160,39 @@ impl Config {
         let mut vars = Vars { lookup: &lookup, problems: &mut problems };
 
         let region = vars.required("AWS_REGION", "the region this deployment runs in, e.g. us-east-1");
+        let role = match vars.get("CFN_ONCE_ROLE") {
+            Some(raw) => Role::parse(&raw).unwrap_or_else(|| {
+                vars.problems.push(format!("CFN_ONCE_ROLE is {raw:?}: expected primary or secondary"));
+                Role::Primary
+            }),
+            None => {
+                vars.problems.push("CFN_ONCE_ROLE is not set: set it to primary or secondary".into());
+                Role::Primary
+            }
+        };
         let table_name = vars.required("CFN_ONCE_TABLE", "the lease table's name");
+        let table_region = vars.get("CFN_ONCE_TABLE_REGION").unwrap_or_else(|| region.clone());
+        let control = match vars.get("CFN_ONCE_CONTROL").as_deref() {
+            None | Some("table") => ControlSource::Table,
+            Some("arc") => {
+                let entries = vars.list("CFN_ONCE_ARC_ENDPOINTS");
+                if entries.is_empty() {
+                    vars.problems.push("CFN_ONCE_ARC_ENDPOINTS is not set: with CFN_ONCE_CONTROL=arc, list the cluster's region=url endpoints".into());
+                }
+                let endpoints = ArcEndpoint::parse_list(&entries).unwrap_or_else(|why| {
+                    vars.problems.push(why);
+                    Vec::new()
+                });
+                let routing_control_arn =
+                    vars.required("CFN_ONCE_ARC_ROUTING_CONTROL_ARN", "this region's ARC routing control ARN");
+                ControlSource::Arc { endpoints, routing_control_arn }
+            }
+            Some(other) => {
+                vars.problems.push(format!("CFN_ONCE_CONTROL is {other:?}: expected table or arc"));
+                ControlSource::Table
+            }
+        };
+        let control_cache_ms = vars.number("CFN_ONCE_CONTROL_CACHE_MS", CONTROL_CACHE_MS_DEFAULT, 0, 300_000);
         let topic_arns = vars.list("CFN_ONCE_TOPIC_ARNS");
         let response_url_allow = vars
             .list("CFN_ONCE_RESPONSE_URL_ALLOW")
@@ -128,6 +219,9 @@ impl Config {
         let retention_days = vars.number("CFN_ONCE_RETENTION_DAYS", RETENTION_DAYS_DEFAULT, 1, 3_650);
         let retry_delay_s_max =
             vars.number("CFN_ONCE_RETRY_DELAY_S_MAX", RETRY_DELAY_S_MAX_DEFAULT.into(), 1, 43_200) as u32;
+        let standby_retry_s = vars.number("CFN_ONCE_STANDBY_RETRY_S", STANDBY_RETRY_S_DEFAULT, 1, 43_200) as u32;
+        let deadline_ceiling_s = vars.number("CFN_ONCE_DEADLINE_CEILING_S", DEADLINE_CEILING_S_DEFAULT, 10, 43_200);
+        let deadline_margin_ms = vars.number("CFN_ONCE_DEADLINE_MARGIN_MS", DEADLINE_MARGIN_MS_DEFAULT, 1_000, 600_000);
 
         if topic_arns.is_empty() {
             problems.push(
@@ -145,12 +239,21 @@ impl Config {
                 "CFN_ONCE_HEARTBEAT_MS ({heartbeat_ms}) must be shorter than CFN_ONCE_LEASE_MS ({lease_ms}), or the lease lapses between heartbeats"
             ));
         }
+        if deadline_margin_ms <= reserve_ms {
+            problems.push(format!(
+                "CFN_ONCE_DEADLINE_MARGIN_MS ({deadline_margin_ms}) must exceed CFN_ONCE_RESERVE_MS ({reserve_ms}), or a FAILED answer near the deadline has no time to be sent"
+            ));
+        }
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Self {
             region,
+            role,
             table_name,
+            table_region,
+            control,
+            control_cache_ms,
             topic_arns,
             response_url_allow,
             item_tables,
@@ -163,6 +266,9 @@ impl Config {
             store_timeout_ms,
             retention_days,
             retry_delay_s_max,
+            standby_retry_s,
+            deadline_ceiling_s,
+            deadline_margin_ms,
         })
     }
 }
@@ -218,9 +324,18 @@ mod tests {
 
     #[test]
     fn minimal_configuration_takes_the_defaults() {
-        let config =
-            config(&[("AWS_REGION", "us-east-1"), ("CFN_ONCE_TABLE", "leases"), ("CFN_ONCE_TOPIC_ARNS", TOPIC)])
-                .expect("valid");
+        let config = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+        ])
+        .expect("valid");
+        assert_eq!(
+            (config.role, config.table_region.as_str(), &config.control),
+            (Role::Primary, "us-east-1", &ControlSource::Table)
+        );
+        assert_eq!((config.standby_retry_s, config.deadline_margin_ms), (30, DEADLINE_MARGIN_MS_DEFAULT));
         assert_eq!(config.lease_ms, LEASE_MS_DEFAULT);
         assert_eq!(config.heartbeat_ms, LEASE_MS_DEFAULT / 3);
         assert_eq!(config.topic_arns, vec![TOPIC.to_owned()]);
@@ -235,6 +350,8 @@ mod tests {
             ("CFN_ONCE_PUT_ATTEMPTS_MAX", "0"),
             ("CFN_ONCE_RESPONSE_URL_ALLOW", "ftp://x/"),
             ("CFN_ONCE_TOPIC_ARNS", "not-an-arn"),
+            ("CFN_ONCE_CONTROL", "arc"),
+            ("CFN_ONCE_ARC_ENDPOINTS", "us-east-1"),
         ])
         .expect_err("invalid");
         let text = error.to_string();
@@ -245,23 +362,49 @@ mod tests {
             "CFN_ONCE_PUT_ATTEMPTS_MAX is \"0\"",
             "CFN_ONCE_RESPONSE_URL_ALLOW: \"ftp://x/\" must be an http or https URL",
             "CFN_ONCE_TOPIC_ARNS entry \"not-an-arn\" is not an SNS topic ARN",
+            "CFN_ONCE_ROLE is not set: set it to primary or secondary",
+            "CFN_ONCE_ARC_ENDPOINTS entry \"us-east-1\" is not region=https://endpoint",
+            "CFN_ONCE_ARC_ROUTING_CONTROL_ARN is not set",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in {text}");
         }
-        assert_eq!(error.problems.len(), 6);
+        assert_eq!(error.problems.len(), 9);
     }
 
     #[test]
     fn heartbeat_must_be_shorter_than_the_lease() {
         let error = config(&[
             ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "secondary"),
             ("CFN_ONCE_TABLE", "leases"),
             ("CFN_ONCE_TOPIC_ARNS", TOPIC),
             ("CFN_ONCE_LEASE_MS", "5000"),
             ("CFN_ONCE_HEARTBEAT_MS", "5000"),
+            ("CFN_ONCE_RESERVE_MS", "20000"),
         ])
         .expect_err("invalid");
         assert!(error.to_string().contains("must be shorter than CFN_ONCE_LEASE_MS"));
+        assert!(
+            error.to_string().contains("CFN_ONCE_DEADLINE_MARGIN_MS (20000) must exceed CFN_ONCE_RESERVE_MS (20000)")
+        );
+    }
+
+    #[test]
+    fn arc_control_is_configured_with_its_endpoints() {
+        let config = config(&[
+            ("AWS_REGION", "us-west-2"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_CONTROL", "arc"),
+            ("CFN_ONCE_ARC_ENDPOINTS", "us-east-1=https://a.example/v1, ap-southeast-2=https://b.example/v1"),
+            ("CFN_ONCE_ARC_ROUTING_CONTROL_ARN", "arn:aws:route53-recovery-control::1:controlpanel/p/routingcontrol/r"),
+        ])
+        .expect("valid");
+        let ControlSource::Arc { endpoints, routing_control_arn } = config.control else { panic!("expected ARC") };
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(endpoints[1], ArcEndpoint { region: "ap-southeast-2".into(), url: "https://b.example/v1".into() });
+        assert!(routing_control_arn.ends_with("routingcontrol/r"));
     }
 
     #[test]

@@ -44,9 +44,14 @@ pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchR
 }
 
 async fn handle_record(app: &App, record: &SqsMessage, invocation: &Invocation) -> Disposition {
+    let attribute = |name: &str| record.attributes.get(name).and_then(|value| value.parse::<u64>().ok());
     let receive_count =
-        record.attributes.get("ApproximateReceiveCount").and_then(|count| count.parse().ok()).unwrap_or(1);
+        attribute("ApproximateReceiveCount").map_or(1, |count| u32::try_from(count).unwrap_or(u32::MAX));
+    let delivery = Delivery { body: record.body.as_deref(), receive_count, sent_ms: attribute("SentTimestamp") };
     let span = tracing::info_span!("record", message_id = record.message_id.as_deref().unwrap_or(""), receive_count);
-    let delivery = Delivery { body: record.body.as_deref(), receive_count };
-    tracing::Instrument::instrument(app.worker.handle(delivery, invocation), span).await
+    let handled = tracing::Instrument::instrument(app.worker.handle_detailed(delivery, invocation), span).await;
+    if let Some(observer) = &app.observer {
+        observer(&handled);
+    }
+    handled.disposition
 }

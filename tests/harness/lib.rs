@@ -20,7 +20,6 @@ use aws_sdk_dynamodb::config::{Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::adapters::http_sink::HttpResponseSink;
-use cfn_once::adapters::sqs_queue::SqsQueue;
 use cfn_once::app::{App, input_policy, settings};
 use cfn_once::clock::SystemClock;
 use cfn_once::config::Config;
@@ -28,12 +27,14 @@ use cfn_once::local::esm::{EsmSettings, LocalEventSourceMapping};
 use cfn_once::local::moto::MotoServer;
 use cfn_once::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once::providers::standard_router;
+use cfn_once_core::control::FixedActivity;
+use cfn_once_core::decision::Activity;
 use cfn_once_core::delivery::ResponseSink;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::RequestKey;
-use cfn_once_core::worker::Worker;
+use cfn_once_core::worker::{Ports, Worker};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
@@ -120,6 +121,8 @@ pub struct LocalRegion {
     pub sqs: aws_sdk_sqs::Client,
     pub s3: aws_sdk_s3::Client,
     pub sns: aws_sdk_sns::Client,
+    /// DynamoDB in the customer (stack) region, where the item table is.
+    pub customer_dynamodb: aws_sdk_dynamodb::Client,
     pub table: String,
     pub item_table: String,
     pub bucket: String,
@@ -159,7 +162,9 @@ impl LocalRegion {
         let (table, item_table, bucket) =
             (format!("{name}-leases"), format!("{name}-items"), format!("{name}-responses"));
         provision::create_lease_table(&dynamodb, &table).await.expect("lease table");
-        provision::create_table(&dynamodb, &item_table, &[("pk", aws_sdk_dynamodb::types::KeyType::Hash)])
+        // Custom::DynamoDBItem writes to the stack's region by default.
+        let customer_dynamodb = aws_sdk_dynamodb::Client::new(&customer);
+        provision::create_table(&customer_dynamodb, &item_table, &[("pk", aws_sdk_dynamodb::types::KeyType::Hash)])
             .await
             .expect("item table");
         provision::create_response_bucket(&s3, &bucket).await.expect("bucket");
@@ -177,13 +182,28 @@ impl LocalRegion {
         let topic_arn = provision::create_topic(&sns, &format!("{name}-token")).await.expect("topic");
         provision::subscribe_queue(&sns, &topic_arn, &queue.arn, options.raw_delivery).await.expect("subscription");
         counter.reset();
-        Self { endpoint, sdk, dynamodb, sqs, s3, sns, table, item_table, bucket, topic_arn, queue, counter }
+        Self {
+            endpoint,
+            sdk,
+            dynamodb,
+            sqs,
+            s3,
+            sns,
+            customer_dynamodb,
+            table,
+            item_table,
+            bucket,
+            topic_arn,
+            queue,
+            counter,
+        }
     }
 
     /// The handler's configuration for this region, with `overrides` applied.
     pub fn config(&self, overrides: &[(&str, &str)]) -> Config {
         let mut vars: BTreeMap<String, String> = BTreeMap::from([
             ("AWS_REGION".into(), REGION.into()),
+            ("CFN_ONCE_ROLE".into(), "primary".into()),
             ("CFN_ONCE_TABLE".into(), self.table.clone()),
             ("CFN_ONCE_TOPIC_ARNS".into(), self.topic_arn.clone()),
             ("CFN_ONCE_RESPONSE_URL_ALLOW".into(), format!("{}/{}/", self.endpoint, self.bucket)),
@@ -209,7 +229,7 @@ impl LocalRegion {
 
     /// The production wiring with the given lease store and response sink.
     pub fn app_with(&self, config: &Config, store: Arc<dyn LeaseStore>, sink: Arc<dyn ResponseSink>) -> App {
-        self.app_with_router(config, store, sink, standard_router(config, self.dynamodb.clone()))
+        self.app_with_router(config, store, sink, standard_router(config, &self.sdk))
     }
 
     /// The production wiring with everything injectable.
@@ -220,16 +240,16 @@ impl LocalRegion {
         sink: Arc<dyn ResponseSink>,
         router: Router,
     ) -> App {
-        let worker = Worker::new(
+        let ports = Ports {
             store,
             sink,
-            Arc::new(router),
-            Arc::new(SystemClock),
-            Arc::new(SplitMix64::new(cfn_once::clock::random_seed())),
-            input_policy(config),
-            settings(config),
-        );
-        App { worker, queue: SqsQueue::new(self.sqs.clone()) }
+            router: Arc::new(router),
+            clock: Arc::new(SystemClock),
+            random: Arc::new(SplitMix64::new(cfn_once::clock::random_seed())),
+            // One region, always active.
+            control: Arc::new(FixedActivity(Activity::Active)),
+        };
+        App::new(Worker::new(ports, input_policy(config), settings(config)), &self.sdk)
     }
 
     /// The DynamoDB lease store on this region's table.

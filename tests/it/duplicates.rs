@@ -28,7 +28,7 @@ async fn three_deliveries_two_instances_one_provider_run_one_answer() {
             &config,
             region.lease_store(),
             sink,
-            standard_router(&config, region.dynamodb.clone()).register(COUNTED_TYPE, counted.clone()),
+            standard_router(&config, &region.sdk).register(COUNTED_TYPE, counted.clone()),
         )
     };
     let (first, second) = (instance(), instance());

@@ -99,7 +99,7 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
 /// The item the fixture's `Custom::DynamoDBItem` writes, read consistently.
 async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
     let output = region
-        .dynamodb
+        .customer_dynamodb
         .get_item()
         .table_name(&region.item_table)
         .key("pk", AttributeValue::S("tenant#42".into()))

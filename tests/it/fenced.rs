@@ -25,7 +25,7 @@ fn fence(scope: &str, value: u64) -> Fence {
 
 async fn plan(region: &LocalRegion) -> Option<String> {
     let output = region
-        .dynamodb
+        .customer_dynamodb
         .get_item()
         .table_name(&region.item_table)
         .set_key(Some(key()))
@@ -39,7 +39,7 @@ async fn plan(region: &LocalRegion) -> Option<String> {
 #[tokio::test]
 async fn s2_a_stale_fence_is_refused_and_a_newer_one_accepted() {
     let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.dynamodb.clone(), &region.item_table);
+    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
 
     table.put_item(&fence("request-a", 1), item("one")).await.expect("first write");
     table.put_item(&fence("request-a", 2), item("two")).await.expect("a newer fence is accepted");
@@ -68,7 +68,7 @@ async fn s2_a_stale_fence_is_refused_and_a_newer_one_accepted() {
 #[tokio::test]
 async fn a_missing_table_is_named() {
     let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.dynamodb.clone(), "no-such-table");
+    let table = FencedTable::new(region.customer_dynamodb.clone(), "no-such-table");
     assert_eq!(
         table.put_item(&fence("request-a", 1), item("x")).await,
         Err(FencedWriteError::NoSuchTable { table: "no-such-table".into() })

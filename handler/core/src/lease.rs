@@ -164,16 +164,19 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError>;
 }
 
-/// What a delivery should do, seen from a record another execution wrote.
+/// A record as one delivery sees it: the "record seen" column of the decision table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seen {
-    /// Nothing stored yet: acquire.
+    /// Nothing stored yet.
     Absent,
-    /// Someone holds a live lease until `until_ms` (plus skew): come back then.
+    /// Someone holds a live lease until `until_ms` (skew margin included).
     Held { until_ms: u64 },
-    /// The lease is free to take (expired, or a new attempt after a finished one): acquire.
-    Free,
-    /// This very execution holds it (an acquire whose reply was lost, then retried).
+    /// RUNNING, but the lease expired past the skew margin: free to take over.
+    Expired,
+    /// A finished attempt with another fingerprint: this delivery is a new attempt (a reused
+    /// RequestId).
+    NewAttempt,
+    /// This very execution holds it (an acquire whose reply was lost, then resolved).
     Mine { fence: u64 },
     /// Answered: PUT the stored bytes unless already delivered.
     Committed { fence: u64, response: Vec<u8>, delivered: bool },
@@ -181,17 +184,26 @@ pub enum Seen {
     Superseded,
 }
 
+impl Seen {
+    /// How `record` (or its absence) looks to a delivery with `fingerprint` by `owner`.
+    pub fn of(record: Option<&LeaseRecord>, fingerprint: &Fingerprint, owner: &str, now_ms: u64, skew_ms: u64) -> Self {
+        record.map_or(Self::Absent, |record| record.seen_by(fingerprint, owner, now_ms, skew_ms))
+    }
+}
+
 impl LeaseRecord {
     /// Classifies this record for a delivery with `fingerprint` by `owner` at `now_ms`.
     pub fn seen_by(&self, fingerprint: &Fingerprint, owner: &str, now_ms: u64, skew_ms: u64) -> Seen {
+        let expired = self.lease_until_ms < now_ms.saturating_sub(skew_ms);
+        let held = || Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) };
         if self.fingerprint != *fingerprint {
             if self.attempts.contains(fingerprint) {
                 return Seen::Superseded;
             }
             return match self.state {
-                LeaseState::Committed => Seen::Free,
-                LeaseState::Running if self.lease_until_ms < now_ms.saturating_sub(skew_ms) => Seen::Free,
-                LeaseState::Running => Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) },
+                LeaseState::Committed => Seen::NewAttempt,
+                LeaseState::Running if expired => Seen::Expired,
+                LeaseState::Running => held(),
             };
         }
         match (self.state, &self.response) {
@@ -203,10 +215,10 @@ impl LeaseRecord {
             (LeaseState::Committed, None) | (LeaseState::Running, _) => {
                 if self.owner == owner {
                     Seen::Mine { fence: self.fence }
-                } else if self.lease_until_ms < now_ms.saturating_sub(skew_ms) {
-                    Seen::Free
+                } else if expired {
+                    Seen::Expired
                 } else {
-                    Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) }
+                    held()
                 }
             }
         }
@@ -306,7 +318,8 @@ mod tests {
             assert_eq!(record.seen_by(&fp(fingerprint), owner, now_ms, 1_000), expected);
         };
         check(record(Running, "a", 10_000, &["a"]), "a", me, 5_000, Seen::Held { until_ms: 11_000 });
-        check(record(Running, "a", 10_000, &["a"]), "a", me, 11_001, Seen::Free);
+        check(record(Running, "a", 10_000, &["a"]), "a", me, 11_001, Seen::Expired);
+        check(record(Running, "a", 10_000, &["a"]), "b", me, 11_001, Seen::Expired);
         check(record(Running, "a", 10_000, &["a"]), "a", "us-east-1/inv/1", 5_000, Seen::Mine { fence: 3 });
         check(
             record(Committed, "a", 0, &["a"]),
@@ -315,7 +328,7 @@ mod tests {
             5_000,
             Seen::Committed { fence: 3, response: b"{}".to_vec(), delivered: false },
         );
-        check(record(Committed, "a", 0, &["a"]), "b", me, 5_000, Seen::Free);
+        check(record(Committed, "a", 0, &["a"]), "b", me, 5_000, Seen::NewAttempt);
         check(record(Running, "a", 10_000, &["a"]), "b", me, 5_000, Seen::Held { until_ms: 11_000 });
         check(record(Committed, "b", 0, &["a", "b"]), "a", me, 5_000, Seen::Superseded);
     }

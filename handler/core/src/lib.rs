@@ -15,6 +15,9 @@
 //! holds the fault-injecting doubles the test suites and the simulator share.
 
 pub mod clock;
+pub mod control;
+pub mod deadline;
+pub mod decision;
 pub mod delivery;
 pub mod echo;
 pub mod fingerprint;

@@ -1,16 +1,18 @@
-//! The protocol for one delivery: take the lease, run the provider under heartbeats, commit,
-//! PUT, mark delivered; or find the request held, answered or superseded and act on that.
+//! The protocol for one delivery: decide from the record and this region's role (see
+//! `decision`), then take the lease, run the provider under heartbeats, commit, PUT, mark
+//! delivered; or back off, leave the message to the active region, re-PUT stored bytes, or drop.
 //!
-//! Everything outside comes in through ports (`LeaseStore`, `ResponseSink`, `Clock`, `Random`),
-//! so this is the code the Lambda, the local event source mapping, the tests and the simulator
-//! all run. Invariants kept here:
+//! Everything outside comes in through [`Ports`] (`LeaseStore`, `ResponseSink`, `Clock`,
+//! `Random`, `ActivitySource`), so this is the code the Lambda, the local event source mapping,
+//! the tests and the simulator all run. Invariants kept here:
 //!
 //! * S1: nothing is PUT that was not committed first, and what is PUT is the committed bytes;
 //! * S2: the provider runs under its fence and is abandoned as soon as a heartbeat finds the
 //!   lease taken over; a lost lease means no commit and no PUT;
-//! * L1: a provider that cannot finish before the invocation's deadline (less a reserve for
-//!   commit and PUT) is abandoned and answered FAILED with a Reason that says so; storage and
-//!   network failures end in a retry, never in silence.
+//! * L1: backoff never waits past the request's deadline; near it, whoever sees the request
+//!   uncommitted answers FAILED; a provider that cannot finish before the invocation's or the
+//!   request's deadline (less a reserve for commit and PUT) is abandoned and answered FAILED with
+//!   a Reason that says so; storage and network failures end in a retry, never in silence.
 //!
 //! A write whose outcome is unknown (a timeout after the store applied it, or an SDK-internal
 //! retry that met its own earlier success) is resolved by the record itself: the owner or fence
@@ -25,6 +27,9 @@ use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::clock::{Clock, within};
+use crate::control::ActivitySource;
+use crate::deadline::RequestDeadline;
+use crate::decision::{Action, Activity, FirstStep, Role, decide, first_step};
 use crate::delivery::{PutError, PutPolicy, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError};
@@ -36,11 +41,16 @@ use crate::response::{self, Outcome, ResponseBody, Status};
 /// SQS refuses visibility timeouts above 12 hours.
 pub const VISIBILITY_S_MAX: u32 = 43_200;
 
+/// Decisions one delivery may take before it gives up and retries later: acquire, see the
+/// record change under it, decide again.
+const DECISIONS_MAX: u32 = 4;
+
 /// The protocol's tunables, all with units in their names.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// This deployment's region, recorded in the lease owner.
     pub region: String,
+    pub role: Role,
     pub lease_ms: u64,
     /// Margin added before a lease counts as expired, for clock skew between regions.
     pub skew_ms: u64,
@@ -59,6 +69,12 @@ pub struct Settings {
     pub retention_ms: u64,
     /// Upper bound on any backoff expressed as a visibility timeout.
     pub retry_delay_s_max: u32,
+    /// How long a standby primary leaves a message before looking again.
+    pub standby_retry_s: u32,
+    /// Upper bound on any request's deadline, from when it was sent.
+    pub deadline_ceiling_s: u64,
+    /// How close to the deadline a request counts as "near": then it is answered now.
+    pub deadline_margin_ms: u64,
 }
 
 /// The Lambda invocation a delivery runs in.
@@ -76,6 +92,27 @@ pub struct Delivery<'a> {
     pub body: Option<&'a str>,
     /// SQS's ApproximateReceiveCount, 1 on first delivery.
     pub receive_count: u32,
+    /// SQS's SentTimestamp (epoch ms): when the request was sent; a queue delay does not move
+    /// it. `None` counts from now.
+    pub sent_ms: Option<u64>,
+}
+
+/// A delivery's result with what it was about, for reports and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handled {
+    /// `None` when the record could not be decoded.
+    pub request: Option<RequestSummary>,
+    pub disposition: Disposition,
+}
+
+/// The identifying parts of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSummary {
+    pub stack_id: String,
+    pub request_id: String,
+    pub logical_resource_id: String,
+    pub request_type: Option<RequestKind>,
+    pub resource_type: Option<String>,
 }
 
 /// What to do with the message after this delivery.
@@ -102,6 +139,18 @@ pub enum Done {
     Superseded,
 }
 
+/// Everything the protocol reaches the world through.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    pub store: Arc<dyn LeaseStore>,
+    pub sink: Arc<dyn ResponseSink>,
+    pub router: Arc<Router>,
+    pub clock: Arc<dyn Clock>,
+    pub random: Arc<dyn Random>,
+    /// Asked only by a primary; a secondary's decisions do not depend on it.
+    pub control: Arc<dyn ActivitySource>,
+}
+
 /// The protocol engine. Cheap to share: build one per process.
 #[derive(Debug, Clone)]
 pub struct Worker {
@@ -110,6 +159,7 @@ pub struct Worker {
     router: Arc<Router>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
+    control: Arc<dyn ActivitySource>,
     input: Arc<InputPolicy>,
     settings: Arc<Settings>,
 }
@@ -128,25 +178,23 @@ enum Committed {
 
 impl Worker {
     /// A worker over the given ports.
-    pub fn new(
-        store: Arc<dyn LeaseStore>,
-        sink: Arc<dyn ResponseSink>,
-        router: Arc<Router>,
-        clock: Arc<dyn Clock>,
-        random: Arc<dyn Random>,
-        input: InputPolicy,
-        settings: Settings,
-    ) -> Self {
-        Self { store, sink, router, clock, random, input: Arc::new(input), settings: Arc::new(settings) }
+    pub fn new(ports: Ports, input: InputPolicy, settings: Settings) -> Self {
+        let Ports { store, sink, router, clock, random, control } = ports;
+        Self { store, sink, router, clock, random, control, input: Arc::new(input), settings: Arc::new(settings) }
     }
 
     /// Handles one delivery of one SQS record.
     pub async fn handle(&self, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
+        self.handle_detailed(delivery, invocation).await.disposition
+    }
+
+    /// Handles one delivery and says which request it was about.
+    pub async fn handle_detailed(&self, delivery: Delivery<'_>, invocation: &Invocation) -> Handled {
         let request = match decode(delivery.body, &self.input) {
             Ok(request) => request,
             Err(error) => {
                 tracing::error!(%error, "record refused");
-                return Disposition::Undeliverable { why: error.to_string() };
+                return Handled { request: None, disposition: Disposition::Undeliverable { why: error.to_string() } };
             }
         };
         let span = tracing::info_span!(
@@ -158,53 +206,95 @@ impl Worker {
             fingerprint = %request.fingerprint,
             fence = tracing::field::Empty,
         );
-        let disposition = self.process(&request, delivery.receive_count, invocation).instrument(span.clone()).await;
+        let disposition = self.process(&request, delivery, invocation).instrument(span.clone()).await;
         span.in_scope(|| match &disposition {
             Disposition::Done(done) => tracing::info!(?done, "message done"),
-            Disposition::Retry { delay_s, why } => tracing::warn!(delay_s, why, "message will be retried"),
+            Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
             Disposition::Undeliverable { why } => tracing::error!(why, "message left for the DLQ"),
         });
-        disposition
-    }
-
-    async fn process(&self, request: &Request, receive_count: u32, invocation: &Invocation) -> Disposition {
-        let owner = format!(
-            "{}/{}/{}",
-            self.settings.region,
-            invocation.id,
-            hex_prefix(&self.random.next_u64().to_be_bytes(), 8)
-        );
-        let seen = match self.acquire(request, &owner).await {
-            Ok(seen) => seen,
-            Err(error) => return self.retry(receive_count, format!("could not take the lease: {error}")),
+        let summary = RequestSummary {
+            stack_id: request.key.stack_id.clone(),
+            request_id: request.key.request_id.clone(),
+            logical_resource_id: request.logical_resource_id.clone(),
+            request_type: request.kind(),
+            resource_type: request.resource_type().map(str::to_owned),
         };
-        match seen {
-            Seen::Mine { fence } => self.run_and_answer(request, fence, receive_count, invocation).await,
-            Seen::Committed { fence, response, delivered: false } => {
-                tracing::Span::current().record("fence", fence);
-                tracing::info!("found a committed response that was never delivered; sending the stored bytes");
-                match self.deliver(request, fence, &response).await {
-                    Ok(()) => Disposition::Done(Done::Replayed { fence }),
-                    Err(error) => self.retry(receive_count, error.to_string()),
-                }
-            }
-            Seen::Committed { delivered: true, .. } => Disposition::Done(Done::Duplicate),
-            Seen::Superseded => Disposition::Done(Done::Superseded),
-            Seen::Held { until_ms } => {
-                let wait_ms = until_ms.saturating_sub(self.clock.now_ms());
-                let jitter_ms = self.random.below_or_equal(self.settings.heartbeat_ms.min(5_000));
-                let delay_s = u32::try_from((wait_ms + jitter_ms).div_ceil(1000)).unwrap_or(u32::MAX).max(1);
-                Disposition::Retry {
-                    delay_s: delay_s.min(self.settings.retry_delay_s_max).min(VISIBILITY_S_MAX),
-                    why: "another execution holds the lease".into(),
-                }
-            }
-            // `acquire` turns these into a new attempt or an error; they never come back.
-            Seen::Absent | Seen::Free => self.retry(receive_count, "the lease changed hands while acquiring".into()),
-        }
+        Handled { request: Some(summary), disposition }
     }
 
-    /// Takes the lease, or reports what holds it. Returns `Seen::Mine` on success.
+    async fn process(&self, request: &Request, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
+        let settings = &self.settings;
+        let receive_count = delivery.receive_count;
+        let now_ms = self.clock.now_ms();
+        let deadline = RequestDeadline::of(
+            delivery.sent_ms.unwrap_or(now_ms),
+            request.service_timeout_s(),
+            request.response_url.presigned_expiry_ms(),
+            settings.deadline_ceiling_s,
+        );
+        let owner =
+            format!("{}/{}/{}", settings.region, invocation.id, hex_prefix(&self.random.next_u64().to_be_bytes(), 8));
+        let activity = match settings.role {
+            Role::Primary => self.control.activity().await.unwrap_or_else(|error| {
+                tracing::warn!(%error, "no answer from the active-region control; acting as active");
+                Activity::Active
+            }),
+            // A secondary's decisions do not depend on it: see `decision`.
+            Role::Secondary => Activity::Standby,
+        };
+
+        let mut seen = match first_step(settings.role, activity) {
+            FirstStep::Acquire => self.acquire(request, &owner).await,
+            FirstStep::Read => self.read(request, &owner).await,
+        };
+        for _ in 0..DECISIONS_MAX {
+            let current = match seen {
+                Ok(current) => current,
+                Err(error) => {
+                    return self.retry(receive_count, &deadline, format!("could not reach the lease store: {error}"));
+                }
+            };
+            let near = deadline.is_near(self.clock.now_ms(), settings.deadline_margin_ms);
+            match decide(&current, settings.role, activity, near) {
+                Action::Acquire => seen = self.acquire(request, &owner).await,
+                Action::Run { fence } => {
+                    return self.run_and_answer(request, fence, &deadline, receive_count, invocation).await;
+                }
+                Action::FailWithoutRunning { fence } => {
+                    tracing::Span::current().record("fence", fence);
+                    let reason = format!(
+                        "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
+                        describe(request),
+                        deadline.describe(),
+                    );
+                    tracing::error!(reason, "deadline near and nothing committed");
+                    return self
+                        .commit_and_deliver(request, fence, Outcome::failed(reason), &deadline, receive_count)
+                        .await;
+                }
+                Action::Deliver { fence, response } => {
+                    tracing::Span::current().record("fence", fence);
+                    tracing::info!("found a committed response that was never delivered; sending the stored bytes");
+                    return match self.deliver(request, fence, &response).await {
+                        Ok(()) => Disposition::Done(Done::Replayed { fence }),
+                        Err(error) => self.retry(receive_count, &deadline, error.to_string()),
+                    };
+                }
+                Action::Drop(done) => return Disposition::Done(done),
+                Action::BackOff { until_ms } => {
+                    let jitter_ms = self.random.below_or_equal(settings.heartbeat_ms.min(5_000));
+                    return self.come_back(until_ms + jitter_ms, &deadline, "another execution holds the lease");
+                }
+                Action::Leave => {
+                    let until_ms = self.clock.now_ms() + u64::from(settings.standby_retry_s) * 1000;
+                    return self.come_back(until_ms, &deadline, "this region is on standby; the active region answers");
+                }
+            }
+        }
+        self.retry(receive_count, &deadline, "the record kept changing while deciding".into())
+    }
+
+    /// Takes the lease, or reports the record that refused it. `Seen::Mine` on success.
     async fn acquire(&self, request: &Request, owner: &str) -> Result<Seen, StoreError> {
         let settings = &self.settings;
         let mut last = StoreError::Transient("no attempt was made".into());
@@ -224,15 +314,9 @@ impl Worker {
                     tracing::info!(fence, "lease acquired");
                     return Ok(Seen::Mine { fence });
                 }
+                // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
-                    match record.seen_by(&request.fingerprint, owner, now_ms, settings.skew_ms) {
-                        // Our own earlier attempt was applied and its reply lost.
-                        mine @ Seen::Mine { .. } => return Ok(mine),
-                        Seen::Free | Seen::Absent => {
-                            last = StoreError::Transient("the record changed while acquiring".into())
-                        }
-                        other => return Ok(other),
-                    }
+                    return Ok(record.seen_by(&request.fingerprint, owner, now_ms, settings.skew_ms));
                 }
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "acquire outcome unknown; reading the record back");
@@ -252,41 +336,86 @@ impl Worker {
         Err(last)
     }
 
+    /// A consistent read of the record, classified for this delivery.
+    async fn read(&self, request: &Request, owner: &str) -> Result<Seen, StoreError> {
+        let mut last = StoreError::Transient("no attempt was made".into());
+        for attempt in 1..=self.settings.store_attempts_max.max(1) {
+            match self.store_call(self.store.read(&request.key)).await {
+                Ok(record) => {
+                    let now_ms = self.clock.now_ms();
+                    return Ok(Seen::of(record.as_ref(), &request.fingerprint, owner, now_ms, self.settings.skew_ms));
+                }
+                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) => last = error,
+            }
+            self.store_backoff(attempt).await;
+        }
+        Err(last)
+    }
+
     async fn run_and_answer(
         &self,
         request: &Request,
         fence: u64,
+        deadline: &RequestDeadline,
         receive_count: u32,
         invocation: &Invocation,
     ) -> Disposition {
         tracing::Span::current().record("fence", fence);
-        let run_deadline_ms = invocation.deadline_ms.saturating_sub(self.settings.reserve_ms);
-        let outcome = match self.supervise(request, fence, run_deadline_ms).await {
+        let reserve_ms = self.settings.reserve_ms;
+        let (end_ms, end, advice) = if deadline.at_ms < invocation.deadline_ms {
+            (deadline.at_ms, format!("the request's deadline, set by {}", deadline.describe()), "")
+        } else {
+            let advice = "; raise the function timeout or make the provider faster";
+            (invocation.deadline_ms, "the Lambda invocation's deadline".to_owned(), advice)
+        };
+        let reason = format!(
+            "{} did not finish before {end} (less {} s kept to answer){advice}",
+            describe(request),
+            reserve_ms / 1000
+        );
+        let outcome = match self.supervise(request, fence, end_ms.saturating_sub(reserve_ms), reason).await {
             Run::Finished(outcome) => outcome,
             Run::LeaseLost => {
-                return self
-                    .retry(receive_count, "the lease was taken over while the provider ran; nothing committed".into());
+                let why = "the lease was taken over while the provider ran; nothing committed".into();
+                return self.retry(receive_count, deadline, why);
             }
         };
+        self.commit_and_deliver(request, fence, outcome, deadline, receive_count).await
+    }
+
+    /// Builds the body, commits it under `fence`, and PUTs what was committed.
+    async fn commit_and_deliver(
+        &self,
+        request: &Request,
+        fence: u64,
+        outcome: Outcome,
+        deadline: &RequestDeadline,
+        receive_count: u32,
+    ) -> Disposition {
         let body = response::build(request, outcome);
         let committed = match self.commit(request, fence, &body).await {
             Ok(Committed::Yes(bytes)) => bytes,
             Ok(Committed::Lost) => {
-                return self.retry(receive_count, "the lease was taken over before the commit; nothing sent".into());
+                let why = "the lease was taken over before the commit; nothing sent".into();
+                return self.retry(receive_count, deadline, why);
             }
-            Err(error) => return self.retry(receive_count, format!("could not commit the response: {error}")),
+            Err(error) => {
+                return self.retry(receive_count, deadline, format!("could not commit the response: {error}"));
+            }
         };
         let status = ResponseBody::parse(&committed).map(|b| b.status).unwrap_or(Status::Failed);
         tracing::info!(?status, bytes = committed.len(), "response committed");
         match self.deliver(request, fence, &committed).await {
             Ok(()) => Disposition::Done(Done::Answered { fence, status }),
-            Err(error) => self.retry(receive_count, error.to_string()),
+            Err(error) => self.retry(receive_count, deadline, error.to_string()),
         }
     }
 
     /// Runs the provider (with retries of transient errors) while heartbeating the lease, until
-    /// it finishes, the lease is lost, or `run_deadline_ms` passes.
-    async fn supervise(&self, request: &Request, fence: u64, run_deadline_ms: u64) -> Run {
+    /// it finishes, the lease is lost, or `run_deadline_ms` passes (then the answer is FAILED
+    /// with `late_reason`).
+    async fn supervise(&self, request: &Request, fence: u64, run_deadline_ms: u64, late_reason: String) -> Run {
         let lease_lost = Arc::new(AtomicBool::new(false));
         let context = ProviderContext::new(
             Fence { scope: fence_scope(request), value: fence },
@@ -352,15 +481,8 @@ impl Worker {
                 Run::LeaseLost
             }
             None => {
-                let budget_s = run_deadline_ms.saturating_sub(self.clock.now_ms().min(run_deadline_ms)) / 1000;
-                tracing::error!(budget_s, "provider did not finish before the invocation deadline; answering FAILED");
-                Run::Finished(Outcome::failed(format!(
-                    "{} {} did not finish before the Lambda invocation's deadline (less {} s kept to answer); \
-                     raise the function timeout or make the provider faster",
-                    request.resource_type().unwrap_or("the resource"),
-                    request.kind().map(RequestKind::as_str).unwrap_or("request"),
-                    self.settings.reserve_ms / 1000,
-                )))
+                tracing::error!(late_reason, "provider did not finish in time; answering FAILED");
+                Run::Finished(Outcome::failed(late_reason))
             }
         }
     }
@@ -368,11 +490,7 @@ impl Worker {
     /// The provider call with bounded retries of transient errors. `Err(())` is reserved for
     /// the supervisor's lease-lost signal and never produced here.
     async fn run_provider(&self, request: &Request, context: &ProviderContext) -> Result<Outcome, ()> {
-        let label = format!(
-            "{} {}",
-            request.resource_type().unwrap_or("the resource"),
-            request.kind().map(RequestKind::as_str).unwrap_or("request")
-        );
+        let label = describe(request);
         let attempts_max = self.settings.provider_attempts_max.max(1);
         for attempt in 1..=attempts_max {
             match self.router.run(request, context).await {
@@ -473,17 +591,35 @@ impl Worker {
         self.clock.sleep_ms(delay_ms).await;
     }
 
-    /// A retry whose delay grows with the receive count, with full jitter.
-    fn retry(&self, receive_count: u32, why: String) -> Disposition {
+    /// A retry after a failure: the delay grows with the receive count, with full jitter.
+    fn retry(&self, receive_count: u32, deadline: &RequestDeadline, why: String) -> Disposition {
         let delay_ms = full_jitter_ms(
             self.random.as_ref(),
             receive_count.saturating_sub(1),
             1_000,
             u64::from(self.settings.retry_delay_s_max) * 1000,
         );
-        let delay_s = u32::try_from(delay_ms.div_ceil(1000)).unwrap_or(VISIBILITY_S_MAX).clamp(1, VISIBILITY_S_MAX);
-        Disposition::Retry { delay_s, why }
+        self.come_back(self.clock.now_ms() + delay_ms, deadline, &why)
     }
+
+    /// Brings the message back at `until_ms`, but never later than the deadline allows (with
+    /// time left to answer), nor sooner than SQS's one-second granularity.
+    fn come_back(&self, until_ms: u64, deadline: &RequestDeadline, why: &str) -> Disposition {
+        let until_ms = until_ms.min(deadline.latest_wake_ms(self.settings.deadline_margin_ms));
+        let wait_ms = until_ms.saturating_sub(self.clock.now_ms());
+        let cap_s = self.settings.retry_delay_s_max.min(VISIBILITY_S_MAX);
+        let delay_s = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(cap_s).clamp(1, cap_s.max(1));
+        Disposition::Retry { delay_s, why: why.to_owned() }
+    }
+}
+
+/// "Custom::Echo Create", for Reasons.
+fn describe(request: &Request) -> String {
+    format!(
+        "{} {}",
+        request.resource_type().unwrap_or("the resource"),
+        request.kind().map(RequestKind::as_str).unwrap_or("request")
+    )
 }
 
 /// The scope providers' fenced writes are keyed by: one per request.

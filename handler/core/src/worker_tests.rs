@@ -6,7 +6,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
+use crate::control::FixedActivity;
+use crate::decision::{Activity, Role};
 use crate::echo::{ECHO_TYPE, Echo};
 use crate::lease::LeaseRecord;
 use crate::memory_store::MemoryLeaseStore;
@@ -42,25 +44,30 @@ impl Harness {
     }
 
     fn worker(&self, region: &str) -> Worker {
+        self.worker_as(region, Role::Primary, Activity::Active)
+    }
+
+    fn worker_as(&self, region: &str, role: Role, activity: Activity) -> Worker {
         let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Counting", self.counting.clone());
-        Worker::new(
-            self.store.clone(),
-            self.sink.clone(),
-            Arc::new(router),
-            Arc::new(self.clock.clone()),
-            Arc::new(SplitMix64::new(7)),
-            InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) },
-            settings(region),
-        )
+        let ports = Ports {
+            store: self.store.clone(),
+            sink: self.sink.clone(),
+            router: Arc::new(router),
+            clock: Arc::new(self.clock.clone()),
+            random: Arc::new(SplitMix64::new(7)),
+            control: Arc::new(FixedActivity(activity)),
+        };
+        let input = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
+        Worker::new(ports, input, Settings { role, ..settings(region) })
     }
 
     fn invocation(&self, budget_ms: u64) -> Invocation {
-        Invocation { id: "inv".into(), deadline_ms: crate::clock::Clock::now_ms(&self.clock) + budget_ms }
+        Invocation { id: "inv".into(), deadline_ms: self.clock.now_ms() + budget_ms }
     }
 
     fn handle(&self, worker: &Worker, body: &str) -> Disposition {
         let invocation = self.invocation(900_000);
-        drive(&self.clock, worker.handle(Delivery { body: Some(body), receive_count: 1 }, &invocation))
+        drive(&self.clock, worker.handle(Delivery { body: Some(body), receive_count: 1, sent_ms: None }, &invocation))
     }
 
     fn record(&self) -> LeaseRecord {
@@ -75,6 +82,7 @@ impl Harness {
 fn settings(region: &str) -> Settings {
     Settings {
         region: region.into(),
+        role: Role::Primary,
         lease_ms: 10_000,
         skew_ms: 1_000,
         heartbeat_ms: 3_000,
@@ -89,6 +97,9 @@ fn settings(region: &str) -> Settings {
         put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 },
         retention_ms: 86_400_000,
         retry_delay_s_max: 900,
+        standby_retry_s: 30,
+        deadline_ceiling_s: 3_600,
+        deadline_margin_ms: 20_000,
     }
 }
 
@@ -156,8 +167,8 @@ fn s1_concurrent_duplicates_run_the_provider_once() {
     let body = request("Create", "Custom::Counting", json!({"DelayMs": "4000"}), URL);
     let invocation = h.invocation(900_000);
     let both = futures_util::future::join(
-        east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
-        west.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
     );
     let (first, second) = drive(&h.clock, both);
     assert_eq!(answered(&first), (1, Status::Success));
@@ -176,7 +187,7 @@ fn crash_after_acquire_is_taken_over_with_a_higher_fence() {
     let invocation = h.invocation(900_000);
     let crashed = drive_until(
         &h.clock,
-        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
         || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Running),
     );
     assert!(crashed.is_none(), "the worker was dropped mid-provider");
@@ -199,7 +210,7 @@ fn crash_between_commit_and_put_replays_the_stored_bytes() {
     let invocation = h.invocation(900_000);
     let crashed = drive_until(
         &h.clock,
-        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation),
+        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
         || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Committed),
     );
     assert!(crashed.is_none());
@@ -255,12 +266,15 @@ fn a_lost_lease_means_no_commit_and_no_put() {
     let east = h.worker("us-east-1");
     let west = h.worker("us-west-2");
     let invocation = h.invocation(900_000);
-    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation);
+    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
     let west_run = async {
         // West arrives after the lease (10 s) and skew (1 s) have passed, before east's 12 s tick.
         h.clock.sleep_ms(11_500).await;
-        west.handle(Delivery { body: Some(&echo_create(json!({"DelayMs": "30000"}))), receive_count: 1 }, &invocation)
-            .await
+        west.handle(
+            Delivery { body: Some(&echo_create(json!({"DelayMs": "30000"}))), receive_count: 1, sent_ms: None },
+            &invocation,
+        )
+        .await
     };
     // East's fourth heartbeat (at 12 s) reaches the store after west took over: it learns it lost.
     let (east_result, west_result) = drive(&h.clock, futures_util::future::join(east_run, west_run));
@@ -278,11 +292,12 @@ fn l1_a_provider_past_the_deadline_is_answered_failed() {
     let worker = h.worker("us-east-1");
     let invocation = h.invocation(20_000);
     let body = echo_create(json!({"DelayMs": "600000"}));
-    let disposition = drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation));
+    let disposition =
+        drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
     assert_eq!(answered(&disposition), (1, Status::Failed));
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert!(reason.contains("did not finish before the Lambda invocation's deadline"), "{reason}");
-    assert!(crate::clock::Clock::now_ms(&h.clock) < invocation.deadline_ms, "answered before the deadline");
+    assert!(h.clock.now_ms() < invocation.deadline_ms, "answered before the deadline");
 }
 
 #[test]
@@ -433,10 +448,10 @@ fn s1_a_stale_commit_is_rejected() {
     }
     let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
     let invocation = h.invocation(900_000);
-    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation);
+    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
     let west_run = async {
         h.clock.sleep_ms(11_500).await;
-        west.handle(Delivery { body: Some(&body), receive_count: 1 }, &invocation).await
+        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation).await
     };
     let (east_result, west_result) = drive(&h.clock, futures_util::future::join(east_run, west_run));
     assert!(
@@ -445,4 +460,113 @@ fn s1_a_stale_commit_is_rejected() {
     );
     assert_eq!(answered(&west_result), (2, Status::Success));
     assert_eq!(h.sink.bodies(URL).len(), 1, "only the fence-2 execution PUT");
+}
+
+/// Runs `body` through `worker` as a delivery sent `sent_ago_ms` ago.
+fn handle_sent(h: &Harness, worker: &Worker, body: &str, sent_ago_ms: u64) -> Disposition {
+    let invocation = h.invocation(900_000);
+    let sent_ms = Some(h.clock.now_ms() - sent_ago_ms);
+    drive(&h.clock, worker.handle(Delivery { body: Some(body), receive_count: 1, sent_ms }, &invocation))
+}
+
+#[test]
+fn a_standby_primary_reads_first_and_leaves_new_work() {
+    let h = Harness::new();
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    assert_eq!(
+        h.handle(&standby, &body),
+        Disposition::Retry { delay_s: 30, why: "this region is on standby; the active region answers".into() }
+    );
+    assert_eq!((h.store.calls(Op::Read), h.store.calls(Op::Acquire)), (1, 0), "read, never acquire");
+    assert!(h.memory.snapshot().is_empty() && h.sink.all().is_empty(), "no new work started");
+
+    // The secondary's delayed copy finds no record: the primary missed it, so it runs it.
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    assert_eq!(answered(&h.handle(&secondary, &body)), (1, Status::Success));
+    assert!(h.record().owner.starts_with("us-west-2/"));
+    // The primary's copy comes back and finds it answered.
+    assert_eq!(h.handle(&standby, &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.counting.calls(), 1);
+    assert_eq!(h.store.calls(Op::Acquire), 1, "only the secondary ever acquired");
+}
+
+#[test]
+fn a_secondary_copy_after_the_primary_answered_costs_one_refused_acquire() {
+    let h = Harness::new();
+    let body = echo_create(json!({}));
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Success));
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    assert_eq!(h.handle(&secondary, &body), Disposition::Done(Done::Duplicate));
+    assert_eq!((h.store.calls(Op::Acquire), h.store.calls(Op::Read)), (2, 0));
+}
+
+#[test]
+fn a_standby_primary_takes_over_an_expired_lease() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "60000"}));
+    let invocation = h.invocation(900_000);
+    let crashed = drive_until(
+        &h.clock,
+        h.worker_as("us-west-2", Role::Secondary, Activity::Active)
+            .handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Running),
+    );
+    assert!(crashed.is_none());
+    h.clock.advance_ms(11_001);
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    assert_eq!(answered(&h.handle(&standby, &body)), (2, Status::Success), "RUNNING and expired: take over");
+}
+
+#[test]
+fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
+    let h = Harness::new();
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
+    // Sent 30 s ago with a 60 s ServiceTimeout: 30 s left, more than the 20 s margin.
+    assert!(
+        matches!(handle_sent(&h, &standby, &body, 30_000), Disposition::Retry { delay_s: 10, .. }),
+        "wakes at deadline - margin"
+    );
+    // Sent 45 s ago: 15 s left, inside the margin, and nobody has answered.
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    assert_eq!(h.counting.calls(), 0, "the provider was not started so close to the deadline");
+    let reason = h.bodies(URL)[0].reason.clone().expect("reason");
+    assert_eq!(
+        reason,
+        "no region could run Custom::Counting Create before the request's deadline, set by the resource's ServiceTimeout; \
+         answering FAILED rather than letting CloudFormation wait"
+    );
+}
+
+#[test]
+fn l1_backoff_never_waits_past_the_deadline() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "5000", "ServiceTimeout": "120"}));
+    let invocation = h.invocation(900_000);
+    // East holds a 10 s lease; west's copy was sent 95 s ago, so only 25 s are left: it may
+    // wait 5 s at most (deadline - 20 s margin), not until the lease ends (11 s).
+    let east = h.worker("us-east-1");
+    let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let sent_ms = Some(h.clock.now_ms() - 95_000);
+    let both = futures_util::future::join(
+        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+    );
+    let (first, second) = drive(&h.clock, both);
+    assert_eq!(answered(&first).1, Status::Success);
+    assert!(matches!(second, Disposition::Retry { delay_s: 5, .. }), "{second:?}");
+}
+
+#[test]
+fn l1_a_provider_is_bounded_by_the_request_deadline_too() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "600000", "ServiceTimeout": "60"}));
+    assert_eq!(answered(&handle_sent(&h, &h.worker("us-east-1"), &body, 0)), (1, Status::Failed));
+    let reason = h.bodies(URL)[0].reason.clone().expect("reason");
+    assert_eq!(
+        reason,
+        "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 5 s kept to answer)"
+    );
+    assert!(h.clock.now_ms() <= START_MS + 60_000, "answered within the ServiceTimeout");
 }

@@ -1,5 +1,7 @@
 //! Adapters: the ports of `cfn_once_core` implemented on AWS services and HTTP.
 
+pub mod arc;
+pub mod control_table;
 mod dynamodb_errors;
 pub mod dynamodb_lease;
 pub mod http_sink;

@@ -1,32 +1,37 @@
 //! `cfn-once demo`: the product, end to end, on this machine.
 //!
-//! Starts moto (or uses a running one), provisions what the templates would (the ServiceToken
-//! topic in the customer region, the primary region's queue and DLQ, the lease table, a response
-//! bucket, an item table), runs the handler behind the local event source mapping, and sends
-//! the sample requests in `events/` the way CloudFormation does: published to the topic, each
-//! with a fresh RequestId and a presigned ResponseURL. It shows who answered each request, how
-//! fast, and what; then checks that every request was answered exactly once.
+//! Starts moto (or uses a running one), provisions the two-region environment (the ServiceToken
+//! topic in the customer region, a queue and DLQ per handler region with the secondary's
+//! delayed, the lease table, a response bucket, an item table), runs both regional handlers
+//! behind local event source mappings, and then:
+//!
+//! 1. sends the sample requests in `events/` the way CloudFormation does (published to the
+//!    topic, each with a fresh RequestId and a presigned ResponseURL) and shows which region
+//!    answered each, how fast, and what;
+//! 2. runs a failover drill (control to the secondary, probe, control back, probe);
+//! 3. stops the primary's worker, sends a probe, and times the secondary's takeover;
+//! 4. waits for every queue to drain and counts every PUT: it exits 0 only if each request was
+//!    answered exactly once and the DLQs are empty.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use aws_sdk_dynamodb::types::KeyType;
 use cfn_once_core::lease::LeaseStore;
 use cfn_once_core::request::RequestKey;
-use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::response::ResponseBody;
 use serde_json::Value;
 
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
-use crate::app::App;
 use crate::clock::random_seed;
-use crate::config::Config;
-use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
+use crate::local::drill::{self, DrillOptions, DrillTarget};
+use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
 use crate::local::moto::MotoServer;
-use crate::local::provision::{self, QueueSettings};
+use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
+use crate::local::provision;
+use crate::local::report::status_name;
 
 /// The sample requests, in the order a stack's life would send them.
 pub const SAMPLE_EVENTS: [&str; 6] = [
@@ -38,8 +43,6 @@ pub const SAMPLE_EVENTS: [&str; 6] = [
     "create-bad-property.json",
 ];
 
-const CUSTOMER_REGION: &str = "us-east-2";
-const PRIMARY_REGION: &str = "us-east-1";
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What to run against.
@@ -49,17 +52,20 @@ pub struct DemoOptions {
     pub endpoint_url: Option<String>,
     pub python: PathBuf,
     pub events_dir: PathBuf,
+    /// The secondary queue's DelaySeconds.
+    pub secondary_delay_s: u32,
 }
 
 /// One request's fate.
 #[derive(Debug, Clone)]
 struct Row {
-    event: String,
+    label: String,
     request_type: String,
     resource_type: String,
-    status: Option<Status>,
+    status: Option<String>,
     region: String,
-    latency_ms: u128,
+    latency_ms: Option<u128>,
+    key: String,
     puts: usize,
     detail: String,
 }
@@ -79,87 +85,116 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         (None, Some(moto)) => moto.endpoint().to_owned(),
         (None, None) => unreachable!("moto is started when no endpoint is given"),
     };
-    println!(
-        "cfn-once demo: local AWS at {endpoint}; customer region {CUSTOMER_REGION}, primary region {PRIMARY_REGION}"
-    );
-
     let suffix = format!("{:06x}", random_seed() & 0xff_ffff);
-    let names = Names {
-        topic: format!("cfn-once-demo-token-{suffix}"),
-        queue: format!("cfn-once-demo-primary-{suffix}"),
-        table: format!("cfn-once-demo-leases-{suffix}"),
-        bucket: format!("cfn-once-demo-responses-{suffix}"),
-        item_table: "cfn-once-example-settings".to_owned(),
-    };
-    step("provisioning topic, queue + DLQ, lease table, item table, response bucket");
-    let primary_sdk = provision::sdk_config(&endpoint, PRIMARY_REGION).await;
-    let customer_sdk = provision::sdk_config(&endpoint, CUSTOMER_REGION).await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&primary_sdk);
-    let sqs = aws_sdk_sqs::Client::new(&primary_sdk);
-    let sns = aws_sdk_sns::Client::new(&customer_sdk);
-    let s3 =
-        aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&primary_sdk).force_path_style(true).build());
-    provision::create_lease_table(&dynamodb, &names.table).await?;
-    if let Err(error) = provision::create_table(&dynamodb, &names.item_table, &[("pk", KeyType::Hash)]).await {
-        // A reused moto may already have it from an earlier run.
-        if !format!("{error:#}").contains("ResourceInUse") {
-            return Err(error);
+    step(&format!("provisioning two regions on {endpoint} (secondary queue delay {} s)", options.secondary_delay_s));
+    let env = LocalEnvironment::provision(
+        &endpoint,
+        &EnvironmentOptions {
+            name: format!("cfn-once-demo-{suffix}"),
+            secondary_delay_s: options.secondary_delay_s,
+            visibility_timeout_s: 60,
+            max_receive_count: 5,
+            raw_delivery: false,
+        },
+    )
+    .await?;
+    let file = &env.file;
+    println!(
+        "  topic in {} -> primary queue in {} (no delay) and secondary queue in {} ({} s delay)",
+        file.customer_region, file.primary_region, file.secondary_region, options.secondary_delay_s
+    );
+    let mut pair = RegionPair::start(&env, &LOCAL_SETTINGS, |_| None).await?;
+    step("handlers running in both regions behind local event source mappings");
+
+    let rows = send_samples(&env, &options.events_dir, &suffix).await?;
+    print_table("sample requests", &rows);
+
+    let target = DrillTarget::from_env_file(file);
+    step("failover drill");
+    let drill = drill::run(&target, DrillOptions { settle_ms: LOCAL_SETTLE_MS, answer_timeout_ms: 60_000 }, |line| {
+        println!("  .. {line}")
+    })
+    .await?;
+    println!("{}", indent(&drill.render()));
+
+    step(&format!("stopping the primary's worker ({}) and sending a probe", file.primary_region));
+    pair.primary.kill().await;
+    // The killed worker's last long poll is still open on the server side; a message arriving
+    // during it would be handed to the dead poller and stay invisible for the visibility
+    // timeout, exactly as with a real poller that died. Let it lapse before probing.
+    tokio::time::sleep(Duration::from_millis(
+        u64::try_from(crate::local::pair::ESM_SETTINGS.wait_time_s).unwrap_or(1) * 1000 + 500,
+    ))
+    .await;
+    let failover =
+        drill::probe_once(&target, 60_000, "probe with the primary's worker down", &file.secondary_region).await?;
+    println!(
+        "  {} answered by {} in {} ms (secondary queue delay {} s)",
+        if failover.passed { "ok  " } else { "FAIL" },
+        failover.answered_by.as_deref().unwrap_or("nobody"),
+        failover.latency_ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
+        options.secondary_delay_s
+    );
+    pair.primary.start();
+    step("primary's worker restarted");
+
+    step("waiting for every queue to drain, then counting every PUT");
+    let sqs_primary = aws_sdk_sqs::Client::new(&env.sdk(&file.primary_region).await);
+    let sqs_secondary = aws_sdk_sqs::Client::new(&env.sdk(&file.secondary_region).await);
+    let drained =
+        wait_for_drain(&[(&sqs_primary, &file.queues.primary), (&sqs_secondary, &file.queues.secondary)]).await?;
+    let dlq_messages = provision::queue_depth(&sqs_primary, &file.queues.primary_dlq).await?
+        + provision::queue_depth(&sqs_secondary, &file.queues.secondary_dlq).await?;
+    pair.stop().await;
+
+    let s3 = s3_client(&env.sdk(&file.primary_region).await);
+    let mut keys: Vec<String> = rows.iter().map(|row| row.key.clone()).collect();
+    keys.extend(drill.probes.iter().map(|probe| probe.response_key.clone()));
+    keys.push(failover.response_key.clone());
+    let mut once = 0;
+    for key in &keys {
+        let puts = provision::response_versions(&s3, &file.response_bucket, key).await?.len();
+        if puts == 1 {
+            once += 1;
+        } else {
+            println!("  ! {key} received {puts} PUTs");
         }
     }
-    provision::create_response_bucket(&s3, &names.bucket).await?;
-    let queues = provision::create_queue_pair(
-        &sqs,
-        &names.queue,
-        QueueSettings { delay_s: 0, visibility_timeout_s: 180, max_receive_count: 5 },
-    )
-    .await?;
-    let topic_arn = provision::create_topic(&sns, &names.topic).await?;
-    provision::subscribe_queue(&sns, &topic_arn, &queues.arn, false).await?;
+    let passed = once == keys.len() && drained && dlq_messages == 0 && drill.passed && failover.passed;
+    println!(
+        "\n{once}/{} requests answered exactly once (samples, drill probes, failover probe); queues {}; DLQs hold {dlq_messages} message(s).",
+        keys.len(),
+        if drained { "drained" } else { "NOT drained" }
+    );
+    println!("{}", if passed { "demo passed" } else { "demo FAILED" });
+    Ok(passed)
+}
 
-    let vars: HashMap<&str, String> = HashMap::from([
-        ("AWS_REGION", PRIMARY_REGION.to_owned()),
-        ("CFN_ONCE_TABLE", names.table.clone()),
-        ("CFN_ONCE_TOPIC_ARNS", topic_arn.clone()),
-        ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{endpoint}/{}/", names.bucket)),
-        ("CFN_ONCE_ITEM_TABLES", names.item_table.clone()),
-    ]);
-    let config = Config::from_lookup(|name| vars.get(name).cloned())?;
-    let app = Arc::new(App::from_config(&config, &primary_sdk)?);
-    let esm = LocalEventSourceMapping::new(
-        sqs.clone(),
-        &queues.url,
-        EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 },
-    )
-    .await?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let worker_app = Arc::clone(&app);
-    let worker = tokio::spawn(async move {
-        let handler = |event| crate::lambda::handle(&worker_app, event);
-        esm.run(handler, async { drop(stop_rx.await) }, |report| {
-            if let Err(error) = report {
-                eprintln!("  ! event source mapping: {error:#}");
-            }
-        })
-        .await;
-    });
-    step(&format!("worker running in {PRIMARY_REGION}: local event source mapping -> cfn-once handler"));
-
-    let store = DynamoLeaseStore::new(dynamodb.clone(), &names.table);
-    let stack_id = format!("arn:aws:cloudformation:{CUSTOMER_REGION}:123456789012:stack/cfn-once-demo/{suffix}");
+/// Sends the sample events one by one, each after the previous was answered.
+async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -> anyhow::Result<Vec<Row>> {
+    let file = &env.file;
+    let sns = aws_sdk_sns::Client::new(&env.sdk(&file.customer_region).await);
+    let s3 = s3_client(&env.sdk(&file.primary_region).await);
+    let store =
+        DynamoLeaseStore::new(aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await), &file.table_name);
+    let stack_id = format!("arn:aws:cloudformation:{}:123456789012:stack/cfn-once-demo/{suffix}", file.customer_region);
     let mut physical_ids: HashMap<String, String> = HashMap::new();
     let mut rows = Vec::new();
-    let mut keys = Vec::new();
-    println!("sending {} requests from {}:", SAMPLE_EVENTS.len(), options.events_dir.display());
+    step(&format!("sending {} sample requests from {}", SAMPLE_EVENTS.len(), events_dir.display()));
     for (index, event) in SAMPLE_EVENTS.iter().enumerate() {
-        let mut request = load_event(&options.events_dir.join(event))?;
+        let mut request = load_event(&events_dir.join(event))?;
         let request_id = format!("{:016x}-demo-{index}", random_seed());
         let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
         let key = format!("{logical}/{request_id}");
         request["RequestId"] = Value::String(request_id.clone());
         request["StackId"] = Value::String(stack_id.clone());
-        request["ServiceToken"] = Value::String(topic_arn.clone());
-        request["ResourceProperties"]["ServiceToken"] = Value::String(topic_arn.clone());
-        request["ResponseURL"] = Value::String(provision::presigned_put_url(&s3, &names.bucket, &key, 7_200).await?);
+        request["ServiceToken"] = Value::String(file.topic_arn.clone());
+        request["ResourceProperties"]["ServiceToken"] = Value::String(file.topic_arn.clone());
+        if request["ResourceProperties"].get("TableName").is_some() {
+            request["ResourceProperties"]["TableName"] = Value::String(env.item_table.clone());
+        }
+        request["ResponseURL"] =
+            Value::String(provision::presigned_put_url(&s3, &file.response_bucket, &key, 7_200).await?);
         if request.get("PhysicalResourceId").is_some()
             && let Some(id) = physical_ids.get(&logical)
         {
@@ -167,63 +202,43 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         }
         let request_type = request["RequestType"].as_str().unwrap_or("?").to_owned();
         let resource_type = request["ResourceType"].as_str().unwrap_or("?").to_owned();
-        print!("  [{}/{}] {request_type} {resource_type} {logical} ", index + 1, SAMPLE_EVENTS.len());
+        print!("  [{}/{}] {request_type} {resource_type} {logical} ... ", index + 1, SAMPLE_EVENTS.len());
         std::io::stdout().flush().ok();
 
         let sent_at = Instant::now();
-        sns.publish().topic_arn(&topic_arn).message(request.to_string()).send().await.context("publish")?;
-        let body = wait_for_answer(&s3, &names.bucket, &key, sent_at).await?;
-        let latency_ms = sent_at.elapsed().as_millis();
+        sns.publish().topic_arn(&file.topic_arn).message(request.to_string()).send().await.context("publish")?;
+        let body = wait_for_answer(&s3, &file.response_bucket, &key, sent_at).await?;
+        let latency_ms = body.as_ref().map(|_| sent_at.elapsed().as_millis());
         let parsed = body.as_deref().map(ResponseBody::parse).transpose().context("response is not JSON")?;
-        println!("{}", if parsed.is_some() { format!("answered in {latency_ms} ms") } else { "no answer".to_owned() });
+        println!("{}", latency_ms.map_or_else(|| "no answer".to_owned(), |ms| format!("answered in {ms} ms")));
         let record = store.read(&RequestKey { stack_id: stack_id.clone(), request_id }).await?;
         if let Some(parsed) = &parsed {
             physical_ids.insert(logical.clone(), parsed.physical_resource_id.clone());
         }
-        keys.push((rows.len(), key));
         rows.push(Row {
-            event: (*event).to_owned(),
+            label: (*event).to_owned(),
             request_type,
             resource_type,
-            status: parsed.as_ref().map(|p| p.status),
+            status: parsed.as_ref().map(|p| status_name(p.status).to_owned()),
             region: record.map(|r| r.owner.split('/').next().unwrap_or("?").to_owned()).unwrap_or_else(|| "-".into()),
             latency_ms,
+            key,
             puts: 0,
             detail: parsed.as_ref().map(detail).unwrap_or_else(|| "no response before the timeout".into()),
         });
     }
-
-    step("waiting for the queue to drain, then counting every PUT");
-    let drained = wait_for_drain(&sqs, &queues.url).await?;
-    for (row, key) in keys {
-        rows[row].puts = provision::response_versions(&s3, &names.bucket, &key).await?.len();
+    for row in &mut rows {
+        row.puts = provision::response_versions(&s3, &file.response_bucket, &row.key).await?.len();
     }
-    let dlq_depth = provision::queue_depth(&sqs, &queues.dlq_url).await?;
-    let _ = stop_tx.send(());
-    let _ = worker.await;
-
-    print_table(&rows);
-    let once = rows.iter().filter(|row| row.puts == 1).count();
-    let ok = once == rows.len() && drained && dlq_depth == 0;
-    println!(
-        "\n{once}/{} requests answered exactly once; queue {}; DLQ holds {dlq_depth} message(s).",
-        rows.len(),
-        if drained { "drained" } else { "NOT drained" }
-    );
-    println!("{}", if ok { "demo passed" } else { "demo FAILED" });
-    Ok(ok)
-}
-
-struct Names {
-    topic: String,
-    queue: String,
-    table: String,
-    bucket: String,
-    item_table: String,
+    Ok(rows)
 }
 
 fn step(what: &str) {
     println!("- {what}");
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
 fn load_event(path: &Path) -> anyhow::Result<Value> {
@@ -250,10 +265,15 @@ async fn wait_for_answer(
     Ok(None)
 }
 
-async fn wait_for_drain(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> anyhow::Result<bool> {
+/// Waits until every queue is empty (delayed and in-flight messages included).
+async fn wait_for_drain(queues: &[(&aws_sdk_sqs::Client, &String)]) -> anyhow::Result<bool> {
     let started = Instant::now();
     while started.elapsed() < ANSWER_TIMEOUT {
-        if provision::queue_depth(sqs, queue_url).await? == 0 {
+        let mut depth = 0;
+        for (sqs, url) in queues {
+            depth += provision::queue_depth(sqs, url).await?;
+        }
+        if depth == 0 {
             return Ok(true);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -267,7 +287,7 @@ fn detail(body: &ResponseBody) -> String {
         (None, false) => format!("Data {}", serde_json::to_string(&body.data).unwrap_or_default()),
         (None, true) => format!("PhysicalResourceId {}", body.physical_resource_id),
     };
-    shorten(&text, 70)
+    shorten(&text, 64)
 }
 
 fn shorten(text: &str, chars_max: usize) -> String {
@@ -279,24 +299,20 @@ fn shorten(text: &str, chars_max: usize) -> String {
     short
 }
 
-fn print_table(rows: &[Row]) {
-    let header = ["#", "request", "type", "resource", "status", "answered by", "ms", "PUTs", "response"];
+fn print_table(title: &str, rows: &[Row]) {
+    let header = ["#", title, "type", "resource", "status", "answered by", "ms", "PUTs", "response"];
     let cells: Vec<[String; 9]> = rows
         .iter()
         .enumerate()
         .map(|(index, row)| {
             [
                 (index + 1).to_string(),
-                row.event.clone(),
+                row.label.clone(),
                 row.request_type.clone(),
                 row.resource_type.clone(),
-                match row.status {
-                    Some(Status::Success) => "SUCCESS".into(),
-                    Some(Status::Failed) => "FAILED".into(),
-                    None => "-".into(),
-                },
+                row.status.clone().unwrap_or_else(|| "-".into()),
                 row.region.clone(),
-                row.latency_ms.to_string(),
+                row.latency_ms.map_or_else(|| "-".into(), |ms| ms.to_string()),
                 row.puts.to_string(),
                 row.detail.clone(),
             ]
@@ -304,7 +320,12 @@ fn print_table(rows: &[Row]) {
         .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|column| {
-            cells.iter().map(|row| row[column].chars().count()).chain([header[column].len()]).max().unwrap_or(0)
+            cells
+                .iter()
+                .map(|row| row[column].chars().count())
+                .chain([header[column].chars().count()])
+                .max()
+                .unwrap_or(0)
         })
         .collect();
     let line = |values: &[String]| {
@@ -317,4 +338,5 @@ fn print_table(rows: &[Row]) {
     for row in &cells {
         line(row);
     }
+    println!();
 }

@@ -22,6 +22,11 @@ use lambda_runtime::{Context as LambdaContext, LambdaEvent};
 use crate::clock::SystemClock;
 use cfn_once_core::clock::Clock;
 
+/// Pause after a failed poll before trying again.
+const ERROR_PAUSE_MS: u64 = 1_000;
+/// Pause after an empty poll, so a short long-poll wait does not spin.
+const IDLE_PAUSE_MS: u64 = 50;
+
 /// How the mapping polls and invokes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EsmSettings {
@@ -149,8 +154,9 @@ impl LocalEventSourceMapping {
         })
     }
 
-    /// Polls until `stop` resolves, reporting each batch to `on_batch`. Errors from SQS are
-    /// reported and retried after a pause, as Lambda's poller does.
+    /// Polls until `stop` resolves, reporting each batch to `on_batch`. `stop` is honoured
+    /// between batches, so a batch in hand is always settled. Errors from SQS are reported and
+    /// retried after a pause, as Lambda's poller does; an empty poll pauses briefly too.
     pub async fn run<F, Fut>(
         &self,
         handler: F,
@@ -162,15 +168,21 @@ impl LocalEventSourceMapping {
     {
         let mut stop = std::pin::pin!(stop);
         loop {
-            tokio::select! {
-                biased;
-                () = &mut stop => return,
-                report = self.poll_once(&handler) => {
-                    let failed = report.is_err();
-                    on_batch(report);
-                    if failed {
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
+            let stopped = std::future::poll_fn(|cx| std::task::Poll::Ready(stop.as_mut().poll(cx).is_ready())).await;
+            if stopped {
+                return;
+            }
+            let report = self.poll_once(&handler).await;
+            let pause_ms = match &report {
+                Err(_) => ERROR_PAUSE_MS,
+                Ok(report) if report.received == 0 => IDLE_PAUSE_MS,
+                Ok(_) => 0,
+            };
+            on_batch(report);
+            if pause_ms > 0 {
+                tokio::select! {
+                    () = &mut stop => return,
+                    () = tokio::time::sleep(Duration::from_millis(pause_ms)) => {}
                 }
             }
         }

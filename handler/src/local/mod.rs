@@ -2,6 +2,11 @@
 //! runs in Lambda, with only the endpoint changed.
 
 pub mod demo;
+pub mod drill;
+pub mod environment;
 pub mod esm;
 pub mod moto;
+pub mod pair;
 pub mod provision;
+pub mod report;
+pub mod worker;

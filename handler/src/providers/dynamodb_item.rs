@@ -6,6 +6,8 @@
 //!
 //! * `TableName`: the table; it must be allowed by `CFN_ONCE_ITEM_TABLES` and is never the
 //!   lease table;
+//! * `Region` (optional): the table's region; by default the stack's, so whichever of the two
+//!   handler regions answers writes the same table;
 //! * `Key`: the key attributes, e.g. `{"pk": "tenant#42"}` or `{"id": {"N": "7"}}`;
 //! * `Attributes` (optional): the other attributes.
 //!
@@ -13,14 +15,16 @@
 //! types are written as one typed value, as in DynamoDB JSON: `{"N": "5"}`, `{"BOOL": "true"}`,
 //! `{"NULL": "true"}`, `{"SS": [..]}`, `{"NS": [..]}`, `{"L": [..]}`, `{"M": {..}}`.
 //!
-//! The PhysicalResourceId is `dynamodb-item:<table>:<key as DynamoDB JSON>`, so changing the
-//! table or key replaces the resource (CloudFormation then deletes the old item), and a Delete
+//! The PhysicalResourceId is `dynamodb-item:<region>:<table>:<key as DynamoDB JSON>`, so changing
+//! the region, table or key replaces the resource (CloudFormation then deletes the old item), and a Delete
 //! for an id that is not of this shape (one CloudFormation generated for a Create that never
 //! answered) succeeds without touching anything.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::properties::PropertyError;
@@ -38,9 +42,12 @@ pub const DYNAMODB_ITEM_TYPE: &str = "Custom::DynamoDBItem";
 const ID_PREFIX: &str = "dynamodb-item:";
 
 /// The provider.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DynamoDbItem {
-    client: Client,
+    sdk: SdkConfig,
+    attempt_timeout_ms: u64,
+    /// One client per table region, made on first use.
+    clients: Mutex<HashMap<String, Client>>,
     allowed: ItemTables,
     lease_table: String,
 }
@@ -53,12 +60,29 @@ pub struct ItemProperties {
     pub key: Map<String, Value>,
     #[serde(default)]
     pub attributes: Map<String, Value>,
+    pub region: Option<String>,
 }
 
 impl DynamoDbItem {
-    /// A provider writing with `client`, to the tables `allowed` permits, never `lease_table`.
-    pub fn new(client: Client, allowed: ItemTables, lease_table: impl Into<String>) -> Self {
-        Self { client, allowed, lease_table: lease_table.into() }
+    /// A provider writing with `sdk`'s credentials to the tables `allowed` permits, never
+    /// `lease_table`.
+    pub fn new(sdk: &SdkConfig, attempt_timeout_ms: u64, allowed: ItemTables, lease_table: impl Into<String>) -> Self {
+        Self {
+            sdk: sdk.clone(),
+            attempt_timeout_ms,
+            clients: Mutex::new(HashMap::new()),
+            allowed,
+            lease_table: lease_table.into(),
+        }
+    }
+
+    fn table(&self, region: &str, table: &str) -> FencedTable {
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let client = clients
+            .entry(region.to_owned())
+            .or_insert_with(|| crate::app::dynamodb_client(&self.sdk, self.attempt_timeout_ms, region))
+            .clone();
+        FencedTable::new(client, table)
     }
 
     fn check_table(&self, table: &str) -> Result<(), ProviderError> {
@@ -92,8 +116,16 @@ impl DynamoDbItem {
                 PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
             );
         }
+        let region = match properties.region.clone().or_else(|| stack_region(&ctx.stack_id)) {
+            Some(region) if !region.is_empty() && !region.contains(':') => region,
+            _ => {
+                return Err(
+                    PropertyError::new("invalid property Region: name the table's region, e.g. us-east-1").into()
+                );
+            }
+        };
         let key_json = key_json(&properties.key)?;
-        let physical_resource_id = format!("{ID_PREFIX}{}:{key_json}", properties.table_name);
+        let physical_resource_id = format!("{ID_PREFIX}{region}:{}:{key_json}", properties.table_name);
         if physical_resource_id.len() > PHYSICAL_ID_BYTES_MAX {
             return Err(ProviderError::Failed(format!(
                 "TableName and Key are too long to name the resource: {} bytes, CloudFormation allows {PHYSICAL_ID_BYTES_MAX}",
@@ -102,12 +134,13 @@ impl DynamoDbItem {
         }
         let mut item: HashMap<String, AttributeValue> = key.into_iter().collect();
         item.extend(attributes);
-        FencedTable::new(self.client.clone(), &properties.table_name).put_item(&ctx.fence, item).await?;
-        tracing::info!(table = %properties.table_name, fence = ctx.fence.value, "item written");
+        self.table(&region, &properties.table_name).put_item(&ctx.fence, item).await?;
+        tracing::info!(table = %properties.table_name, region, fence = ctx.fence.value, "item written");
         Ok(ProviderOutput {
             physical_resource_id: Some(physical_resource_id),
             data: BTreeMap::from([
                 ("TableName".to_owned(), json!(properties.table_name)),
+                ("Region".to_owned(), json!(region)),
                 ("Key".to_owned(), json!(key_json)),
             ]),
             no_echo: false,
@@ -141,12 +174,12 @@ impl Provider for DynamoDbItem {
         physical_resource_id: &str,
         _properties: ItemProperties,
     ) -> Result<(), ProviderError> {
-        let Some((table, key)) = parse_physical_id(physical_resource_id) else {
+        let Some((region, table, key)) = parse_physical_id(physical_resource_id) else {
             tracing::info!("Delete of an id this provider never issued: nothing to delete");
             return Ok(());
         };
         self.check_table(&table)?;
-        match FencedTable::new(self.client.clone(), &table).delete_item(&ctx.fence, key).await {
+        match self.table(&region, &table).delete_item(&ctx.fence, key).await {
             Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }
@@ -269,9 +302,15 @@ fn key_json(key: &Map<String, Value>) -> Result<String, ProviderError> {
     Ok(serde_json::to_string(&canonical).unwrap_or_default())
 }
 
-/// The table and key an id of this provider names; `None` for any other id.
-fn parse_physical_id(id: &str) -> Option<(String, HashMap<String, AttributeValue>)> {
-    let (table, key_json) = id.strip_prefix(ID_PREFIX)?.split_once(':')?;
+/// The region in `arn:aws:cloudformation:<region>:<account>:stack/...`.
+fn stack_region(stack_id: &str) -> Option<String> {
+    stack_id.split(':').nth(3).filter(|region| !region.is_empty()).map(str::to_owned)
+}
+
+/// The region, table and key an id of this provider names; `None` for any other id.
+fn parse_physical_id(id: &str) -> Option<(String, String, HashMap<String, AttributeValue>)> {
+    let (region, rest) = id.strip_prefix(ID_PREFIX)?.split_once(':')?;
+    let (table, key_json) = rest.split_once(':')?;
     let key: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(key_json).ok()?;
     let mut attributes = HashMap::new();
     for (name, typed) in key {
@@ -282,7 +321,8 @@ fn parse_physical_id(id: &str) -> Option<(String, HashMap<String, AttributeValue
         };
         attributes.insert(name, attribute);
     }
-    (!table.is_empty() && !attributes.is_empty()).then(|| (table.to_owned(), attributes))
+    (!region.is_empty() && !table.is_empty() && !attributes.is_empty())
+        .then(|| (region.to_owned(), table.to_owned(), attributes))
 }
 
 #[cfg(test)]
@@ -320,12 +360,17 @@ mod tests {
         let key = json!({"pk": "tenant#42", "sk": {"N": "7"}});
         let key_json = key_json(key.as_object().expect("object")).expect("valid key");
         assert_eq!(key_json, r#"{"pk":{"S":"tenant#42"},"sk":{"N":"7"}}"#);
-        let id = format!("{ID_PREFIX}settings:{key_json}");
-        let (table, parsed) = parse_physical_id(&id).expect("ours");
-        assert_eq!(table, "settings");
+        let id = format!("{ID_PREFIX}eu-west-1:settings:{key_json}");
+        let (region, table, parsed) = parse_physical_id(&id).expect("ours");
+        assert_eq!((region.as_str(), table.as_str()), ("eu-west-1", "settings"));
         assert_eq!(parsed.get("pk"), Some(&AttributeValue::S("tenant#42".into())));
         assert_eq!(parsed.get("sk"), Some(&AttributeValue::N("7".into())));
         assert_eq!(parse_physical_id("demo-Thing-1A2B3C"), None, "CloudFormation-generated ids are not ours");
-        assert_eq!(parse_physical_id("dynamodb-item:t:not json"), None);
+        assert_eq!(parse_physical_id("dynamodb-item:us-east-1:t:not json"), None);
+        assert_eq!(parse_physical_id("dynamodb-item:t:{\"pk\":{\"S\":\"x\"}}"), None, "no region");
+        assert_eq!(
+            stack_region("arn:aws:cloudformation:us-east-2:123456789012:stack/s/guid").as_deref(),
+            Some("us-east-2")
+        );
     }
 }

@@ -10,9 +10,7 @@ use crate::config::Config;
 use dynamodb_item::{DYNAMODB_ITEM_TYPE, DynamoDbItem};
 
 /// `Custom::Echo` and `Custom::DynamoDBItem`, as every deployment serves them.
-pub fn standard_router(config: &Config, dynamodb: aws_sdk_dynamodb::Client) -> Router {
-    Router::new().register(ECHO_TYPE, Echo).register(
-        DYNAMODB_ITEM_TYPE,
-        DynamoDbItem::new(dynamodb, config.item_tables.clone(), config.table_name.clone()),
-    )
+pub fn standard_router(config: &Config, sdk: &aws_config::SdkConfig) -> Router {
+    let item = DynamoDbItem::new(sdk, config.store_timeout_ms, config.item_tables.clone(), config.table_name.clone());
+    Router::new().register(ECHO_TYPE, Echo).register(DYNAMODB_ITEM_TYPE, item)
 }

@@ -1,0 +1,186 @@
+//! The decision table (DESIGN §4): what one delivery does, given the record it sees, this
+//! region's role, whether this region is active, and whether the deadline is near.
+//!
+//! | record seen              | active              | standby primary      | standby secondary   |
+//! |--------------------------|---------------------|----------------------|---------------------|
+//! | none                     | acquire and run     | leave the message    | acquire and run     |
+//! | RUNNING, lease live      | back off to its end | back off to its end  | back off to its end |
+//! | RUNNING, lease expired   | take over           | take over            | take over           |
+//! | COMMITTED, not delivered | PUT stored bytes    | PUT stored bytes     | PUT stored bytes    |
+//! | COMMITTED and delivered  | drop                | drop                 | drop                |
+//! | COMMITTED, other attempt | acquire and run     | as for none          | acquire and run     |
+//!
+//! A standby secondary acts as an active region: its queue delays every copy, so a copy that
+//! finds no record means the primary missed it. A standby primary starts no new work, except
+//! that near the deadline any region answers FAILED rather than let the request time out. A
+//! lease this delivery holds (`Mine`) is run, or, near the deadline, answered FAILED at once.
+//! Only a standby primary needs to read the record before acting; everyone else tries to
+//! acquire and learns the record from the refusal, so no delivery both reads and acquires when
+//! one will do.
+
+use crate::lease::Seen;
+use crate::worker::Done;
+
+/// A regional deployment's configured role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    Secondary,
+}
+
+impl Role {
+    /// Parses `primary` or `secondary`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "primary" => Some(Self::Primary),
+            "secondary" => Some(Self::Secondary),
+            _ => None,
+        }
+    }
+
+    /// The configured spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Secondary => "secondary",
+        }
+    }
+}
+
+/// Whether this region is the one told to do the work right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    Active,
+    Standby,
+}
+
+/// How a delivery starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstStep {
+    /// Try to acquire; a refusal returns the record.
+    Acquire,
+    /// Read the record first (a standby primary must not take a lease for new work).
+    Read,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Acquire,
+    /// Run the provider under this fence.
+    Run {
+        fence: u64,
+    },
+    /// Holding the lease near the deadline: commit FAILED without running the provider.
+    FailWithoutRunning {
+        fence: u64,
+    },
+    /// PUT the committed bytes and mark them delivered.
+    Deliver {
+        fence: u64,
+        response: Vec<u8>,
+    },
+    /// Nothing left to do for this message.
+    Drop(Done),
+    /// Someone holds the lease: come back when it ends.
+    BackOff {
+        until_ms: u64,
+    },
+    /// Standby: leave the message for the active region, and look again later.
+    Leave,
+}
+
+/// The first step for this region.
+pub fn first_step(role: Role, activity: Activity) -> FirstStep {
+    match (role, activity) {
+        (Role::Primary, Activity::Standby) => FirstStep::Read,
+        _ => FirstStep::Acquire,
+    }
+}
+
+/// The decision table.
+pub fn decide(seen: &Seen, role: Role, activity: Activity, deadline_near: bool) -> Action {
+    let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
+    match seen {
+        Seen::Absent | Seen::NewAttempt if starts_new_work => Action::Acquire,
+        Seen::Absent | Seen::NewAttempt => Action::Leave,
+        Seen::Held { until_ms } => Action::BackOff { until_ms: *until_ms },
+        Seen::Expired => Action::Acquire,
+        Seen::Mine { fence } if deadline_near => Action::FailWithoutRunning { fence: *fence },
+        Seen::Mine { fence } => Action::Run { fence: *fence },
+        Seen::Committed { fence, response, delivered: false } => {
+            Action::Deliver { fence: *fence, response: response.clone() }
+        }
+        Seen::Committed { delivered: true, .. } => Action::Drop(Done::Duplicate),
+        Seen::Superseded => Action::Drop(Done::Superseded),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Activity::{Active, Standby};
+    use Role::{Primary, Secondary};
+
+    const COLUMNS: [(Role, Activity); 4] =
+        [(Primary, Active), (Secondary, Active), (Primary, Standby), (Secondary, Standby)];
+
+    /// One row of the table: the seen record, then the action for each column in `COLUMNS`.
+    fn row(seen: Seen, deadline_near: bool, expected: [Action; 4]) {
+        for ((role, activity), expected) in COLUMNS.into_iter().zip(expected) {
+            assert_eq!(
+                decide(&seen, role, activity, deadline_near),
+                expected,
+                "{seen:?}, {role:?} {activity:?}, deadline near: {deadline_near}"
+            );
+        }
+    }
+
+    fn all(action: Action) -> [Action; 4] {
+        [action.clone(), action.clone(), action.clone(), action]
+    }
+
+    #[test]
+    fn the_table_far_from_the_deadline() {
+        use Action::*;
+        row(Seen::Absent, false, [Acquire, Acquire, Leave, Acquire]);
+        row(Seen::Held { until_ms: 9 }, false, all(BackOff { until_ms: 9 }));
+        row(Seen::Expired, false, all(Acquire));
+        let bytes = b"{}".to_vec();
+        row(
+            Seen::Committed { fence: 2, response: bytes.clone(), delivered: false },
+            false,
+            all(Deliver { fence: 2, response: bytes.clone() }),
+        );
+        row(Seen::Committed { fence: 2, response: bytes, delivered: true }, false, all(Drop(Done::Duplicate)));
+        row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
+        row(Seen::Superseded, false, all(Drop(Done::Superseded)));
+        row(Seen::Mine { fence: 3 }, false, all(Run { fence: 3 }));
+    }
+
+    #[test]
+    fn near_the_deadline_every_region_answers() {
+        use Action::*;
+        row(Seen::Absent, true, all(Acquire));
+        row(Seen::NewAttempt, true, all(Acquire));
+        row(Seen::Mine { fence: 3 }, true, all(FailWithoutRunning { fence: 3 }));
+        // A live holder answers by the deadline itself: its run is bounded by it.
+        row(Seen::Held { until_ms: 9 }, true, all(BackOff { until_ms: 9 }));
+        row(Seen::Superseded, true, all(Drop(Done::Superseded)));
+    }
+
+    #[test]
+    fn only_a_standby_primary_reads_first() {
+        assert_eq!(first_step(Primary, Active), FirstStep::Acquire);
+        assert_eq!(first_step(Primary, Standby), FirstStep::Read);
+        assert_eq!(first_step(Secondary, Active), FirstStep::Acquire);
+        assert_eq!(first_step(Secondary, Standby), FirstStep::Acquire);
+    }
+
+    #[test]
+    fn roles_parse() {
+        assert_eq!(Role::parse("Primary"), Some(Primary));
+        assert_eq!(Role::parse("secondary"), Some(Secondary));
+        assert_eq!(Role::parse("tertiary"), None);
+    }
+}

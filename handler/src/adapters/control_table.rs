@@ -1,0 +1,81 @@
+//! The default active-region control: one item in the lease table.
+//!
+//! `pk = "control#active"`, `sk = "control"`, `active_region = <region>`. The lease table is an
+//! MRSC global table, so the item is strongly consistent in every region and costs nothing
+//! extra; the drill flips it with one PutItem. No item means the primary is active.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::DisplayErrorContext;
+use aws_sdk_dynamodb::types::AttributeValue;
+use cfn_once_core::control::{ActivitySource, ControlError};
+use cfn_once_core::decision::Activity;
+
+const CONTROL_PK: &str = "control#active";
+const CONTROL_SK: &str = "control";
+const ACTIVE_REGION: &str = "active_region";
+
+/// The control item of one lease table, seen from one region.
+#[derive(Debug, Clone)]
+pub struct TableControl {
+    client: Client,
+    table_name: String,
+    region: String,
+}
+
+impl TableControl {
+    /// The control in `table_name`, for the deployment in `region`.
+    pub fn new(client: Client, table_name: impl Into<String>, region: impl Into<String>) -> Self {
+        Self { client, table_name: table_name.into(), region: region.into() }
+    }
+
+    fn key() -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            ("pk".to_owned(), AttributeValue::S(CONTROL_PK.into())),
+            ("sk".to_owned(), AttributeValue::S(CONTROL_SK.into())),
+        ])
+    }
+
+    /// The region the item names, `None` if there is no item.
+    pub async fn active_region(&self) -> Result<Option<String>, ControlError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| ControlError(DisplayErrorContext(&error).to_string()))?;
+        Ok(output.item.and_then(|item| item.get(ACTIVE_REGION)?.as_s().ok().cloned()))
+    }
+
+    /// Makes `region` the active one (the drill's flip).
+    pub async fn set_active_region(&self, region: &str, now_ms: u64, by: &str) -> Result<(), ControlError> {
+        let mut item = Self::key();
+        item.insert(ACTIVE_REGION.into(), AttributeValue::S(region.into()));
+        item.insert("updated_ms".into(), AttributeValue::N(now_ms.to_string()));
+        item.insert("updated_by".into(), AttributeValue::S(by.into()));
+        self.client
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|error| ControlError(DisplayErrorContext(&error).to_string()))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ActivitySource for TableControl {
+    async fn activity(&self) -> Result<Activity, ControlError> {
+        Ok(match self.active_region().await? {
+            Some(active) if active != self.region => Activity::Standby,
+            // No item: nobody flipped anything, and the primary (the only one asking) is active.
+            _ => Activity::Active,
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! The local two-region environment on moto: what `infra/` deploys in AWS, provisioned in
+//! three local regions (customer, primary, secondary), and described in `.local/env.json` so any
+//! client (tests, the drill, a person with the AWS CLI) can send events to it.
+//!
+//! moto does not replicate global tables, so both regional handlers use the one lease table in
+//! the primary region (`CFN_ONCE_TABLE_REGION`): a single strongly consistent copy, which is the
+//! behaviour an MRSC table provides.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context;
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::KeyType;
+use cfn_once_core::decision::Role;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::local::provision::{self, QueuePair, QueueSettings};
+
+/// Where the customer's stack (and the ServiceToken topic) lives.
+pub const CUSTOMER_REGION: &str = "us-east-2";
+pub const PRIMARY_REGION: &str = "us-east-1";
+pub const SECONDARY_REGION: &str = "us-west-2";
+
+/// `.local/env.json`: everything a client needs to talk to the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvFile {
+    pub endpoint_url: String,
+    pub customer_region: String,
+    pub primary_region: String,
+    pub secondary_region: String,
+    pub topic_arn: String,
+    pub queues: QueueUrls,
+    pub table_name: String,
+    pub response_bucket: String,
+}
+
+/// The four queues, by URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueUrls {
+    pub primary: String,
+    pub secondary: String,
+    pub primary_dlq: String,
+    pub secondary_dlq: String,
+}
+
+impl EnvFile {
+    /// Reads an env file written by `cfn-once local`.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}: is `make local` running?", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not a cfn-once env file", path.display()))
+    }
+
+    /// Writes it, creating the directory.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// How to build the environment.
+#[derive(Debug, Clone)]
+pub struct EnvironmentOptions {
+    /// Prefix of every resource name; make it unique per environment on a shared moto.
+    pub name: String,
+    /// The secondary queue's DelaySeconds: how long the primary has before the secondary acts.
+    pub secondary_delay_s: u32,
+    pub visibility_timeout_s: u32,
+    pub max_receive_count: u32,
+    pub raw_delivery: bool,
+}
+
+/// A provisioned environment.
+#[derive(Debug, Clone)]
+pub struct LocalEnvironment {
+    pub file: EnvFile,
+    pub primary_queues: QueuePair,
+    pub secondary_queues: QueuePair,
+    /// A table in the customer region that `Custom::DynamoDBItem` may write.
+    pub item_table: String,
+    pub secondary_delay_s: u32,
+}
+
+impl LocalEnvironment {
+    /// Creates the topic, both regions' queues and DLQs (the secondary's delayed), the lease
+    /// table, an item table and a versioned response bucket.
+    pub async fn provision(endpoint_url: &str, options: &EnvironmentOptions) -> anyhow::Result<Self> {
+        let name = &options.name;
+        let primary_sdk = provision::sdk_config(endpoint_url, PRIMARY_REGION).await;
+        let secondary_sdk = provision::sdk_config(endpoint_url, SECONDARY_REGION).await;
+        let customer_sdk = provision::sdk_config(endpoint_url, CUSTOMER_REGION).await;
+
+        let table_name = format!("{name}-leases");
+        provision::create_lease_table(&aws_sdk_dynamodb::Client::new(&primary_sdk), &table_name).await?;
+        let item_table = format!("{name}-items");
+        provision::create_table(&aws_sdk_dynamodb::Client::new(&customer_sdk), &item_table, &[("pk", KeyType::Hash)])
+            .await?;
+        let response_bucket = format!("{name}-responses");
+        provision::create_response_bucket(&s3_client(&primary_sdk), &response_bucket).await?;
+
+        let queue_settings = |delay_s| QueueSettings {
+            delay_s,
+            visibility_timeout_s: options.visibility_timeout_s,
+            max_receive_count: options.max_receive_count,
+        };
+        let primary_queues = provision::create_queue_pair(
+            &aws_sdk_sqs::Client::new(&primary_sdk),
+            &format!("{name}-primary"),
+            queue_settings(0),
+        )
+        .await?;
+        let secondary_queues = provision::create_queue_pair(
+            &aws_sdk_sqs::Client::new(&secondary_sdk),
+            &format!("{name}-secondary"),
+            queue_settings(options.secondary_delay_s),
+        )
+        .await?;
+        let sns = aws_sdk_sns::Client::new(&customer_sdk);
+        let topic_arn = provision::create_topic(&sns, &format!("{name}-service-token")).await?;
+        for queues in [&primary_queues, &secondary_queues] {
+            provision::subscribe_queue(&sns, &topic_arn, &queues.arn, options.raw_delivery).await?;
+        }
+        let file = EnvFile {
+            endpoint_url: endpoint_url.to_owned(),
+            customer_region: CUSTOMER_REGION.into(),
+            primary_region: PRIMARY_REGION.into(),
+            secondary_region: SECONDARY_REGION.into(),
+            topic_arn,
+            queues: QueueUrls {
+                primary: primary_queues.url.clone(),
+                secondary: secondary_queues.url.clone(),
+                primary_dlq: primary_queues.dlq_url.clone(),
+                secondary_dlq: secondary_queues.dlq_url.clone(),
+            },
+            table_name,
+            response_bucket,
+        };
+        Ok(Self { file, primary_queues, secondary_queues, item_table, secondary_delay_s: options.secondary_delay_s })
+    }
+
+    /// The region a role runs in.
+    pub fn region(&self, role: Role) -> &str {
+        match role {
+            Role::Primary => &self.file.primary_region,
+            Role::Secondary => &self.file.secondary_region,
+        }
+    }
+
+    /// The queues a role's worker polls.
+    pub fn queues(&self, role: Role) -> &QueuePair {
+        match role {
+            Role::Primary => &self.primary_queues,
+            Role::Secondary => &self.secondary_queues,
+        }
+    }
+
+    /// The handler configuration for `role`, with `overrides` (e.g. shorter leases) applied.
+    pub fn config(&self, role: Role, overrides: &[(&str, &str)]) -> anyhow::Result<Config> {
+        let mut vars: HashMap<String, String> = HashMap::from([
+            ("AWS_REGION".into(), self.region(role).to_owned()),
+            ("CFN_ONCE_ROLE".into(), role.as_str().into()),
+            ("CFN_ONCE_TABLE".into(), self.file.table_name.clone()),
+            ("CFN_ONCE_TABLE_REGION".into(), self.file.primary_region.clone()),
+            ("CFN_ONCE_TOPIC_ARNS".into(), self.file.topic_arn.clone()),
+            (
+                "CFN_ONCE_RESPONSE_URL_ALLOW".into(),
+                format!("{}/{}/", self.file.endpoint_url, self.file.response_bucket),
+            ),
+            ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
+        ]);
+        for (name, value) in overrides {
+            vars.insert((*name).to_owned(), (*value).to_owned());
+        }
+        Ok(Config::from_lookup(|name| vars.get(name).cloned())?)
+    }
+
+    /// SDK configuration for `region` on the local endpoint.
+    pub async fn sdk(&self, region: &str) -> SdkConfig {
+        provision::sdk_config(&self.file.endpoint_url, region).await
+    }
+}
+
+/// An S3 client for a local endpoint: path-style, since bucket subdomains of 127.0.0.1 do not
+/// resolve.
+pub fn s3_client(sdk: &SdkConfig) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(sdk).force_path_style(true).build())
+}

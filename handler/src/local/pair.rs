@@ -1,0 +1,88 @@
+//! Both regions' workers on one local environment: what `make local`, `make demo` and the
+//! two-region tests run.
+
+use std::sync::Arc;
+
+use cfn_once_core::decision::Role;
+use cfn_once_core::worker::Ports;
+
+use crate::app::{App, Observer};
+use crate::local::environment::LocalEnvironment;
+use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
+use crate::local::worker::RegionalWorker;
+
+/// The local event source mapping's settings: batches of 10, a 1 s long poll, a 60 s function
+/// timeout.
+pub const ESM_SETTINGS: EsmSettings = EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 };
+
+/// Handler settings for local runs: the control is re-read every second (so a drill settles
+/// quickly) and a standby primary looks again after 5 s. Everything else is the default.
+pub const LOCAL_SETTINGS: [(&str, &str); 2] =
+    [("CFN_ONCE_CONTROL_CACHE_MS", "1000"), ("CFN_ONCE_STANDBY_RETRY_S", "5")];
+
+/// How long the drill waits after a flip with [`LOCAL_SETTINGS`].
+pub const LOCAL_SETTLE_MS: u64 = 1_500;
+
+/// A primary and a secondary worker.
+#[derive(Debug)]
+pub struct RegionPair {
+    pub primary: RegionalWorker,
+    pub secondary: RegionalWorker,
+}
+
+impl RegionPair {
+    /// Builds both regions' handlers with the environment's configuration plus `overrides`,
+    /// each reporting to `observer(role)` if it gives one, and starts them.
+    pub async fn start(
+        env: &LocalEnvironment,
+        overrides: &[(&str, &str)],
+        observer: impl Fn(Role) -> Option<Observer>,
+    ) -> anyhow::Result<Self> {
+        let mut primary = Self::worker(env, Role::Primary, overrides, observer(Role::Primary)).await?;
+        let mut secondary = Self::worker(env, Role::Secondary, overrides, observer(Role::Secondary)).await?;
+        primary.start();
+        secondary.start();
+        Ok(Self { primary, secondary })
+    }
+
+    /// One region's worker, not started.
+    pub async fn worker(
+        env: &LocalEnvironment,
+        role: Role,
+        overrides: &[(&str, &str)],
+        observer: Option<Observer>,
+    ) -> anyhow::Result<RegionalWorker> {
+        Self::worker_with(env, role, overrides, observer, |ports| ports).await
+    }
+
+    /// One region's worker with some ports replaced (tests inject faults), not started.
+    pub async fn worker_with(
+        env: &LocalEnvironment,
+        role: Role,
+        overrides: &[(&str, &str)],
+        observer: Option<Observer>,
+        customize: impl FnOnce(Ports) -> Ports,
+    ) -> anyhow::Result<RegionalWorker> {
+        let config = env.config(role, overrides)?;
+        let sdk = env.sdk(env.region(role)).await;
+        let mut app = App::from_config_with(&config, &sdk, customize)?;
+        if let Some(observer) = observer {
+            app = app.observed(observer);
+        }
+        let esm =
+            LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, ESM_SETTINGS).await?;
+        Ok(RegionalWorker::new(app, esm))
+    }
+
+    /// Stops both after their batches in hand.
+    pub async fn stop(&mut self) {
+        self.primary.stop().await;
+        self.secondary.stop().await;
+    }
+}
+
+/// An observer that prints one line per record handled, for `make local`.
+pub fn printing_observer(region: &str, role: Role) -> Observer {
+    let label = format!("{region} {:<9}", role.as_str());
+    Arc::new(move |handled| println!("{}", crate::local::report::line(&label, handled)))
+}
