@@ -98,11 +98,15 @@ pub struct ArcEndpoint {
 
 impl ArcEndpoint {
     /// Parses `CFN_ONCE_ARC_ENDPOINTS`: `us-east-1=https://...,ap-southeast-2=https://...`.
+    /// Plain http is accepted only on loopback, for local stand-ins.
     pub fn parse_list(entries: &[String]) -> Result<Vec<Self>, String> {
+        let acceptable = |url: &str| {
+            url.starts_with("https://") || url.starts_with("http://127.0.0.1:") || url.starts_with("http://localhost:")
+        };
         entries
             .iter()
             .map(|entry| match entry.split_once('=') {
-                Some((region, url)) if !region.trim().is_empty() && url.trim().starts_with("https://") => {
+                Some((region, url)) if !region.trim().is_empty() && acceptable(url.trim()) => {
                     Ok(Self { region: region.trim().to_owned(), url: url.trim().to_owned() })
                 }
                 _ => Err(format!("CFN_ONCE_ARC_ENDPOINTS entry {entry:?} is not region=https://endpoint")),

@@ -38,6 +38,11 @@ use cfn_once_core::worker::{Ports, Worker};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
+mod fake_arc;
+mod two_regions;
+pub use fake_arc::{EndpointMode, FakeArcCluster};
+pub use two_regions::{Observed, TwoRegions};
+
 /// The account moto uses.
 pub const ACCOUNT: &str = "123456789012";
 /// Where the ServiceToken topic lives, as in a customer's stack region.
@@ -269,23 +274,9 @@ impl LocalRegion {
     }
 
     /// A fixture made live: a fresh RequestId, this test's stack, topic and a presigned
-    /// ResponseURL into this region's bucket. Returns the request and its S3 key.
+    /// ResponseURL into this region's bucket.
     pub async fn request(&self, fixture_name: &str) -> Sent {
-        let mut request = fixture(fixture_name);
-        let request_id = unique("request");
-        let stack_id = format!("arn:aws:cloudformation:{CUSTOMER_REGION}:{ACCOUNT}:stack/{}/guid", self.bucket);
-        let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
-        let key = format!("{logical}/{request_id}");
-        let url = provision::presigned_put_url(&self.s3, &self.bucket, &key, 7_200).await.expect("presigned URL");
-        request["RequestId"] = Value::String(request_id.clone());
-        request["StackId"] = Value::String(stack_id.clone());
-        request["ResponseURL"] = Value::String(url);
-        request["ServiceToken"] = Value::String(self.topic_arn.clone());
-        request["ResourceProperties"]["ServiceToken"] = Value::String(self.topic_arn.clone());
-        if request["ResourceProperties"].get("TableName").is_some() {
-            request["ResourceProperties"]["TableName"] = Value::String(self.item_table.clone());
-        }
-        Sent { request, key, request_key: RequestKey { stack_id, request_id } }
+        live_request(fixture_name, &self.topic_arn, &self.s3, &self.bucket, &self.item_table).await
     }
 
     /// Publishes the request to the ServiceToken topic, as CloudFormation does.
@@ -339,6 +330,32 @@ impl LocalRegion {
     }
 }
 
+/// A fixture made live: a fresh RequestId, a stack named after `bucket`, the topic, and a
+/// presigned ResponseURL into `bucket`. A `TableName` property is pointed at `item_table`.
+pub async fn live_request(
+    fixture_name: &str,
+    topic_arn: &str,
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    item_table: &str,
+) -> Sent {
+    let mut request = fixture(fixture_name);
+    let request_id = unique("request");
+    let stack_id = format!("arn:aws:cloudformation:{CUSTOMER_REGION}:{ACCOUNT}:stack/{bucket}/guid");
+    let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
+    let key = format!("{logical}/{request_id}");
+    let url = provision::presigned_put_url(s3, bucket, &key, 7_200).await.expect("presigned URL");
+    request["RequestId"] = Value::String(request_id.clone());
+    request["StackId"] = Value::String(stack_id.clone());
+    request["ResponseURL"] = Value::String(url);
+    request["ServiceToken"] = Value::String(topic_arn.to_owned());
+    request["ResourceProperties"]["ServiceToken"] = Value::String(topic_arn.to_owned());
+    if request["ResourceProperties"].get("TableName").is_some() {
+        request["ResourceProperties"]["TableName"] = Value::String(item_table.to_owned());
+    }
+    Sent { request, key, request_key: RequestKey { stack_id, request_id } }
+}
+
 /// A request as sent, with where its answer lands.
 #[derive(Debug, Clone)]
 pub struct Sent {
@@ -354,4 +371,10 @@ pub fn handler<'a>(
 ) -> impl Fn(LambdaEvent<SqsEvent>) -> futures_util::future::BoxFuture<'a, Result<SqsBatchResponse, lambda_runtime::Error>>
 {
     move |event| Box::pin(cfn_once::lambda::handle(app, event))
+}
+
+/// Milliseconds on the system clock.
+pub fn now_ms() -> u64 {
+    use cfn_once_core::clock::Clock;
+    SystemClock.now_ms()
 }

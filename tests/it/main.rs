@@ -2,6 +2,7 @@
 //!
 //! Everything here runs the real handler code against local AWS (moto), started by the harness.
 
+mod arc;
 mod bad_input;
 mod calls;
 mod contract;
@@ -12,3 +13,4 @@ mod esm;
 mod fenced;
 mod http_sink;
 mod logs;
+mod two_regions;

@@ -10,9 +10,12 @@
 //! documented wire format (`tests/it/arc.rs`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_sdk_route53recoverycluster::Client;
 use aws_sdk_route53recoverycluster::error::DisplayErrorContext;
 use aws_sdk_route53recoverycluster::types::{RoutingControlState, UpdateRoutingControlStateEntry};
@@ -20,6 +23,9 @@ use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
 
 use crate::config::ArcEndpoint;
+
+/// How long one endpoint may take before the next is tried.
+const ENDPOINT_TIMEOUT_MS: u64 = 2_000;
 
 /// The ARC cluster, through all of its endpoints.
 #[derive(Debug)]
@@ -34,9 +40,17 @@ impl ArcCluster {
         let endpoints = endpoints
             .iter()
             .map(|endpoint| {
+                // One attempt per endpoint, soon abandoned: the rotation is the retry.
                 let config = aws_sdk_route53recoverycluster::config::Builder::from(sdk)
                     .region(aws_sdk_route53recoverycluster::config::Region::new(endpoint.region.clone()))
                     .endpoint_url(&endpoint.url)
+                    .retry_config(RetryConfig::standard().with_max_attempts(1))
+                    .timeout_config(
+                        TimeoutConfig::builder()
+                            .connect_timeout(Duration::from_millis(ENDPOINT_TIMEOUT_MS))
+                            .operation_timeout(Duration::from_millis(ENDPOINT_TIMEOUT_MS))
+                            .build(),
+                    )
                     .build();
                 (endpoint.url.clone(), Client::from_conf(config))
             })

@@ -1,0 +1,201 @@
+//! Two regions on local AWS for one test: the environment `cfn-once local` builds, both
+//! regional workers running (the test may kill, stop and restart them), and everything each
+//! worker did, observed.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cfn_once::app::Observer;
+use cfn_once::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
+use cfn_once::local::pair::RegionPair;
+use cfn_once::local::provision;
+use cfn_once::local::worker::RegionalWorker;
+use cfn_once_core::decision::Role;
+use cfn_once_core::lease::{LeaseRecord, LeaseStore};
+use cfn_once_core::worker::{Disposition, Done, Handled, Ports};
+
+use crate::{Sent, live_request, moto, unique};
+
+/// What one region's worker did, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Observed(Arc<Mutex<Vec<Handled>>>);
+
+impl Observed {
+    fn observer(&self) -> Observer {
+        let log = Arc::clone(&self.0);
+        Arc::new(move |handled: &Handled| log.lock().expect("observed").push(handled.clone()))
+    }
+
+    /// How many requests this worker answered (committed and PUT).
+    pub fn answered(&self) -> usize {
+        let log = self.0.lock().expect("observed");
+        log.iter().filter(|handled| matches!(handled.disposition, Disposition::Done(Done::Answered { .. }))).count()
+    }
+
+    /// Every disposition for `sent`'s request, in order.
+    pub fn dispositions(&self, sent: &Sent) -> Vec<Disposition> {
+        self.0
+            .lock()
+            .expect("observed")
+            .iter()
+            .filter(|handled| handled.request.as_ref().is_some_and(|r| r.request_id == sent.request_key.request_id))
+            .map(|handled| handled.disposition.clone())
+            .collect()
+    }
+}
+
+/// Both regions.
+#[derive(Debug)]
+pub struct TwoRegions {
+    pub env: LocalEnvironment,
+    pub primary: RegionalWorker,
+    pub secondary: RegionalWorker,
+    pub primary_observed: Observed,
+    pub secondary_observed: Observed,
+    pub sns: aws_sdk_sns::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub sqs_primary: aws_sdk_sqs::Client,
+    pub sqs_secondary: aws_sdk_sqs::Client,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    overrides: Vec<(String, String)>,
+}
+
+impl TwoRegions {
+    /// Provisions with a `secondary_delay_s` queue delay and starts both workers with the
+    /// handler settings `overrides`.
+    pub async fn new(secondary_delay_s: u32, overrides: &[(&str, &str)]) -> Self {
+        Self::with_primary(secondary_delay_s, overrides, |ports| ports).await
+    }
+
+    /// Like [`TwoRegions::new`], with the primary's ports replaced by `customize`.
+    pub async fn with_primary(
+        secondary_delay_s: u32,
+        overrides: &[(&str, &str)],
+        customize: impl FnOnce(Ports) -> Ports,
+    ) -> Self {
+        let options = EnvironmentOptions {
+            name: unique("cfn-once-two"),
+            secondary_delay_s,
+            visibility_timeout_s: 10,
+            max_receive_count: 10,
+            raw_delivery: false,
+        };
+        let env = LocalEnvironment::provision(moto(), &options).await.expect("environment");
+        let (primary_observed, secondary_observed) = (Observed::default(), Observed::default());
+        let mut primary =
+            RegionPair::worker_with(&env, Role::Primary, overrides, Some(primary_observed.observer()), customize)
+                .await
+                .expect("primary");
+        let mut secondary = RegionPair::worker(&env, Role::Secondary, overrides, Some(secondary_observed.observer()))
+            .await
+            .expect("secondary");
+        primary.start();
+        secondary.start();
+        let file = &env.file;
+        Self {
+            sns: aws_sdk_sns::Client::new(&env.sdk(&file.customer_region).await),
+            s3: s3_client(&env.sdk(&file.primary_region).await),
+            sqs_primary: aws_sdk_sqs::Client::new(&env.sdk(&file.primary_region).await),
+            sqs_secondary: aws_sdk_sqs::Client::new(&env.sdk(&file.secondary_region).await),
+            dynamodb: aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await),
+            overrides: overrides.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            env,
+            primary,
+            secondary,
+            primary_observed,
+            secondary_observed,
+        }
+    }
+
+    /// The handler settings both workers run with.
+    pub fn overrides(&self) -> Vec<(&str, &str)> {
+        self.overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    /// A fixture made live for this environment.
+    pub async fn request(&self, fixture_name: &str) -> Sent {
+        let file = &self.env.file;
+        live_request(fixture_name, &file.topic_arn, &self.s3, &file.response_bucket, &self.env.item_table).await
+    }
+
+    /// Publishes to the ServiceToken topic.
+    pub async fn publish(&self, sent: &Sent) {
+        self.sns
+            .publish()
+            .topic_arn(&self.env.file.topic_arn)
+            .message(sent.request.to_string())
+            .send()
+            .await
+            .expect("publish");
+    }
+
+    /// Every body PUT for `sent`, oldest first.
+    pub async fn responses(&self, sent: &Sent) -> Vec<Vec<u8>> {
+        provision::response_versions(&self.s3, &self.env.file.response_bucket, &sent.key).await.expect("responses")
+    }
+
+    /// Waits for the first answer to `sent`; returns it and how long after `since` it came.
+    pub async fn wait_for_answer(&self, sent: &Sent, since: Instant, timeout: Duration) -> (Vec<u8>, Duration) {
+        loop {
+            if let Some(first) = self.responses(sent).await.into_iter().next() {
+                return (first, since.elapsed());
+            }
+            assert!(since.elapsed() < timeout, "no answer within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The request's lease record.
+    pub async fn record(&self, sent: &Sent) -> Option<LeaseRecord> {
+        let store =
+            cfn_once::adapters::dynamodb_lease::DynamoLeaseStore::new(self.dynamodb.clone(), &self.env.file.table_name);
+        store.read(&sent.request_key).await.expect("read record")
+    }
+
+    /// Messages left in both regions' queues (delayed and in flight included).
+    pub async fn queued(&self) -> u64 {
+        let file = &self.env.file;
+        provision::queue_depth(&self.sqs_primary, &file.queues.primary).await.expect("depth")
+            + provision::queue_depth(&self.sqs_secondary, &file.queues.secondary).await.expect("depth")
+    }
+
+    /// Messages in both DLQs.
+    pub async fn dead_letters(&self) -> u64 {
+        let file = &self.env.file;
+        provision::queue_depth(&self.sqs_primary, &file.queues.primary_dlq).await.expect("depth")
+            + provision::queue_depth(&self.sqs_secondary, &file.queues.secondary_dlq).await.expect("depth")
+    }
+
+    /// Waits until both queues are empty.
+    pub async fn drain(&self, timeout: Duration) {
+        let started = Instant::now();
+        while self.queued().await > 0 {
+            assert!(started.elapsed() < timeout, "queues not drained within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Kills the primary's worker and waits out its last long poll, so no message is handed
+    /// to the dead poller.
+    pub async fn kill_primary(&mut self) {
+        self.primary.kill().await;
+        let wait_s = u64::try_from(cfn_once::local::pair::ESM_SETTINGS.wait_time_s).unwrap_or(1);
+        tokio::time::sleep(Duration::from_millis(wait_s * 1000 + 300)).await;
+    }
+
+    /// Makes `region` the active one, as the drill does.
+    pub async fn set_active(&self, region: &str) {
+        let control = cfn_once::adapters::control_table::TableControl::new(
+            self.dynamodb.clone(),
+            &self.env.file.table_name,
+            &self.env.file.primary_region,
+        );
+        control.set_active_region(region, crate::now_ms(), "test").await.expect("flip the control");
+    }
+
+    /// Stops both workers.
+    pub async fn stop(&mut self) {
+        self.primary.stop().await;
+        self.secondary.stop().await;
+    }
+}

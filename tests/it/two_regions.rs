@@ -1,0 +1,277 @@
+//! Two regions on local AWS: the secondary's delayed queue, takeovers across regions, the
+//! drill, reused RequestIds, deadlines, and a storm with the primary restarted midway.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cfn_once::local::drill::{self, DrillOptions, DrillTarget};
+use cfn_once_core::lease::LeaseState;
+use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::testing::{Fault, FaultyStore, Op, PutFault, RecordingSink};
+use cfn_once_core::worker::{Disposition, Done};
+use cfn_once_tests::{Sent, TwoRegions};
+use serde_json::json;
+
+const DELAY_S: u32 = 2;
+const SETTINGS: [(&str, &str); 7] = [
+    ("CFN_ONCE_LEASE_MS", "2000"),
+    ("CFN_ONCE_HEARTBEAT_MS", "500"),
+    ("CFN_ONCE_SKEW_MS", "200"),
+    ("CFN_ONCE_CONTROL_CACHE_MS", "300"),
+    ("CFN_ONCE_STANDBY_RETRY_S", "1"),
+    ("CFN_ONCE_RESERVE_MS", "2000"),
+    ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
+];
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn answered_by(region: &TwoRegions, record: &cfn_once_core::lease::LeaseRecord) -> String {
+    let owner_region = record.owner.split('/').next().unwrap_or_default().to_owned();
+    assert!(owner_region == region.env.file.primary_region || owner_region == region.env.file.secondary_region);
+    owner_region
+}
+
+fn status(bytes: &[u8]) -> Status {
+    ResponseBody::parse(bytes).expect("response body").status
+}
+
+#[tokio::test]
+async fn primary_down_the_secondary_answers_once_after_the_queue_delay() {
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    regions.kill_primary().await;
+    let sent = regions.request("create-echo.json").await;
+    let published = Instant::now();
+    regions.publish(&sent).await;
+    let (body, took) = regions.wait_for_answer(&sent, published, TIMEOUT).await;
+    assert!(took >= Duration::from_secs(u64::from(DELAY_S)), "answered after {took:?}, before the queue delay");
+    let record = regions.record(&sent).await.expect("record");
+    assert_eq!(answered_by(&regions, &record), regions.env.file.secondary_region);
+    assert_eq!((record.fence, status(&body)), (1, Status::Success));
+
+    // The primary comes back, finds its copy answered and drops it.
+    regions.primary.start();
+    regions.drain(TIMEOUT).await;
+    assert_eq!(regions.responses(&sent).await.len(), 1, "answered once");
+    assert_eq!(regions.primary_observed.dispositions(&sent), vec![Disposition::Done(Done::Duplicate)]);
+    assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_partitioned_primary_is_taken_over_and_its_late_commit_is_rejected() {
+    // The primary's heartbeats never reach the table (a partition), so it does not notice when
+    // its lease lapses; it keeps running the provider and tries to commit afterwards.
+    let mut regions = TwoRegions::with_primary(DELAY_S, &SETTINGS, |mut ports| {
+        let faulty = FaultyStore::new(ports.store.clone());
+        for _ in 0..1_000 {
+            faulty.inject(Op::Heartbeat, Fault::Transient);
+        }
+        ports.store = Arc::new(faulty);
+        ports
+    })
+    .await;
+    let mut sent = regions.request("create-echo.json").await;
+    sent.request["ResourceProperties"]["DelayMs"] = json!("6000");
+    regions.publish(&sent).await;
+    let (body, _) = regions.wait_for_answer(&sent, Instant::now(), TIMEOUT).await;
+    regions.drain(TIMEOUT).await;
+
+    let record = regions.record(&sent).await.expect("record");
+    assert_eq!(answered_by(&regions, &record), regions.env.file.secondary_region, "the secondary took over");
+    assert_eq!((record.fence, record.state, status(&body)), (2, LeaseState::Committed, Status::Success));
+    assert_eq!(regions.responses(&sent).await, vec![body], "exactly one body was PUT");
+    let primary = regions.primary_observed.dispositions(&sent);
+    assert!(
+        primary
+            .iter()
+            .any(|d| matches!(d, Disposition::Retry { why, .. } if why.contains("taken over before the commit"))),
+        "the late primary's commit was rejected: {primary:?}"
+    );
+    assert!(!primary.iter().any(|d| matches!(d, Disposition::Done(Done::Answered { .. }))));
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_primary_crash_between_commit_and_put_is_finished_by_the_secondary() {
+    let hanging = Arc::new(RecordingSink::new());
+    hanging.inject(PutFault::Hang);
+    let sink = Arc::clone(&hanging);
+    let mut regions = TwoRegions::with_primary(DELAY_S, &SETTINGS, move |mut ports| {
+        ports.sink = sink;
+        ports
+    })
+    .await;
+    let sent = regions.request("create-echo.json").await;
+    regions.publish(&sent).await;
+    let started = Instant::now();
+    let committed = loop {
+        if let Some(record) = regions.record(&sent).await.filter(|r| r.state == LeaseState::Committed) {
+            break record;
+        }
+        assert!(started.elapsed() < TIMEOUT, "the primary never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    regions.kill_primary().await;
+    assert!(regions.responses(&sent).await.is_empty() && hanging.all().is_empty(), "killed before any PUT");
+
+    let (body, _) = regions.wait_for_answer(&sent, Instant::now(), TIMEOUT).await;
+    assert_eq!(Some(body), committed.response, "the secondary PUT the stored bytes");
+    assert_eq!(
+        regions.secondary_observed.dispositions(&sent),
+        vec![Disposition::Done(Done::Replayed { fence: 1 })],
+        "no new execution was needed"
+    );
+    assert_eq!(regions.responses(&sent).await.len(), 1);
+    assert!(regions.record(&sent).await.expect("record").delivered);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn the_drill_moves_new_work_to_the_secondary_and_back() {
+    // A long lease: if the secondary had to wait out a lease of the drained primary, the probe
+    // would take it; instead the drained primary never takes one.
+    let settings: Vec<(&str, &str)> =
+        SETTINGS.iter().copied().map(|(k, v)| if k == "CFN_ONCE_LEASE_MS" { (k, "10000") } else { (k, v) }).collect();
+    let mut regions = TwoRegions::new(DELAY_S, &settings).await;
+    let target = DrillTarget::from_env_file(&regions.env.file);
+    let report =
+        drill::run(&target, DrillOptions { settle_ms: 800, answer_timeout_ms: 60_000 }, |_| {}).await.expect("drill");
+    println!("{}", report.render());
+    assert!(report.passed, "{report:?}");
+    let (to_secondary, back) = (&report.probes[0], &report.probes[1]);
+    assert_eq!(to_secondary.answered_by.as_deref(), Some(regions.env.file.secondary_region.as_str()));
+    assert_eq!(back.answered_by.as_deref(), Some(regions.env.file.primary_region.as_str()));
+    assert!(to_secondary.latency_ms.is_some_and(|ms| ms < 10_000), "did not wait out a lease");
+
+    regions.drain(TIMEOUT).await;
+    let probe = |key: &str| Sent {
+        request: json!({}),
+        key: key.to_owned(),
+        request_key: cfn_once_core::request::RequestKey {
+            stack_id: String::new(),
+            request_id: key.trim_start_matches("cfn-once-drill/").to_owned(),
+        },
+    };
+    let first_probe = probe(&to_secondary.response_key);
+    let drained_copies = regions.primary_observed.dispositions(&first_probe);
+    assert!(!drained_copies.is_empty(), "the primary saw its copy of the first probe");
+    assert!(
+        !drained_copies.iter().any(|d| matches!(d, Disposition::Done(Done::Answered { .. } | Done::Replayed { .. }))),
+        "the drained primary did nothing for the first probe: {drained_copies:?}"
+    );
+    assert!(
+        drained_copies.iter().any(|d| matches!(d, Disposition::Retry { why, .. } if why.contains("standby"))),
+        "it left its copy as the standby: {drained_copies:?}"
+    );
+    assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_reused_request_id_is_a_new_attempt_and_the_old_outcome_is_not_replayed() {
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    let first = regions.request("create-echo.json").await;
+    regions.publish(&first).await;
+    let (first_body, _) = regions.wait_for_answer(&first, Instant::now(), TIMEOUT).await;
+    regions.drain(TIMEOUT).await;
+
+    // The retried deployment: same StackId and RequestId, new ResponseURL, changed properties.
+    let mut retried = regions.request("create-echo.json").await;
+    retried.request["RequestId"] = json!(first.request_key.request_id);
+    retried.request["StackId"] = json!(first.request_key.stack_id);
+    retried.request["ResourceProperties"]["Message"] = json!("second attempt");
+    retried.request_key = first.request_key.clone();
+    regions.publish(&retried).await;
+    let (retried_body, _) = regions.wait_for_answer(&retried, Instant::now(), TIMEOUT).await;
+    regions.drain(TIMEOUT).await;
+
+    let parsed = ResponseBody::parse(&retried_body).expect("body");
+    assert_eq!(parsed.data["Message"], json!("second attempt"), "processed, not replayed");
+    assert_ne!(retried_body, first_body);
+    assert_eq!((regions.responses(&first).await.len(), regions.responses(&retried).await.len()), (1, 1));
+    assert_eq!(regions.record(&retried).await.expect("record").fence, 2);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_no_region_can_run_before_its_deadline_is_answered_failed() {
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    // The secondary is active but its worker is down; the primary is drained.
+    regions.set_active(&regions.env.file.secondary_region.clone()).await;
+    regions.secondary.kill().await;
+    let mut sent = regions.request("create-echo.json").await;
+    sent.request["ResourceProperties"]["ServiceTimeout"] = json!("12");
+    let published = Instant::now();
+    regions.publish(&sent).await;
+    let (body, took) = regions.wait_for_answer(&sent, published, TIMEOUT).await;
+    let parsed = ResponseBody::parse(&body).expect("body");
+    assert_eq!(parsed.status, Status::Failed);
+    assert_eq!(
+        parsed.reason.as_deref(),
+        Some(
+            "no region could run Custom::Echo Create before the request's deadline, set by the resource's ServiceTimeout; \
+             answering FAILED rather than letting CloudFormation wait"
+        )
+    );
+    assert!(took < Duration::from_secs(12), "answered before the 12 s ServiceTimeout, after {took:?}");
+    let record = regions.record(&sent).await.expect("record");
+    assert_eq!(answered_by(&regions, &record), regions.env.file.primary_region);
+    assert_eq!(regions.responses(&sent).await.len(), 1);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn storm_of_200_requests_with_the_primary_killed_and_restarted_midway() {
+    const REQUESTS: usize = 200;
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    let mut sent = Vec::with_capacity(REQUESTS);
+    for index in 0..REQUESTS {
+        let mut request = regions.request("create-echo.json").await;
+        request.request["LogicalResourceId"] = json!(format!("Storm{index}"));
+        request.request["ResourceProperties"]["Message"] = json!(format!("storm {index}"));
+        sent.push(request);
+    }
+    let started = Instant::now();
+    for chunk in sent.chunks(20) {
+        futures_util::future::join_all(chunk.iter().map(|request| regions.publish(request))).await;
+    }
+    // Midway: once the primary has answered a quarter, kill it mid-batch, keep it down while
+    // the secondary's delayed copies arrive, then bring it back.
+    while regions.primary_observed.answered() < REQUESTS / 4 {
+        assert!(started.elapsed() < Duration::from_secs(120), "the primary never got going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    regions.primary.kill().await;
+    tokio::time::sleep(Duration::from_secs(u64::from(DELAY_S) + 2)).await;
+    regions.primary.start();
+
+    for request in &sent {
+        regions.wait_for_answer(request, started, Duration::from_secs(180)).await;
+    }
+    regions.drain(Duration::from_secs(120)).await;
+    let mut by_region = std::collections::BTreeMap::<String, usize>::new();
+    let mut resent = 0;
+    for request in &sent {
+        // One answer each: one committed body, and every PUT carries exactly those bytes. A
+        // worker killed between its PUT and recording the delivery leaves the record
+        // undelivered, so another execution PUTs the same bytes again; S3 then holds two
+        // identical versions, which is the same answer (S1), not a second one.
+        let bodies = regions.responses(request).await;
+        let record = regions.record(request).await.expect("record");
+        assert_eq!((record.state, record.delivered), (LeaseState::Committed, true), "{}", request.key);
+        let committed = record.response.clone().expect("committed body");
+        assert!(
+            !bodies.is_empty() && bodies.iter().all(|body| *body == committed),
+            "{}: a PUT differs from the commit",
+            request.key
+        );
+        assert_eq!(status(&committed), Status::Success);
+        resent += usize::from(bodies.len() > 1);
+        *by_region.entry(answered_by(&regions, &record)).or_default() += 1;
+    }
+    println!(
+        "storm: {REQUESTS} requests, one answer each, in {:?}; committed by region {by_region:?}; {resent} re-sent identically after the kill",
+        started.elapsed()
+    );
+    assert_eq!(regions.dead_letters().await, 0, "the DLQs are empty");
+    regions.stop().await;
+}
