@@ -127,7 +127,10 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     ))
     .await;
     let failover =
-        drill::probe_once(&target, 60_000, "probe with the primary's worker down", &file.secondary_region).await?;
+        drill::probe_once(&target, 60_000, "probe with the primary's worker down", &file.secondary_region, |line| {
+            println!("  .. {line}")
+        })
+        .await?;
     println!(
         "  {} answered by {} in {} ms (secondary queue delay {} s)",
         if failover.passed { "ok  " } else { "FAIL" },

@@ -169,7 +169,7 @@ pub async fn run(
         progress(&format!("waiting {} ms for handlers' control caches", options.settle_ms));
         tokio::time::sleep(Duration::from_millis(options.settle_ms)).await;
         progress(&format!("probing: expecting {region} to answer"));
-        match probe(target, &clients, options, &format!("probe with the {role} active"), region).await {
+        match probe(target, &clients, options, &format!("probe with the {role} active"), region, &mut progress).await {
             Ok(result) => report.probes.push(result),
             Err(error) => {
                 report.error = Some(format!("probe failed: {error:#}"));
@@ -245,9 +245,10 @@ pub async fn probe_once(
     answer_timeout_ms: u64,
     step: &str,
     expected_region: &str,
+    mut progress: impl FnMut(&str),
 ) -> anyhow::Result<ProbeResult> {
     let options = DrillOptions { settle_ms: 0, answer_timeout_ms };
-    probe(target, &clients(target).await, options, step, expected_region).await
+    probe(target, &clients(target).await, options, step, expected_region, &mut progress).await
 }
 
 /// Sends one probe and waits for its answer.
@@ -257,6 +258,7 @@ async fn probe(
     options: DrillOptions,
     step: &str,
     expected_region: &str,
+    progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ProbeResult> {
     let id = hex_prefix(&random_seed().to_be_bytes(), 8);
     let account = target.topic_arn.split(':').nth(4).unwrap_or("000000000000");
@@ -286,12 +288,18 @@ async fn probe(
 
     let deadline = started + Duration::from_millis(options.answer_timeout_ms);
     let mut body = None;
+    let mut reported_s = 0;
     while Instant::now() < deadline {
         if let Some(first) =
             provision::response_versions(&clients.s3, &target.response_bucket, &key).await?.into_iter().next()
         {
             body = Some(first);
             break;
+        }
+        let waited_s = started.elapsed().as_secs();
+        if waited_s > reported_s {
+            reported_s = waited_s;
+            progress(&format!("waiting for the answer: {waited_s} s"));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
