@@ -127,7 +127,7 @@ async fn delivery_is_marked_only_once_committed(store: Arc<dyn LeaseStore>) {
     assert!(record.delivered);
     assert_eq!(
         record.seen_by(&fp("a"), "west/1", T0 + 6, SKEW_MS),
-        Seen::Committed { fence: 1, response: b"{}".to_vec(), delivered: true }
+        Seen::Committed { fence: 1, response: b"{}".to_vec(), delivered: true, committed_ms: T0 + 5 }
     );
 }
 

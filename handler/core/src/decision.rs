@@ -6,9 +6,14 @@
 //! | none                     | acquire and run     | leave the message    | acquire and run     |
 //! | RUNNING, lease live      | back off to its end | back off to its end  | back off to its end |
 //! | RUNNING, lease expired   | take over           | take over            | take over           |
-//! | COMMITTED, not delivered | PUT stored bytes    | PUT stored bytes     | PUT stored bytes    |
+//! | COMMITTED, not delivered | PUT stored bytes¹   | PUT stored bytes¹    | PUT stored bytes¹   |
 //! | COMMITTED and delivered  | drop                | drop                 | drop                |
 //! | COMMITTED, other attempt | acquire and run     | as for none          | acquire and run     |
+//!
+//! ¹ Unless it was committed less than the delivery grace ago: the committer is most likely
+//! PUTting it right now, so come back when the grace ends (or at once near the deadline). A
+//! committer that crashed between commit and PUT is thus replaced after the grace, and the
+//! common case costs no second PUT.
 //!
 //! A standby secondary acts as an active region: its queue delays every copy, so a copy that
 //! finds no record means the primary missed it. A standby primary starts no new work, except
@@ -98,8 +103,20 @@ pub fn first_step(role: Role, activity: Activity) -> FirstStep {
     }
 }
 
+/// Everything about this delivery the table looks at, besides the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Situation {
+    pub role: Role,
+    pub activity: Activity,
+    pub deadline_near: bool,
+    pub now_ms: u64,
+    /// How long a fresh commit is left to its committer to PUT.
+    pub delivery_grace_ms: u64,
+}
+
 /// The decision table.
-pub fn decide(seen: &Seen, role: Role, activity: Activity, deadline_near: bool) -> Action {
+pub fn decide(seen: &Seen, situation: &Situation) -> Action {
+    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms } = *situation;
     let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
     match seen {
         Seen::Absent | Seen::NewAttempt if starts_new_work => Action::Acquire,
@@ -108,7 +125,12 @@ pub fn decide(seen: &Seen, role: Role, activity: Activity, deadline_near: bool) 
         Seen::Expired => Action::Acquire,
         Seen::Mine { fence } if deadline_near => Action::FailWithoutRunning { fence: *fence },
         Seen::Mine { fence } => Action::Run { fence: *fence },
-        Seen::Committed { fence, response, delivered: false } => {
+        Seen::Committed { delivered: false, committed_ms, .. }
+            if !deadline_near && now_ms < committed_ms.saturating_add(delivery_grace_ms) =>
+        {
+            Action::BackOff { until_ms: committed_ms.saturating_add(delivery_grace_ms) }
+        }
+        Seen::Committed { fence, response, delivered: false, .. } => {
             Action::Deliver { fence: *fence, response: response.clone() }
         }
         Seen::Committed { delivered: true, .. } => Action::Drop(Done::Duplicate),
@@ -125,11 +147,15 @@ mod tests {
     const COLUMNS: [(Role, Activity); 4] =
         [(Primary, Active), (Secondary, Active), (Primary, Standby), (Secondary, Standby)];
 
+    const NOW_MS: u64 = 100_000;
+    const GRACE_MS: u64 = 5_000;
+
     /// One row of the table: the seen record, then the action for each column in `COLUMNS`.
     fn row(seen: Seen, deadline_near: bool, expected: [Action; 4]) {
         for ((role, activity), expected) in COLUMNS.into_iter().zip(expected) {
+            let situation = Situation { role, activity, deadline_near, now_ms: NOW_MS, delivery_grace_ms: GRACE_MS };
             assert_eq!(
-                decide(&seen, role, activity, deadline_near),
+                decide(&seen, &situation),
                 expected,
                 "{seen:?}, {role:?} {activity:?}, deadline near: {deadline_near}"
             );
@@ -147,12 +173,13 @@ mod tests {
         row(Seen::Held { until_ms: 9 }, false, all(BackOff { until_ms: 9 }));
         row(Seen::Expired, false, all(Acquire));
         let bytes = b"{}".to_vec();
-        row(
-            Seen::Committed { fence: 2, response: bytes.clone(), delivered: false },
-            false,
-            all(Deliver { fence: 2, response: bytes.clone() }),
-        );
-        row(Seen::Committed { fence: 2, response: bytes, delivered: true }, false, all(Drop(Done::Duplicate)));
+        let committed =
+            |delivered, committed_ms| Seen::Committed { fence: 2, response: bytes.clone(), delivered, committed_ms };
+        // Committed long enough ago that its committer should have PUT it: PUT it.
+        row(committed(false, NOW_MS - GRACE_MS), false, all(Deliver { fence: 2, response: bytes.clone() }));
+        // Committed just now: its committer is PUTting it; look again after the grace.
+        row(committed(false, NOW_MS - 1), false, all(BackOff { until_ms: NOW_MS - 1 + GRACE_MS }));
+        row(committed(true, NOW_MS - 1), false, all(Drop(Done::Duplicate)));
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
         row(Seen::Superseded, false, all(Drop(Done::Superseded)));
         row(Seen::Mine { fence: 3 }, false, all(Run { fence: 3 }));
@@ -167,6 +194,8 @@ mod tests {
         // A live holder answers by the deadline itself: its run is bounded by it.
         row(Seen::Held { until_ms: 9 }, true, all(BackOff { until_ms: 9 }));
         row(Seen::Superseded, true, all(Drop(Done::Superseded)));
+        let fresh = Seen::Committed { fence: 2, response: b"{}".to_vec(), delivered: false, committed_ms: NOW_MS };
+        row(fresh, true, all(Deliver { fence: 2, response: b"{}".to_vec() }));
     }
 
     #[test]

@@ -178,8 +178,9 @@ pub enum Seen {
     NewAttempt,
     /// This very execution holds it (an acquire whose reply was lost, then resolved).
     Mine { fence: u64 },
-    /// Answered: PUT the stored bytes unless already delivered.
-    Committed { fence: u64, response: Vec<u8>, delivered: bool },
+    /// Answered at `committed_ms` (the committer's clock): PUT the stored bytes unless already
+    /// delivered.
+    Committed { fence: u64, response: Vec<u8>, delivered: bool, committed_ms: u64 },
     /// A newer attempt with the same RequestId exists: this delivery is stale.
     Superseded,
 }
@@ -208,7 +209,14 @@ impl LeaseRecord {
         }
         match (self.state, &self.response) {
             (LeaseState::Committed, Some(response)) => {
-                Seen::Committed { fence: self.fence, response: response.clone(), delivered: self.delivered }
+                // Nothing but mark-delivered writes a COMMITTED record, so `updated_ms` is the
+                // commit time until it is delivered.
+                Seen::Committed {
+                    fence: self.fence,
+                    response: response.clone(),
+                    delivered: self.delivered,
+                    committed_ms: self.updated_ms,
+                }
             }
             // A COMMITTED record always carries its response; without one, treat it as running
             // so that nobody replays an empty answer.
@@ -326,7 +334,7 @@ mod tests {
             "a",
             me,
             5_000,
-            Seen::Committed { fence: 3, response: b"{}".to_vec(), delivered: false },
+            Seen::Committed { fence: 3, response: b"{}".to_vec(), delivered: false, committed_ms: 0 },
         );
         check(record(Committed, "a", 0, &["a"]), "b", me, 5_000, Seen::NewAttempt);
         check(record(Running, "a", 10_000, &["a"]), "b", me, 5_000, Seen::Held { until_ms: 11_000 });

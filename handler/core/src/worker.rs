@@ -29,7 +29,7 @@ use tracing::Instrument;
 use crate::clock::{Clock, within};
 use crate::control::ActivitySource;
 use crate::deadline::RequestDeadline;
-use crate::decision::{Action, Activity, FirstStep, Role, decide, first_step};
+use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, first_step};
 use crate::delivery::{PutError, PutPolicy, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError};
@@ -254,8 +254,15 @@ impl Worker {
                     return self.retry(receive_count, &deadline, format!("could not reach the lease store: {error}"));
                 }
             };
-            let near = deadline.is_near(self.clock.now_ms(), settings.deadline_margin_ms);
-            match decide(&current, settings.role, activity, near) {
+            let now_ms = self.clock.now_ms();
+            let situation = Situation {
+                role: settings.role,
+                activity,
+                deadline_near: deadline.is_near(now_ms, settings.deadline_margin_ms),
+                now_ms,
+                delivery_grace_ms: settings.put.attempt_timeout_ms,
+            };
+            match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(request, &owner).await,
                 Action::Run { fence } => {
                     return self.run_and_answer(request, fence, &deadline, receive_count, invocation).await;
@@ -282,11 +289,15 @@ impl Worker {
                 }
                 Action::Drop(done) => return Disposition::Done(done),
                 Action::BackOff { until_ms } => {
-                    let jitter_ms = self.random.below_or_equal(settings.heartbeat_ms.min(5_000));
-                    return self.come_back(until_ms + jitter_ms, &deadline, "another execution holds the lease");
+                    let why = if matches!(current, Seen::Committed { .. }) {
+                        "just committed by another execution, which is sending it"
+                    } else {
+                        "another execution holds the lease"
+                    };
+                    return self.come_back(until_ms + self.jitter_ms(), &deadline, why);
                 }
                 Action::Leave => {
-                    let until_ms = self.clock.now_ms() + u64::from(settings.standby_retry_s) * 1000;
+                    let until_ms = self.clock.now_ms() + u64::from(settings.standby_retry_s) * 1000 + self.jitter_ms();
                     return self.come_back(until_ms, &deadline, "this region is on standby; the active region answers");
                 }
             }
@@ -589,6 +600,11 @@ impl Worker {
             self.settings.store_backoff_max_ms,
         );
         self.clock.sleep_ms(delay_ms).await;
+    }
+
+    /// Spreads messages that would otherwise come back together.
+    fn jitter_ms(&self) -> u64 {
+        self.random.below_or_equal(self.settings.heartbeat_ms.min(5_000))
     }
 
     /// A retry after a failure: the delay grows with the receive count, with full jitter.
