@@ -106,8 +106,10 @@ struct DrillArgs {
     /// The region of the topic (the customer's stack region).
     #[arg(long, value_name = "REGION")]
     customer_region: Option<String>,
+    /// The primary handler region.
     #[arg(long, value_name = "REGION")]
     primary_region: Option<String>,
+    /// The secondary handler region.
     #[arg(long, value_name = "REGION")]
     secondary_region: Option<String>,
     /// The lease table.
