@@ -22,6 +22,7 @@ use crate::adapters::http_sink::HttpResponseSink;
 use crate::adapters::sqs_queue::SqsQueue;
 use crate::clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
+use crate::metrics::{EmfMetrics, MetricsFlush};
 use crate::providers::standard_router;
 
 /// Called with every record's result: the local tools print it.
@@ -33,6 +34,8 @@ pub struct App {
     pub worker: Worker,
     pub queue: SqsQueue,
     pub observer: Option<Observer>,
+    /// Where the metrics of each batch are flushed from, when a collector is installed.
+    pub metrics: Option<MetricsFlush>,
 }
 
 impl std::fmt::Debug for App {
@@ -63,13 +66,20 @@ impl App {
             clock: Arc::clone(&clock),
             random: Arc::new(SplitMix64::new(random_seed())),
             control: control(config, sdk, dynamodb, clock),
+            metrics: Arc::new(EmfMetrics),
         };
         Ok(Self::new(Worker::new(customize(ports), input_policy(config), settings(config)), sdk))
     }
 
     /// An app around `worker`, rescheduling messages with SQS in `sdk`'s region.
     pub fn new(worker: Worker, sdk: &SdkConfig) -> Self {
-        Self { worker, queue: SqsQueue::new(aws_sdk_sqs::Client::new(sdk)), observer: None }
+        Self { worker, queue: SqsQueue::new(aws_sdk_sqs::Client::new(sdk)), observer: None, metrics: None }
+    }
+
+    /// Flushes the collected metrics as EMF lines on stdout after every batch.
+    pub fn with_metrics(mut self, metrics: MetricsFlush) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Reports every record's result to `observer`.

@@ -40,6 +40,11 @@ pub async fn handle(app: &App, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchR
         failure.item_identifier = record.message_id.clone().unwrap_or_default();
         response.batch_item_failures.push(failure);
     }
+    if let Some(metrics) = &app.metrics
+        && let Err(error) = metrics.flush(&mut std::io::stdout().lock())
+    {
+        tracing::warn!(%error, "could not write the batch's metrics");
+    }
     Ok(response)
 }
 

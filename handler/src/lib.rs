@@ -5,7 +5,7 @@
 //! [`app`] wires the adapters, [`lambda`] turns an SQS batch into a partial batch response,
 //! [`adapters`] implement the core's ports on DynamoDB, SQS and HTTP, [`fenced`] offers fenced
 //! DynamoDB writes to provider authors, [`providers`] holds the shipped providers, [`logging`]
-//! sets up JSON logs, and [`local`] runs the same handler against a local AWS (moto) through a
+//! sets up JSON logs, [`metrics`] writes CloudWatch embedded-metric-format lines, and [`local`] runs the same handler against a local AWS (moto) through a
 //! local event source mapping.
 
 pub mod adapters;
@@ -16,6 +16,7 @@ pub mod fenced;
 pub mod lambda;
 pub mod local;
 pub mod logging;
+pub mod metrics;
 pub mod providers;
 
 pub use cfn_once_core as core;

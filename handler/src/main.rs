@@ -174,7 +174,8 @@ async fn run_lambda() -> anyhow::Result<()> {
     cfn_once::logging::init_json(cfn_once::config::log_level());
     let config = Config::from_env().inspect_err(|error| tracing::error!(%error, "cannot start"))?;
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let app = App::from_config(&config, &sdk)?;
+    let metrics = cfn_once::metrics::install(&config.region, config.role.as_str())?;
+    let app = App::from_config(&config, &sdk)?.with_metrics(metrics);
     let app = &app;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| cfn_once::lambda::handle(app, event)))
         .await

@@ -253,6 +253,7 @@ impl LocalRegion {
             random: Arc::new(SplitMix64::new(cfn_once::clock::random_seed())),
             // One region, always active.
             control: Arc::new(FixedActivity(Activity::Active)),
+            metrics: Arc::new(cfn_once::metrics::EmfMetrics),
         };
         App::new(Worker::new(ports, input_policy(config), settings(config)), &self.sdk)
     }

@@ -9,6 +9,7 @@ mod contract;
 mod crashes;
 mod duplicates;
 mod e2e;
+mod emf;
 mod esm;
 mod fenced;
 mod http_sink;

@@ -23,6 +23,7 @@ pub mod echo;
 pub mod fingerprint;
 pub mod lease;
 pub mod memory_store;
+pub mod metrics;
 pub mod properties;
 pub mod provider;
 pub mod random;

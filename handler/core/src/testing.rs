@@ -21,6 +21,7 @@ use crate::clock::ManualClock;
 use crate::delivery::{PutError, ResponseSink};
 use crate::echo::Echo;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, StoreError};
+use crate::metrics::{MetricEvent, MetricsSink};
 use crate::properties::PropertyMap;
 use crate::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
 use crate::request::RequestKey;
@@ -184,6 +185,23 @@ impl ResponseSink for RecordingSink {
             }
             Some(PutFault::Hang) => std::future::pending().await,
         }
+    }
+}
+
+/// Every metric event recorded, in order.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedMetrics(Arc<Mutex<Vec<MetricEvent>>>);
+
+impl RecordedMetrics {
+    /// The events so far.
+    pub fn events(&self) -> Vec<MetricEvent> {
+        lock(&self.0).clone()
+    }
+}
+
+impl MetricsSink for RecordedMetrics {
+    fn record(&self, event: MetricEvent) {
+        lock(&self.0).push(event);
     }
 }
 

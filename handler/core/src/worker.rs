@@ -33,6 +33,7 @@ use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, firs
 use crate::delivery::{PutError, PutPolicy, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError};
+use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::{Fence, ProviderContext, ProviderError, Router};
 use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, decode};
@@ -149,6 +150,7 @@ pub struct Ports {
     pub random: Arc<dyn Random>,
     /// Asked only by a primary; a secondary's decisions do not depend on it.
     pub control: Arc<dyn ActivitySource>,
+    pub metrics: Arc<dyn MetricsSink>,
 }
 
 /// The protocol engine. Cheap to share: build one per process.
@@ -160,6 +162,7 @@ pub struct Worker {
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
     control: Arc<dyn ActivitySource>,
+    metrics: Arc<dyn MetricsSink>,
     input: Arc<InputPolicy>,
     settings: Arc<Settings>,
 }
@@ -179,8 +182,18 @@ enum Committed {
 impl Worker {
     /// A worker over the given ports.
     pub fn new(ports: Ports, input: InputPolicy, settings: Settings) -> Self {
-        let Ports { store, sink, router, clock, random, control } = ports;
-        Self { store, sink, router, clock, random, control, input: Arc::new(input), settings: Arc::new(settings) }
+        let Ports { store, sink, router, clock, random, control, metrics } = ports;
+        Self {
+            store,
+            sink,
+            router,
+            clock,
+            random,
+            control,
+            metrics,
+            input: Arc::new(input),
+            settings: Arc::new(settings),
+        }
     }
 
     /// Handles one delivery of one SQS record.
@@ -194,6 +207,7 @@ impl Worker {
             Ok(request) => request,
             Err(error) => {
                 tracing::error!(%error, "record refused");
+                self.metrics.record(MetricEvent::DlqBound);
                 return Handled { request: None, disposition: Disposition::Undeliverable { why: error.to_string() } };
             }
         };
@@ -224,16 +238,25 @@ impl Worker {
 
     async fn process(&self, request: &Request, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
         let settings = &self.settings;
-        let receive_count = delivery.receive_count;
         let now_ms = self.clock.now_ms();
-        let deadline = RequestDeadline::of(
-            delivery.sent_ms.unwrap_or(now_ms),
-            request.service_timeout_s(),
-            request.response_url.presigned_expiry_ms(),
-            settings.deadline_ceiling_s,
-        );
-        let owner =
-            format!("{}/{}/{}", settings.region, invocation.id, hex_prefix(&self.random.next_u64().to_be_bytes(), 8));
+        let job = Job {
+            request,
+            invocation,
+            receive_count: delivery.receive_count,
+            sent_ms: delivery.sent_ms,
+            deadline: RequestDeadline::of(
+                delivery.sent_ms.unwrap_or(now_ms),
+                request.service_timeout_s(),
+                request.response_url.presigned_expiry_ms(),
+                settings.deadline_ceiling_s,
+            ),
+            owner: format!(
+                "{}/{}/{}",
+                settings.region,
+                invocation.id,
+                hex_prefix(&self.random.next_u64().to_be_bytes(), 8)
+            ),
+        };
         let activity = match settings.role {
             Role::Primary => self.control.activity().await.unwrap_or_else(|error| {
                 tracing::warn!(%error, "no answer from the active-region control; acting as active");
@@ -244,47 +267,41 @@ impl Worker {
         };
 
         let mut seen = match first_step(settings.role, activity) {
-            FirstStep::Acquire => self.acquire(request, &owner).await,
-            FirstStep::Read => self.read(request, &owner).await,
+            FirstStep::Acquire => self.acquire(&job).await,
+            FirstStep::Read => self.read(&job).await,
         };
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
-                Err(error) => {
-                    return self.retry(receive_count, &deadline, format!("could not reach the lease store: {error}"));
-                }
+                Err(error) => return self.retry(&job, format!("could not reach the lease store: {error}")),
             };
             let now_ms = self.clock.now_ms();
             let situation = Situation {
                 role: settings.role,
                 activity,
-                deadline_near: deadline.is_near(now_ms, settings.deadline_margin_ms),
+                deadline_near: job.deadline.is_near(now_ms, settings.deadline_margin_ms),
                 now_ms,
                 delivery_grace_ms: settings.put.attempt_timeout_ms,
             };
             match decide(&current, &situation) {
-                Action::Acquire => seen = self.acquire(request, &owner).await,
-                Action::Run { fence } => {
-                    return self.run_and_answer(request, fence, &deadline, receive_count, invocation).await;
-                }
+                Action::Acquire => seen = self.acquire(&job).await,
+                Action::Run { fence } => return self.run_and_answer(&job, fence).await,
                 Action::FailWithoutRunning { fence } => {
                     tracing::Span::current().record("fence", fence);
                     let reason = format!(
                         "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
                         describe(request),
-                        deadline.describe(),
+                        job.deadline.describe(),
                     );
                     tracing::error!(reason, "deadline near and nothing committed");
-                    return self
-                        .commit_and_deliver(request, fence, Outcome::failed(reason), &deadline, receive_count)
-                        .await;
+                    return self.commit_and_deliver(&job, fence, Outcome::failed(reason)).await;
                 }
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);
                     tracing::info!("found a committed response that was never delivered; sending the stored bytes");
-                    return match self.deliver(request, fence, &response).await {
+                    return match self.deliver(&job, fence, &response).await {
                         Ok(()) => Disposition::Done(Done::Replayed { fence }),
-                        Err(error) => self.retry(receive_count, &deadline, error.to_string()),
+                        Err(error) => self.retry(&job, error.to_string()),
                     };
                 }
                 Action::Drop(done) => return Disposition::Done(done),
@@ -292,22 +309,23 @@ impl Worker {
                     let why = if matches!(current, Seen::Committed { .. }) {
                         "just committed by another execution, which is sending it"
                     } else {
+                        self.metrics.record(MetricEvent::LeaseContended);
                         "another execution holds the lease"
                     };
-                    return self.come_back(until_ms + self.jitter_ms(), &deadline, why);
+                    return self.come_back(&job, until_ms + self.jitter_ms(), why);
                 }
                 Action::Leave => {
                     let until_ms = self.clock.now_ms() + u64::from(settings.standby_retry_s) * 1000 + self.jitter_ms();
-                    return self.come_back(until_ms, &deadline, "this region is on standby; the active region answers");
+                    return self.come_back(&job, until_ms, "this region is on standby; the active region answers");
                 }
             }
         }
-        self.retry(receive_count, &deadline, "the record kept changing while deciding".into())
+        self.retry(&job, "the record kept changing while deciding".into())
     }
 
     /// Takes the lease, or reports the record that refused it. `Seen::Mine` on success.
-    async fn acquire(&self, request: &Request, owner: &str) -> Result<Seen, StoreError> {
-        let settings = &self.settings;
+    async fn acquire(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
+        let (settings, request, owner) = (&self.settings, job.request, job.owner.as_str());
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=settings.store_attempts_max.max(1) {
             let now_ms = self.clock.now_ms();
@@ -323,6 +341,7 @@ impl Worker {
             match self.store_call(self.store.acquire(&acquire)).await {
                 Ok(Acquire::Acquired { fence }) => {
                     tracing::info!(fence, "lease acquired");
+                    self.metrics.record(MetricEvent::LeaseAcquired { fence });
                     return Ok(Seen::Mine { fence });
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
@@ -348,13 +367,14 @@ impl Worker {
     }
 
     /// A consistent read of the record, classified for this delivery.
-    async fn read(&self, request: &Request, owner: &str) -> Result<Seen, StoreError> {
+    async fn read(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
-            match self.store_call(self.store.read(&request.key)).await {
+            match self.store_call(self.store.read(&job.request.key)).await {
                 Ok(record) => {
                     let now_ms = self.clock.now_ms();
-                    return Ok(Seen::of(record.as_ref(), &request.fingerprint, owner, now_ms, self.settings.skew_ms));
+                    let fingerprint = &job.request.fingerprint;
+                    return Ok(Seen::of(record.as_ref(), fingerprint, &job.owner, now_ms, self.settings.skew_ms));
                 }
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
@@ -364,15 +384,9 @@ impl Worker {
         Err(last)
     }
 
-    async fn run_and_answer(
-        &self,
-        request: &Request,
-        fence: u64,
-        deadline: &RequestDeadline,
-        receive_count: u32,
-        invocation: &Invocation,
-    ) -> Disposition {
+    async fn run_and_answer(&self, job: &Job<'_>, fence: u64) -> Disposition {
         tracing::Span::current().record("fence", fence);
+        let (deadline, invocation) = (&job.deadline, job.invocation);
         let reserve_ms = self.settings.reserve_ms;
         let (end_ms, end, advice) = if deadline.at_ms < invocation.deadline_ms {
             (deadline.at_ms, format!("the request's deadline, set by {}", deadline.describe()), "")
@@ -382,44 +396,35 @@ impl Worker {
         };
         let reason = format!(
             "{} did not finish before {end} (less {} s kept to answer){advice}",
-            describe(request),
+            describe(job.request),
             reserve_ms / 1000
         );
-        let outcome = match self.supervise(request, fence, end_ms.saturating_sub(reserve_ms), reason).await {
+        let outcome = match self.supervise(job.request, fence, end_ms.saturating_sub(reserve_ms), reason).await {
             Run::Finished(outcome) => outcome,
             Run::LeaseLost => {
-                let why = "the lease was taken over while the provider ran; nothing committed".into();
-                return self.retry(receive_count, deadline, why);
+                self.metrics.record(MetricEvent::FenceConflict);
+                return self.retry(job, "the lease was taken over while the provider ran; nothing committed".into());
             }
         };
-        self.commit_and_deliver(request, fence, outcome, deadline, receive_count).await
+        self.commit_and_deliver(job, fence, outcome).await
     }
 
     /// Builds the body, commits it under `fence`, and PUTs what was committed.
-    async fn commit_and_deliver(
-        &self,
-        request: &Request,
-        fence: u64,
-        outcome: Outcome,
-        deadline: &RequestDeadline,
-        receive_count: u32,
-    ) -> Disposition {
-        let body = response::build(request, outcome);
-        let committed = match self.commit(request, fence, &body).await {
+    async fn commit_and_deliver(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
+        let body = response::build(job.request, outcome);
+        let committed = match self.commit(job.request, fence, &body).await {
             Ok(Committed::Yes(bytes)) => bytes,
             Ok(Committed::Lost) => {
-                let why = "the lease was taken over before the commit; nothing sent".into();
-                return self.retry(receive_count, deadline, why);
+                self.metrics.record(MetricEvent::FenceConflict);
+                return self.retry(job, "the lease was taken over before the commit; nothing sent".into());
             }
-            Err(error) => {
-                return self.retry(receive_count, deadline, format!("could not commit the response: {error}"));
-            }
+            Err(error) => return self.retry(job, format!("could not commit the response: {error}")),
         };
         let status = ResponseBody::parse(&committed).map(|b| b.status).unwrap_or(Status::Failed);
         tracing::info!(?status, bytes = committed.len(), "response committed");
-        match self.deliver(request, fence, &committed).await {
+        match self.deliver(job, fence, &committed).await {
             Ok(()) => Disposition::Done(Done::Answered { fence, status }),
-            Err(error) => self.retry(receive_count, deadline, error.to_string()),
+            Err(error) => self.retry(job, error.to_string()),
         }
     }
 
@@ -563,19 +568,31 @@ impl Worker {
 
     /// PUTs the committed bytes, then records the delivery (best effort: a duplicate that
     /// finds it unrecorded only PUTs the same bytes again).
-    async fn deliver(&self, request: &Request, fence: u64, committed: &[u8]) -> Result<(), PutError> {
-        let attempts = put_with_retries(
+    async fn deliver(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<(), PutError> {
+        let put = put_with_retries(
             self.sink.as_ref(),
-            &request.response_url,
+            &job.request.response_url,
             committed,
             self.settings.put,
             self.clock.as_ref(),
             self.random.as_ref(),
         )
-        .await?;
-        tracing::info!(attempts, "response delivered");
+        .await;
+        let attempts = match put {
+            Ok(attempts) => attempts,
+            Err(error) => {
+                if matches!(error, PutError::Permanent(_)) {
+                    self.metrics.record(MetricEvent::DlqBound);
+                }
+                return Err(error);
+            }
+        };
         let now_ms = self.clock.now_ms();
-        match self.store_call(self.store.mark_delivered(&request.key, fence, now_ms)).await {
+        let status = ResponseBody::parse(committed).map(|b| b.status).unwrap_or(Status::Failed);
+        let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
+        self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
+        tracing::info!(attempts, latency_ms, "response delivered");
+        match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms)).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
             Err(error) => {
@@ -608,25 +625,37 @@ impl Worker {
     }
 
     /// A retry after a failure: the delay grows with the receive count, with full jitter.
-    fn retry(&self, receive_count: u32, deadline: &RequestDeadline, why: String) -> Disposition {
+    fn retry(&self, job: &Job<'_>, why: String) -> Disposition {
         let delay_ms = full_jitter_ms(
             self.random.as_ref(),
-            receive_count.saturating_sub(1),
+            job.receive_count.saturating_sub(1),
             1_000,
             u64::from(self.settings.retry_delay_s_max) * 1000,
         );
-        self.come_back(self.clock.now_ms() + delay_ms, deadline, &why)
+        self.come_back(job, self.clock.now_ms() + delay_ms, &why)
     }
 
     /// Brings the message back at `until_ms`, but never later than the deadline allows (with
     /// time left to answer), nor sooner than SQS's one-second granularity.
-    fn come_back(&self, until_ms: u64, deadline: &RequestDeadline, why: &str) -> Disposition {
-        let until_ms = until_ms.min(deadline.latest_wake_ms(self.settings.deadline_margin_ms));
+    fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
+        let until_ms = until_ms.min(job.deadline.latest_wake_ms(self.settings.deadline_margin_ms));
         let wait_ms = until_ms.saturating_sub(self.clock.now_ms());
         let cap_s = self.settings.retry_delay_s_max.min(VISIBILITY_S_MAX);
         let delay_s = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(cap_s).clamp(1, cap_s.max(1));
         Disposition::Retry { delay_s, why: why.to_owned() }
     }
+}
+
+/// One delivery being handled: the request and what is known about this delivery of it.
+struct Job<'a> {
+    request: &'a Request,
+    invocation: &'a Invocation,
+    receive_count: u32,
+    /// When the request was sent, if the record said.
+    sent_ms: Option<u64>,
+    deadline: RequestDeadline,
+    /// This execution, as recorded in the lease: region, invocation and a nonce.
+    owner: String,
 }
 
 /// "Custom::Echo Create", for Reasons.

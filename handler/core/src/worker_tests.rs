@@ -12,11 +12,14 @@ use crate::decision::{Activity, Role};
 use crate::echo::{ECHO_TYPE, Echo};
 use crate::lease::LeaseRecord;
 use crate::memory_store::MemoryLeaseStore;
+use crate::metrics::MetricEvent;
 use crate::random::SplitMix64;
 use crate::request::RequestKey;
 use crate::response::is_failed_create_id;
 use crate::response_url::UrlPolicy;
-use crate::testing::{CountingEcho, Fault, FaultyStore, Op, PutFault, RecordingSink, drive, drive_until};
+use crate::testing::{
+    CountingEcho, Fault, FaultyStore, Op, PutFault, RecordedMetrics, RecordingSink, drive, drive_until,
+};
 
 const START_MS: u64 = 1_800_000_000_000;
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
@@ -29,6 +32,7 @@ struct Harness {
     store: Arc<FaultyStore>,
     sink: Arc<RecordingSink>,
     counting: CountingEcho,
+    metrics: RecordedMetrics,
 }
 
 impl Harness {
@@ -40,6 +44,7 @@ impl Harness {
             memory,
             sink: Arc::new(RecordingSink::new()),
             counting: CountingEcho::default(),
+            metrics: RecordedMetrics::default(),
         }
     }
 
@@ -56,6 +61,7 @@ impl Harness {
             clock: Arc::new(self.clock.clone()),
             random: Arc::new(SplitMix64::new(7)),
             control: Arc::new(FixedActivity(activity)),
+            metrics: Arc::new(self.metrics.clone()),
         };
         let input = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
         Worker::new(ports, input, Settings { role, ..settings(region) })
@@ -576,4 +582,49 @@ fn l1_a_provider_is_bounded_by_the_request_deadline_too() {
         "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 5 s kept to answer)"
     );
     assert!(h.clock.now_ms() <= START_MS + 60_000, "answered within the ServiceTimeout");
+}
+
+#[test]
+fn metrics_count_what_happened() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "4000"}));
+    let invocation = h.invocation(900_000);
+    let sent_ms = Some(h.clock.now_ms() - 1_500);
+    let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
+    let both = futures_util::future::join(
+        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+    );
+    drive(&h.clock, both);
+    h.handle(&east, "not json");
+    assert_eq!(
+        h.metrics.events(),
+        vec![
+            MetricEvent::LeaseAcquired { fence: 1 },
+            MetricEvent::LeaseContended,
+            // Sent 1.5 s before, answered after the 4 s provider.
+            MetricEvent::ResponseSent { status: Status::Success, latency_ms: Some(5_500) },
+            MetricEvent::DlqBound,
+        ]
+    );
+}
+
+#[test]
+fn metrics_count_takeovers_and_fence_conflicts() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "30000"}));
+    for _ in 0..20 {
+        h.store.inject(Op::Heartbeat, Fault::Transient);
+    }
+    let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
+    let invocation = h.invocation(900_000);
+    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
+    let west_run = async {
+        h.clock.sleep_ms(11_500).await;
+        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation).await
+    };
+    drive(&h.clock, futures_util::future::join(east_run, west_run));
+    let events = h.metrics.events();
+    assert!(events.contains(&MetricEvent::LeaseAcquired { fence: 2 }), "a takeover: {events:?}");
+    assert!(events.contains(&MetricEvent::FenceConflict), "east's late commit: {events:?}");
 }

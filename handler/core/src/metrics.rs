@@ -1,0 +1,37 @@
+//! What the protocol counts, as domain events, through a port.
+//!
+//! The worker records [`MetricEvent`]s; the Lambda's adapter turns them into CloudWatch
+//! embedded-metric-format lines (`cfn_once::metrics`), tests count them in memory, and local
+//! tools ignore them ([`NoMetrics`]).
+
+use crate::response::Status;
+
+/// Something worth counting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricEvent {
+    /// This execution took the lease with `fence`; a fence above 1 means it took over from an
+    /// earlier execution (an expired lease, or a new attempt).
+    LeaseAcquired { fence: u64 },
+    /// Another execution held the lease; the message backs off.
+    LeaseContended,
+    /// A response was PUT. `latency_ms` runs from when the request was sent, if known.
+    ResponseSent { status: Status, latency_ms: Option<u64> },
+    /// A heartbeat or commit found a newer fence: this execution lost its lease.
+    FenceConflict,
+    /// A record that can only end in the DLQ: nobody can be answered, or the ResponseURL
+    /// refused the answer for good.
+    DlqBound,
+}
+
+/// The metrics port.
+pub trait MetricsSink: Send + Sync + std::fmt::Debug {
+    fn record(&self, event: MetricEvent);
+}
+
+/// Records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMetrics;
+
+impl MetricsSink for NoMetrics {
+    fn record(&self, _event: MetricEvent) {}
+}

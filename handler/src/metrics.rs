@@ -1,0 +1,97 @@
+//! Metrics as CloudWatch embedded-metric-format (EMF) lines on stdout.
+//!
+//! The worker's [`MetricEvent`]s go to the `metrics` facade; `metrics_cloudwatch_embedded`
+//! collects them and, when the Lambda entry flushes after each batch, writes one EMF JSON
+//! document per dimension set. CloudWatch Logs turns those lines into metrics in the `cfn-once`
+//! namespace, dimensioned by `Region` and `Role` (and `Status` for responses), with no API call
+//! on the hot path. Without an installed collector (the local tools) the facade records nothing.
+
+use cfn_once_core::metrics::{MetricEvent, MetricsSink};
+use cfn_once_core::response::Status;
+use metrics::Unit;
+
+/// The CloudWatch namespace.
+pub const NAMESPACE: &str = "cfn-once";
+
+/// Metric names, as they appear in CloudWatch (and in the alarms of `infra/regional.yaml`).
+pub mod names {
+    pub const LEASES_ACQUIRED: &str = "LeasesAcquired";
+    pub const LEASES_CONTENDED: &str = "LeasesContended";
+    pub const LEASES_TAKEN_OVER: &str = "LeasesTakenOver";
+    pub const RESPONSES_SENT: &str = "ResponsesSent";
+    pub const RESPONSE_LATENCY: &str = "ResponseLatency";
+    pub const FENCE_CONFLICTS: &str = "FenceConflicts";
+    pub const DLQ_BOUND_FAILURES: &str = "DlqBoundFailures";
+}
+
+/// Writes to `writer` what was collected since the last flush.
+type FlushFn = dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()> + Send + Sync;
+
+/// Writes the metrics collected since the last flush as EMF lines.
+#[derive(Clone)]
+pub struct MetricsFlush(std::sync::Arc<FlushFn>);
+
+impl MetricsFlush {
+    /// Writes one EMF document per dimension set to `writer`.
+    pub fn flush(&self, writer: &mut dyn std::io::Write) -> std::io::Result<()> {
+        (self.0)(writer)
+    }
+}
+
+impl std::fmt::Debug for MetricsFlush {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsFlush")
+    }
+}
+
+/// Installs the process-wide EMF collector with `Region` and `Role` dimensions. Call once.
+pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
+    let collector = metrics_cloudwatch_embedded::Builder::new()
+        .cloudwatch_namespace(NAMESPACE)
+        .with_dimension("Region", region.to_owned())
+        .with_dimension("Role", role.to_owned())
+        .init()
+        .map_err(|error| anyhow::anyhow!("cannot install the metrics collector: {error}"))?;
+    for counter in [
+        names::LEASES_ACQUIRED,
+        names::LEASES_CONTENDED,
+        names::LEASES_TAKEN_OVER,
+        names::RESPONSES_SENT,
+        names::FENCE_CONFLICTS,
+        names::DLQ_BOUND_FAILURES,
+    ] {
+        metrics::describe_counter!(counter, Unit::Count, "");
+    }
+    metrics::describe_histogram!(names::RESPONSE_LATENCY, Unit::Milliseconds, "");
+    Ok(MetricsFlush(std::sync::Arc::new(move |writer| collector.flush(writer))))
+}
+
+/// The worker's metrics port on the `metrics` facade.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmfMetrics;
+
+impl MetricsSink for EmfMetrics {
+    fn record(&self, event: MetricEvent) {
+        match event {
+            MetricEvent::LeaseAcquired { fence } => {
+                metrics::counter!(names::LEASES_ACQUIRED).increment(1);
+                if fence > 1 {
+                    metrics::counter!(names::LEASES_TAKEN_OVER).increment(1);
+                }
+            }
+            MetricEvent::LeaseContended => metrics::counter!(names::LEASES_CONTENDED).increment(1),
+            MetricEvent::ResponseSent { status, latency_ms } => {
+                let status = match status {
+                    Status::Success => "SUCCESS",
+                    Status::Failed => "FAILED",
+                };
+                metrics::counter!(names::RESPONSES_SENT, "Status" => status).increment(1);
+                if let Some(latency_ms) = latency_ms {
+                    metrics::histogram!(names::RESPONSE_LATENCY).record(latency_ms as f64);
+                }
+            }
+            MetricEvent::FenceConflict => metrics::counter!(names::FENCE_CONFLICTS).increment(1),
+            MetricEvent::DlqBound => metrics::counter!(names::DLQ_BOUND_FAILURES).increment(1),
+        }
+    }
+}
