@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, venv, build, moto, fmt, clippy, lint-templates, unit, clean.
+# Other targets: local, drill, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,8 +13,12 @@ PYTHON_BOOTSTRAP ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
+# The venv's tools (cargo-lambda, zig, sam, cfn-lint, checkov) come first on PATH.
+TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
+# make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
+ARCH ?= arm64
 
-.PHONY: help demo local drill test venv build moto fmt clippy lint-templates unit clean
+.PHONY: help demo local drill test venv build build-tools sam-build moto fmt clippy lint-templates unit clean
 
 help:
 	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -58,17 +62,41 @@ clippy:
 	@echo "==> cargo clippy"
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## lint-templates: cfn-lint on every CloudFormation template in infra/.
+## lint-templates: cfn-lint, `sam validate --lint` and checkov on every template in infra/.
 lint-templates: venv
 	@echo "==> cfn-lint infra/*.yaml"
 	$(VENV)/bin/cfn-lint infra/*.yaml
+	@echo "==> sam validate --lint"
+	@for template in infra/*.yaml; do \
+		PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template $$template || exit 1; \
+	done
+	@echo "==> checkov (suppressions are justified next to each resource)"
+	$(VENV)/bin/checkov --directory infra --framework cloudformation --compact --quiet --skip-download
+
+## build-tools: cargo-lambda and zig from PyPI into the venv, if missing.
+build-tools: venv
+	@if [ ! -x $(VENV)/bin/cargo-lambda ]; then \
+		echo "==> installing cargo-lambda and zig into $(VENV)"; \
+		$(PY) -m pip install --quiet --requirement requirements-build.txt; \
+	fi
+
+## build: the release Lambda binary for $(ARCH), zipped; prints its size.
+build: build-tools
+	@echo "==> cargo lambda build --release ($(ARCH))"
+	PATH="$(TOOLS_PATH)" $(CARGO) lambda build --release --bin cfn-once --output-format zip \
+		$(if $(filter x86_64,$(ARCH)),--x86-64,--arm64)
+	@ls -l target/lambda/cfn-once/bootstrap.zip | awk '{ printf "target/lambda/cfn-once/bootstrap.zip: %d bytes (%.1f MB)\n", $$5, $$5 / 1048576 }'
+
+## sam-build: `sam build` of the lease-table and regional templates with the venv's cargo-lambda,
+## offline (cargo may not touch the network; the crates it needs are already fetched).
+sam-build: build-tools
+	$(CARGO) fetch --locked
+	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env lease-table
+	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env primary
 
 ## unit: only the tests that need no local AWS.
 unit:
 	$(CARGO) test --workspace --locked --lib
-
-build:
-	$(CARGO) build --workspace --locked
 
 ## moto: a moto server on a free loopback port (or PORT=n), in the foreground; prints its URL.
 moto: venv
@@ -76,4 +104,4 @@ moto: venv
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV) .local
+	rm -rf $(VENV) .local .aws-sam

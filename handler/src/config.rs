@@ -152,6 +152,43 @@ pub fn log_level() -> tracing_subscriber::filter::LevelFilter {
         .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO)
 }
 
+/// What the Lambda function is: the request handler (default) or the lease-table sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Handler,
+    Sweeper,
+}
+
+/// `CFN_ONCE_MODE`: `handler` (the default) or `sweeper`.
+pub fn mode() -> Result<Mode, ConfigError> {
+    match std::env::var("CFN_ONCE_MODE").ok().as_deref().map(str::trim) {
+        None | Some("") | Some("handler") => Ok(Mode::Handler),
+        Some("sweeper") => Ok(Mode::Sweeper),
+        Some(other) => {
+            Err(ConfigError { problems: vec![format!("CFN_ONCE_MODE is {other:?}: expected handler or sweeper")] })
+        }
+    }
+}
+
+/// The sweeper's configuration: `AWS_REGION` and `CFN_ONCE_TABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweeperConfig {
+    pub region: String,
+    pub table_name: String,
+}
+
+impl SweeperConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let lookup = |name: &str| std::env::var(name).ok();
+        let mut vars = Vars { lookup: &lookup, problems: &mut problems };
+        let region = vars.required("AWS_REGION", "the region this deployment runs in, e.g. us-east-1");
+        let table_name = vars.required("CFN_ONCE_TABLE", "the lease table's name");
+        if problems.is_empty() { Ok(Self { region, table_name }) } else { Err(ConfigError { problems }) }
+    }
+}
+
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {

@@ -172,6 +172,9 @@ async fn main() -> ExitCode {
 
 async fn run_lambda() -> anyhow::Result<()> {
     cfn_once::logging::init_json(cfn_once::config::log_level());
+    if cfn_once::config::mode()? == cfn_once::config::Mode::Sweeper {
+        return run_sweeper().await;
+    }
     let config = Config::from_env().inspect_err(|error| tracing::error!(%error, "cannot start"))?;
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let metrics = cfn_once::metrics::install(&config.region, config.role.as_str())?;
@@ -180,6 +183,27 @@ async fn run_lambda() -> anyhow::Result<()> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| cfn_once::lambda::handle(app, event)))
         .await
         .map_err(|error| anyhow::anyhow!("the Lambda runtime stopped: {error}"))
+}
+
+/// The scheduled sweeper: one sweep per invocation, within the invocation's time.
+async fn run_sweeper() -> anyhow::Result<()> {
+    use cfn_once_core::clock::Clock;
+    let config =
+        cfn_once::config::SweeperConfig::from_env().inspect_err(|error| tracing::error!(%error, "cannot start"))?;
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let client = aws_sdk_dynamodb::Client::new(&sdk);
+    let client = &client;
+    let table = config.table_name.as_str();
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
+        // Keep 10 s of the invocation to finish the page in hand and report.
+        let left_ms = event.context.deadline.saturating_sub(cfn_once::clock::SystemClock.now_ms());
+        let stop_at = std::time::Instant::now() + std::time::Duration::from_millis(left_ms.saturating_sub(10_000));
+        let report = cfn_once::sweeper::sweep(client, table, cfn_once::clock::SystemClock.now_ms(), stop_at).await?;
+        tracing::info!(?report, "sweep done");
+        Ok::<_, lambda_runtime::Error>(serde_json::to_value(report)?)
+    }))
+    .await
+    .map_err(|error| anyhow::anyhow!("the Lambda runtime stopped: {error}"))
 }
 
 /// Only problems reach the terminal: the local tools print their own progress.

@@ -14,4 +14,6 @@ mod esm;
 mod fenced;
 mod http_sink;
 mod logs;
+mod sweeper;
+mod templates;
 mod two_regions;

@@ -1,0 +1,84 @@
+//! The sweeper: deletes lease records past their retention.
+//!
+//! MRSC tables have no TTL, so every record carries `expires_ms` and a scheduled function (the
+//! same binary with `CFN_ONCE_MODE=sweeper`, see `infra/lease-table.yaml`) scans for records
+//! whose time has passed and deletes them, each with the condition that it is still expired, so
+//! a record refreshed meanwhile survives. Only lease records are touched (they have a `fence`);
+//! the `control#active` item is not. A run stops early, leaving the rest to the next run, when
+//! its time budget is spent.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+
+/// What a run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SweepReport {
+    /// Items the scan read (before filtering).
+    pub scanned: u64,
+    /// Expired records deleted.
+    pub deleted: u64,
+    /// Expired records found refreshed when deleting, and kept.
+    pub kept: u64,
+    /// Whether the whole table was covered (false: the time budget ran out first).
+    pub complete: bool,
+}
+
+/// Deletes every lease record of `table_name` whose `expires_ms` is before `now_ms`, until done
+/// or until `stop_at` (checked between pages).
+pub async fn sweep(
+    client: &Client,
+    table_name: &str,
+    now_ms: u64,
+    stop_at: std::time::Instant,
+) -> anyhow::Result<SweepReport> {
+    let mut report = SweepReport::default();
+    let mut start: Option<HashMap<String, AttributeValue>> = None;
+    loop {
+        if std::time::Instant::now() >= stop_at {
+            return Ok(report);
+        }
+        let page = client
+            .scan()
+            .table_name(table_name)
+            .consistent_read(true)
+            .filter_expression("attribute_exists(#fence) AND #expires < :now")
+            .projection_expression("pk, sk")
+            .expression_attribute_names("#fence", "fence")
+            .expression_attribute_names("#expires", "expires_ms")
+            .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|error| anyhow::anyhow!("Scan of {table_name} failed: {}", DisplayErrorContext(&error)))?;
+        report.scanned += u64::try_from(page.scanned_count).unwrap_or(0);
+        for key in page.items.unwrap_or_default() {
+            let deleted = client
+                .delete_item()
+                .table_name(table_name)
+                .set_key(Some(key))
+                .condition_expression("#expires < :now")
+                .expression_attribute_names("#expires", "expires_ms")
+                .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+                .send()
+                .await;
+            match deleted {
+                Ok(_) => report.deleted += 1,
+                Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                    report.kept += 1;
+                }
+                Err(error) => anyhow::bail!("DeleteItem on {table_name} failed: {}", DisplayErrorContext(&error)),
+            }
+        }
+        match page.last_evaluated_key {
+            Some(key) if !key.is_empty() => start = Some(key),
+            _ => {
+                report.complete = true;
+                return Ok(report);
+            }
+        }
+    }
+}
