@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
+# Other targets: local, drill, simulate, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +18,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill test venv build build-tools sam-build moto fmt clippy lint-templates unit clean
+.PHONY: help demo local drill test simulate venv build build-tools sam-build moto fmt clippy lint-templates unit clean
 
 help:
 	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -51,8 +51,18 @@ drill:
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
 test: venv fmt clippy lint-templates
-	@echo "==> tests (unit, lease-store contract, end to end on moto)"
+	@echo "==> tests (unit, lease-store contract, end to end on moto, simulator self-checks)"
 	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked
+	@$(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
+
+# Seeds `make test` simulates.
+CI_SEEDS ?= 10000
+SEEDS ?= 10000
+
+## simulate: the deterministic simulator over SEEDS seeds (make simulate SEEDS=1000000).
+simulate:
+	@echo "==> simulating $(SEEDS) seeds"
+	$(CARGO) run --quiet --release --locked -p cfn-once-sim -- --seeds $(SEEDS)
 
 fmt:
 	@echo "==> cargo fmt --check"

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cfn_once_core::fingerprint::Fingerprint;
-use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, admits};
+use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, Viewer, admits};
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
 use cfn_once_tests::{LocalRegion, Options, unique};
@@ -26,9 +26,15 @@ fn fp(name: &str) -> Fingerprint {
 }
 
 fn acquire(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64) -> AcquireRequest {
+    sent_at(key, fingerprint, owner, now_ms, T0)
+}
+
+/// An acquire by an attempt sent at `sent_ms`.
+fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_ms: u64) -> AcquireRequest {
     AcquireRequest {
         key: key.clone(),
         fingerprint: fp(fingerprint),
+        sent_ms,
         owner: owner.into(),
         now_ms,
         lease_until_ms: now_ms + LEASE_MS,
@@ -126,7 +132,7 @@ async fn delivery_is_marked_only_once_committed(store: Arc<dyn LeaseStore>) {
     let record = store.read(&key).await.expect("read").expect("record");
     assert!(record.delivered);
     assert_eq!(
-        record.seen_by(&fp("a"), "west/1", T0 + 6, SKEW_MS),
+        record.seen_by(&Viewer { fingerprint: &fp("a"), sent_ms: T0, owner: "west/1" }, T0 + 6, SKEW_MS),
         Seen::Committed { fence: 1, response: b"{}".to_vec(), delivered: true, committed_ms: T0 + 5 }
     );
 }
@@ -147,9 +153,33 @@ async fn a_new_attempt_replaces_a_finished_one(store: Arc<dyn LeaseStore>) {
     assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + 4)).await, None);
     assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "west/1", T0 + 999_999)).await, None);
     assert_eq!(
-        store.read(&key).await.expect("read").expect("record").seen_by(&fp("a"), "west/1", T0, SKEW_MS),
+        store.read(&key).await.expect("read").expect("record").seen_by(
+            &Viewer { fingerprint: &fp("a"), sent_ms: T0, owner: "west/1" },
+            T0,
+            SKEW_MS
+        ),
         Seen::Superseded
     );
+}
+
+async fn an_older_attempt_never_takes_over_a_newer_one(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    // The retried deployment ("b", sent later) reached the table first, then its Lambda died.
+    assert_eq!(fence_of(store.as_ref(), &sent_at(&key, "b", "east/1", T0, T0 + 10)).await, Some(1));
+    let late = T0 + LEASE_MS + SKEW_MS + 1;
+    // The original ("a", sent earlier, never seen by the table) must not take over from it...
+    assert_eq!(fence_of(store.as_ref(), &sent_at(&key, "a", "west/1", late, T0)).await, None);
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!(record.sent_ms, T0 + 10);
+    assert_eq!(
+        record.seen_by(&Viewer { fingerprint: &fp("a"), sent_ms: T0, owner: "west/1" }, late, SKEW_MS),
+        Seen::Superseded
+    );
+    // ...while the newer attempt itself may, and so may a later one.
+    assert_eq!(fence_of(store.as_ref(), &sent_at(&key, "b", "west/2", late, T0 + 10)).await, Some(2));
+    store.commit(&key, 2, b"b", late).await.expect("commit");
+    assert_eq!(fence_of(store.as_ref(), &sent_at(&key, "a", "west/3", late, T0)).await, None);
+    assert_eq!(fence_of(store.as_ref(), &sent_at(&key, "c", "west/4", late, T0 + 20)).await, Some(3));
 }
 
 async fn s3_fences_strictly_increase(store: Arc<dyn LeaseStore>) {
@@ -205,17 +235,24 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
     for which in ["absent", "running a", "committed a", "running b after a", "committed b after a"] {
         for fingerprint in ["a", "b", "c"] {
             for now in [T0 + 1, T0 + LEASE_MS + SKEW_MS, T0 + LEASE_MS + SKEW_MS + 1] {
-                let key = state(store.as_ref(), which).await;
-                let request = acquire(&key, fingerprint, "racer/1", now);
-                let before = store.read(&key).await.expect("read");
-                let expected = admits(before.as_ref(), &request);
-                let granted = fence_of(store.as_ref(), &request).await.is_some();
-                assert_eq!(granted, expected, "state {which:?}, fingerprint {fingerprint}, now {}", now - T0);
-                checked += 1;
+                for sent in [T0 - 1, T0] {
+                    let key = state(store.as_ref(), which).await;
+                    let request = sent_at(&key, fingerprint, "racer/1", now, sent);
+                    let before = store.read(&key).await.expect("read");
+                    let expected = admits(before.as_ref(), &request);
+                    let granted = fence_of(store.as_ref(), &request).await.is_some();
+                    assert_eq!(
+                        granted,
+                        expected,
+                        "state {which:?}, fingerprint {fingerprint}, now {}, sent {sent}",
+                        now - T0
+                    );
+                    checked += 1;
+                }
             }
         }
     }
-    assert_eq!(checked, 45);
+    assert_eq!(checked, 90);
 }
 
 macro_rules! contract {
@@ -248,6 +285,7 @@ contract!(
     operations_on_an_absent_record_are_refused,
     delivery_is_marked_only_once_committed,
     a_new_attempt_replaces_a_finished_one,
+    an_older_attempt_never_takes_over_a_newer_one,
     s3_fences_strictly_increase,
     concurrent_acquires_grant_one_lease,
     the_store_decides_as_admits_says,

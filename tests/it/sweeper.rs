@@ -25,6 +25,7 @@ async fn expired_records_are_deleted_and_live_ones_and_the_control_item_kept() {
         let request = AcquireRequest {
             key: key.clone(),
             fingerprint: Fingerprint::from_stored(format!("{index:032}")),
+            sent_ms: now - 100_000,
             owner: "us-east-1/test/1".into(),
             now_ms: now - 100_000,
             lease_until_ms: now - 90_000,

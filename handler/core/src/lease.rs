@@ -7,10 +7,11 @@
 //! answers, and nothing else. The rules the store must enforce atomically:
 //!
 //! * **acquire** succeeds when the record is absent, or RUNNING with `lease_until_ms` earlier
-//!   than `now - skew` (and the caller's attempt is not superseded), or COMMITTED for a
-//!   different fingerprint that has never held the lease. It adds 1 to `fence` (S3), records the
-//!   fingerprint among `attempts`, and returns the new fence; on refusal it returns the record
-//!   as it was, so no second read is needed;
+//!   than `now - skew`, or COMMITTED for a different fingerprint; never for an attempt the
+//!   record supersedes (one that held the lease before, or one sent before the record's own
+//!   attempt). It adds 1 to `fence` (S3), records the fingerprint among `attempts` and its
+//!   `sent_ms`, and returns the new fence; on refusal it returns the record as it was, so no
+//!   second read is needed;
 //! * **heartbeat** and **commit** succeed only while `fence` is the caller's and the state is
 //!   RUNNING; commit is the single commit point (S1);
 //! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED.
@@ -63,6 +64,9 @@ pub struct LeaseRecord {
     pub fingerprint: Fingerprint,
     /// Every fingerprint that ever took the lease for this key.
     pub attempts: BTreeSet<Fingerprint>,
+    /// When the attempt holding the record was sent (SQS SentTimestamp): an attempt sent earlier
+    /// is an older deployment and never takes over from it.
+    pub sent_ms: u64,
     /// The exact bytes to PUT, once COMMITTED.
     pub response: Option<Vec<u8>>,
     pub delivered: bool,
@@ -77,6 +81,8 @@ pub struct LeaseRecord {
 pub struct AcquireRequest {
     pub key: RequestKey,
     pub fingerprint: Fingerprint,
+    /// When this attempt was sent.
+    pub sent_ms: u64,
     pub owner: String,
     pub now_ms: u64,
     /// The lease end this acquire writes.
@@ -185,22 +191,39 @@ pub enum Seen {
     Superseded,
 }
 
+/// A delivery looking at a record: the attempt it carries, when that was sent, and who looks.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewer<'a> {
+    pub fingerprint: &'a Fingerprint,
+    pub sent_ms: u64,
+    pub owner: &'a str,
+}
+
 impl Seen {
-    /// How `record` (or its absence) looks to a delivery with `fingerprint` by `owner`.
-    pub fn of(record: Option<&LeaseRecord>, fingerprint: &Fingerprint, owner: &str, now_ms: u64, skew_ms: u64) -> Self {
-        record.map_or(Self::Absent, |record| record.seen_by(fingerprint, owner, now_ms, skew_ms))
+    /// How `record` (or its absence) looks to `viewer`.
+    pub fn of(record: Option<&LeaseRecord>, viewer: &Viewer<'_>, now_ms: u64, skew_ms: u64) -> Self {
+        record.map_or(Self::Absent, |record| record.seen_by(viewer, now_ms, skew_ms))
     }
 }
 
 impl LeaseRecord {
-    /// Classifies this record for a delivery with `fingerprint` by `owner` at `now_ms`.
-    pub fn seen_by(&self, fingerprint: &Fingerprint, owner: &str, now_ms: u64, skew_ms: u64) -> Seen {
+    /// Whether this record's attempt is newer than the attempt `fingerprint`, sent at `sent_ms`:
+    /// that attempt held the lease before, or was sent before this one. CloudFormation retries a
+    /// deployment (reusing the RequestId) only after the earlier one failed, so the later-sent
+    /// attempt is the one it waits for.
+    pub fn supersedes(&self, fingerprint: &Fingerprint, sent_ms: u64) -> bool {
+        self.fingerprint != *fingerprint && (self.attempts.contains(fingerprint) || sent_ms < self.sent_ms)
+    }
+
+    /// Classifies this record for `viewer` at `now_ms`.
+    pub fn seen_by(&self, viewer: &Viewer<'_>, now_ms: u64, skew_ms: u64) -> Seen {
+        let (fingerprint, owner) = (viewer.fingerprint, viewer.owner);
         let expired = self.lease_until_ms < now_ms.saturating_sub(skew_ms);
         let held = || Seen::Held { until_ms: self.lease_until_ms.saturating_add(skew_ms) };
+        if self.supersedes(fingerprint, viewer.sent_ms) {
+            return Seen::Superseded;
+        }
         if self.fingerprint != *fingerprint {
-            if self.attempts.contains(fingerprint) {
-                return Seen::Superseded;
-            }
             return match self.state {
                 LeaseState::Committed => Seen::NewAttempt,
                 LeaseState::Running if expired => Seen::Expired,
@@ -241,8 +264,7 @@ pub fn admits(record: Option<&LeaseRecord>, request: &AcquireRequest) -> bool {
         return true;
     };
     let same_attempt = record.fingerprint == request.fingerprint;
-    let superseded = !same_attempt && record.attempts.contains(&request.fingerprint);
-    if superseded {
+    if record.supersedes(&request.fingerprint, request.sent_ms) {
         return false;
     }
     match record.state {
@@ -271,6 +293,8 @@ mod tests {
             attempts: attempts.iter().map(|a| fp(a)).collect(),
             response: (state == LeaseState::Committed).then(|| b"{}".to_vec()),
             delivered: false,
+            // The record's attempt was sent at 100; viewers' attempts at 100 unless a case says.
+            sent_ms: 100,
             created_ms: 0,
             updated_ms: 0,
             expires_ms: 0,
@@ -278,9 +302,14 @@ mod tests {
     }
 
     fn acquire(fingerprint: &str, now_ms: u64) -> AcquireRequest {
+        sent_at(fingerprint, now_ms, 100)
+    }
+
+    fn sent_at(fingerprint: &str, now_ms: u64, sent_ms: u64) -> AcquireRequest {
         AcquireRequest {
             key: RequestKey { stack_id: "s".into(), request_id: "r".into() },
             fingerprint: fp(fingerprint),
+            sent_ms,
             owner: "us-west-2/inv/2".into(),
             now_ms,
             lease_until_ms: now_ms + 30_000,
@@ -292,7 +321,7 @@ mod tests {
     #[test]
     fn admits_table() {
         use LeaseState::*;
-        let cases: [(&str, Option<LeaseRecord>, AcquireRequest, bool); 9] = [
+        let cases: [(&str, Option<LeaseRecord>, AcquireRequest, bool); 12] = [
             ("absent", None, acquire("a", 10_000), true),
             ("running, live", Some(record(Running, "a", 10_000, &["a"])), acquire("a", 10_000), false),
             (
@@ -312,6 +341,10 @@ mod tests {
                 false,
             ),
             ("running live, new attempt", Some(record(Running, "a", 10_000, &["a"])), acquire("b", 10_000), false),
+            // An attempt sent before the record's is an older deployment, even if never seen.
+            ("running expired, older attempt", Some(record(Running, "b", 0, &["b"])), sent_at("a", 99_000, 99), false),
+            ("committed, older attempt", Some(record(Committed, "b", 0, &["b"])), sent_at("a", 99_000, 99), false),
+            ("committed, newer attempt", Some(record(Committed, "b", 0, &["b"])), sent_at("a", 99_000, 101), true),
         ];
         for (name, record, request, expected) in cases {
             assert_eq!(admits(record.as_ref(), &request), expected, "{name}");
@@ -323,7 +356,8 @@ mod tests {
         use LeaseState::*;
         let me = "us-west-2/inv/2";
         let check = |record: LeaseRecord, fingerprint: &str, owner: &str, now_ms: u64, expected: Seen| {
-            assert_eq!(record.seen_by(&fp(fingerprint), owner, now_ms, 1_000), expected);
+            let viewer = Viewer { fingerprint: &fp(fingerprint), sent_ms: 100, owner };
+            assert_eq!(record.seen_by(&viewer, now_ms, 1_000), expected);
         };
         check(record(Running, "a", 10_000, &["a"]), "a", me, 5_000, Seen::Held { until_ms: 11_000 });
         check(record(Running, "a", 10_000, &["a"]), "a", me, 11_001, Seen::Expired);
@@ -339,5 +373,7 @@ mod tests {
         check(record(Committed, "a", 0, &["a"]), "b", me, 5_000, Seen::NewAttempt);
         check(record(Running, "a", 10_000, &["a"]), "b", me, 5_000, Seen::Held { until_ms: 11_000 });
         check(record(Committed, "b", 0, &["a", "b"]), "a", me, 5_000, Seen::Superseded);
+        let older = Viewer { fingerprint: &fp("a"), sent_ms: 99, owner: me };
+        assert_eq!(record(Running, "b", 0, &["b"]).seen_by(&older, 99_000, 1_000), Seen::Superseded);
     }
 }

@@ -17,6 +17,8 @@ use crate::request::RequestKey;
 #[derive(Debug, Default)]
 pub struct MemoryLeaseStore {
     records: Mutex<BTreeMap<RequestKey, LeaseRecord>>,
+    /// The simulator's self-check only: commit without its condition (see `planted_commit_bug`).
+    unconditional_commit: bool,
 }
 
 impl MemoryLeaseStore {
@@ -25,9 +27,31 @@ impl MemoryLeaseStore {
         Self::default()
     }
 
+    /// A store whose commit ignores its condition (`fence = mine AND state = RUNNING`): a
+    /// deliberately broken store for the simulator's self-check, which must catch the double
+    /// commits it allows. Never use it for anything else.
+    pub fn planted_commit_bug() -> Self {
+        Self { records: Mutex::default(), unconditional_commit: true }
+    }
+
     /// Every record, for assertions.
     pub fn snapshot(&self) -> Vec<LeaseRecord> {
         self.records().values().cloned().collect()
+    }
+
+    /// One record.
+    pub fn get(&self, key: &RequestKey) -> Option<LeaseRecord> {
+        self.records().get(key).cloned()
+    }
+
+    /// Stores `record` as replication would: last writer (by `updated_ms`) wins. For the
+    /// simulator's eventually consistent (MREC) mode.
+    pub fn replicate(&self, record: LeaseRecord) {
+        let mut records = self.records();
+        let newer = records.get(&record.key).is_none_or(|existing| record.updated_ms >= existing.updated_ms);
+        if newer {
+            records.insert(record.key.clone(), record);
+        }
     }
 
     fn records(&self) -> MutexGuard<'_, BTreeMap<RequestKey, LeaseRecord>> {
@@ -79,6 +103,7 @@ impl LeaseStore for MemoryLeaseStore {
                 attempts,
                 response: None,
                 delivered: false,
+                sent_ms: request.sent_ms,
                 created_ms,
                 updated_ms: request.now_ms,
                 expires_ms: request.expires_ms,
@@ -112,9 +137,10 @@ impl LeaseStore for MemoryLeaseStore {
         response: &[u8],
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
+        let unconditional = self.unconditional_commit;
         Ok(self.conditional(
             key,
-            |record| record.fence == fence && record.state == LeaseState::Running,
+            |record| unconditional || (record.fence == fence && record.state == LeaseState::Running),
             |record| {
                 record.state = LeaseState::Committed;
                 record.response = Some(response.to_vec());

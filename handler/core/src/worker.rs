@@ -32,7 +32,7 @@ use crate::deadline::RequestDeadline;
 use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, first_step};
 use crate::delivery::{PutError, PutPolicy, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
-use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError};
+use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError, Viewer};
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::{Fence, ProviderContext, ProviderError, Router};
 use crate::random::{Random, full_jitter_ms};
@@ -244,6 +244,7 @@ impl Worker {
             invocation,
             receive_count: delivery.receive_count,
             sent_ms: delivery.sent_ms,
+            attempt_sent_ms: delivery.sent_ms.unwrap_or(now_ms),
             deadline: RequestDeadline::of(
                 delivery.sent_ms.unwrap_or(now_ms),
                 request.service_timeout_s(),
@@ -332,6 +333,7 @@ impl Worker {
             let acquire = AcquireRequest {
                 key: request.key.clone(),
                 fingerprint: request.fingerprint.clone(),
+                sent_ms: job.attempt_sent_ms,
                 owner: owner.to_owned(),
                 now_ms,
                 lease_until_ms: now_ms + settings.lease_ms,
@@ -346,7 +348,7 @@ impl Worker {
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
-                    return Ok(record.seen_by(&request.fingerprint, owner, now_ms, settings.skew_ms));
+                    return Ok(record.seen_by(&job.viewer(), now_ms, settings.skew_ms));
                 }
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "acquire outcome unknown; reading the record back");
@@ -373,8 +375,7 @@ impl Worker {
             match self.store_call(self.store.read(&job.request.key)).await {
                 Ok(record) => {
                     let now_ms = self.clock.now_ms();
-                    let fingerprint = &job.request.fingerprint;
-                    return Ok(Seen::of(record.as_ref(), fingerprint, &job.owner, now_ms, self.settings.skew_ms));
+                    return Ok(Seen::of(record.as_ref(), &job.viewer(), now_ms, self.settings.skew_ms));
                 }
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
@@ -653,9 +654,17 @@ struct Job<'a> {
     receive_count: u32,
     /// When the request was sent, if the record said.
     sent_ms: Option<u64>,
+    /// When the request was sent, or when this delivery began if the record did not say.
+    attempt_sent_ms: u64,
     deadline: RequestDeadline,
     /// This execution, as recorded in the lease: region, invocation and a nonce.
     owner: String,
+}
+
+impl Job<'_> {
+    fn viewer(&self) -> Viewer<'_> {
+        Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
+    }
 }
 
 /// "Custom::Echo Create", for Reasons.

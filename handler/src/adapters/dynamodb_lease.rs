@@ -37,6 +37,7 @@ mod attr {
     pub const STATE: &str = "state";
     pub const FINGERPRINT: &str = "fingerprint";
     pub const ATTEMPTS: &str = "attempts";
+    pub const SENT: &str = "sent_ms";
     pub const RESPONSE: &str = "response";
     pub const DELIVERED: &str = "delivered";
     pub const CREATED: &str = "created_ms";
@@ -45,15 +46,16 @@ mod attr {
 }
 
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
-     #fingerprint = :fp, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
+     #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires \
      REMOVE #response, #delivered \
      ADD #fence :one, #attempts :fp_set";
 
-/// `lease::admits`: absent; or not superseded and (RUNNING and expired past the skew margin, or
+/// `lease::admits`: absent; or not superseded (the same attempt, or one that never held the lease
+/// and was not sent before the record's) and (RUNNING and expired past the skew margin, or
 /// COMMITTED for another attempt).
 const ACQUIRE_CONDITION: &str = "attribute_not_exists(#fence) OR \
-     ((#fingerprint = :fp OR NOT contains(#attempts, :fp)) AND \
+     ((#fingerprint = :fp OR (NOT contains(#attempts, :fp) AND (attribute_not_exists(#sent) OR #sent <= :sent))) AND \
       ((#state = :running AND #lease_until < :expired_before) OR \
        (#state = :committed AND #fingerprint <> :fp)))";
 
@@ -155,6 +157,7 @@ impl LeaseStore for DynamoLeaseStore {
             ("#delivered", attr::DELIVERED),
             ("#fence", attr::FENCE),
             ("#attempts", attr::ATTEMPTS),
+            ("#sent", attr::SENT),
         ];
         let values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
@@ -163,6 +166,7 @@ impl LeaseStore for DynamoLeaseStore {
             (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
             (":fp", AttributeValue::S(request.fingerprint.as_str().into())),
             (":fp_set", AttributeValue::Ss(vec![request.fingerprint.as_str().into()])),
+            (":sent", number(request.sent_ms)),
             (":zero", number(0)),
             (":one", number(1)),
             (":now", number(request.now_ms)),
@@ -317,6 +321,7 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
             .unwrap_or_default(),
         response: item.get(attr::RESPONSE).and_then(|v| v.as_b().ok()).map(|blob| blob.as_ref().to_vec()),
         delivered: item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
+        sent_ms: number(attr::SENT).unwrap_or(0),
         created_ms: number(attr::CREATED).unwrap_or(0),
         updated_ms: number(attr::UPDATED).unwrap_or(0),
         expires_ms: number(attr::EXPIRES).unwrap_or(0),

@@ -1,0 +1,144 @@
+//! `cfn-once-sim`: run the protocol simulation over many seeds, or replay one.
+//!
+//! ```text
+//! cfn-once-sim --seeds 10000            # seeds 0..10000, progress on stderr
+//! cfn-once-sim --seed 4242              # replay one seed, printing its trace
+//! cfn-once-sim --seeds 1000 --mrec      # the same against an MREC (eventually consistent) table
+//! cfn-once-sim --seeds 1000 --planted-bug
+//! ```
+//!
+//! The last line reads `N seeds, V violations, X seeds/s`; the exit status is 1 if any seed
+//! broke an invariant.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use cfn_once_sim::{Options, StoreMode, run_seed};
+
+const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--seed N] [--mrec] [--planted-bug]
+
+  --seeds N       run N seeds (default 1000), starting at --first (default 0)
+  --seed N        replay one seed and print its trace
+  --mrec          use an eventually consistent (MREC) table: replicas with lag, last writer wins
+  --planted-bug   use a lease store whose commit ignores its condition (the self-check)";
+
+struct Args {
+    seeds: u64,
+    first: u64,
+    replay: Option<u64>,
+    options: Options,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args =
+        Args { seeds: 1_000, first: 0, replay: None, options: Options { mode: StoreMode::Mrsc, planted_bug: false } };
+    let mut items = std::env::args().skip(1);
+    let number = |value: Option<String>, flag: &str| -> Result<u64, String> {
+        value.and_then(|v| v.parse().ok()).ok_or_else(|| format!("{flag} needs a whole number"))
+    };
+    while let Some(item) = items.next() {
+        match item.as_str() {
+            "--seeds" => args.seeds = number(items.next(), "--seeds")?,
+            "--first" => args.first = number(items.next(), "--first")?,
+            "--seed" => args.replay = Some(number(items.next(), "--seed")?),
+            "--mrec" => args.options.mode = StoreMode::Mrec { lag_ms: 1_000 },
+            "--planted-bug" => args.options.planted_bug = true,
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(problem) => {
+            if !problem.is_empty() {
+                eprintln!("cfn-once-sim: {problem}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(seed) = args.replay {
+        let outcome = run_seed(seed, args.options, true);
+        for line in &outcome.trace {
+            println!("{line}");
+        }
+        println!("seed {seed}: {} violations", outcome.violations.len());
+        for violation in &outcome.violations {
+            println!("  {violation}");
+        }
+        return if outcome.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+
+    let started = Instant::now();
+    let mut coverage: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut failing: Vec<(u64, String)> = Vec::new();
+    let mut violations = 0u64;
+    // On a terminal the bar redraws in place every 1%; in a log it is a line every 10%.
+    let terminal = std::io::stderr().is_terminal();
+    let step = (args.seeds / if terminal { 100 } else { 10 }).max(1);
+    for (done, seed) in (args.first..args.first + args.seeds).enumerate() {
+        let outcome = run_seed(seed, args.options, false);
+        for (name, count) in outcome.coverage {
+            *coverage.entry(name).or_default() += count;
+        }
+        if !outcome.violations.is_empty() {
+            violations += outcome.violations.len() as u64;
+            failing.push((seed, outcome.violations[0].clone()));
+        }
+        let done = done as u64 + 1;
+        if done.is_multiple_of(step) || done == args.seeds {
+            let width = 40;
+            let filled = (done * width / args.seeds.max(1)) as usize;
+            let bar = format!(
+                "[{}{}] {done}/{} seeds, {} failing, {:.0} seeds/s",
+                "#".repeat(filled),
+                "-".repeat(width as usize - filled),
+                args.seeds,
+                failing.len(),
+                done as f64 / started.elapsed().as_secs_f64().max(1e-9)
+            );
+            if terminal {
+                eprint!("\r{bar}");
+                std::io::stderr().flush().ok();
+            } else {
+                eprintln!("{bar}");
+            }
+        }
+    }
+    if terminal {
+        eprintln!();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!("coverage (times each fault and path happened):");
+    for (name, count) in &coverage {
+        println!("  {count:>10}  {name}");
+    }
+    if let Some((seed, _)) = failing.first() {
+        println!("trace of the first failing seed, {seed}:");
+        for line in run_seed(*seed, args.options, true).trace {
+            println!("  {line}");
+        }
+    }
+    for (seed, violation) in failing.iter().take(10) {
+        println!("seed {seed}: {violation}  (replay: cfn-once-sim --seed {seed}{})", flags(args.options));
+    }
+    println!("{} seeds, {violations} violations, {:.0} seeds/s", args.seeds, args.seeds as f64 / seconds.max(1e-9));
+    if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn flags(options: Options) -> String {
+    let mut flags = String::new();
+    if matches!(options.mode, StoreMode::Mrec { .. }) {
+        flags.push_str(" --mrec");
+    }
+    if options.planted_bug {
+        flags.push_str(" --planted-bug");
+    }
+    flags
+}

@@ -1,0 +1,203 @@
+//! What one seed simulates: the requests, the faults and the weather, all drawn from the seed.
+//!
+//! Faults happen only inside a fault window (the first few minutes of virtual time); after it
+//! both regions stay up and every store and network call succeeds, so every request can still be
+//! answered well before its deadline. That is the premise of L1: "if at least one region stays
+//! up long enough after the last fault".
+
+use cfn_once_core::random::{Random, SplitMix64};
+
+/// The two handler regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Region {
+    Primary,
+    Secondary,
+}
+
+impl Region {
+    pub const BOTH: [Region; 2] = [Region::Primary, Region::Secondary];
+
+    /// The AWS region it plays.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Primary => "us-east-1",
+            Self::Secondary => "us-west-2",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        match self {
+            Self::Primary => 0,
+            Self::Secondary => 1,
+        }
+    }
+
+    pub fn other(self) -> Self {
+        match self {
+            Self::Primary => Self::Secondary,
+            Self::Secondary => Self::Primary,
+        }
+    }
+}
+
+/// Which lease store the regions share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// One linearizable copy, as a multi-Region strongly consistent table provides.
+    Mrsc,
+    /// A replica per region, conditions checked locally, replicated after `lag_ms`, last
+    /// writer wins: DynamoDB's default global tables, which cfn-once must not use.
+    Mrec { lag_ms: u64 },
+}
+
+/// How the simulation is set up besides the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    pub mode: StoreMode,
+    /// Use the store whose commit ignores its condition: the self-check must catch it.
+    pub planted_bug: bool,
+}
+
+/// One request CloudFormation sends.
+#[derive(Debug, Clone)]
+pub struct RequestPlan {
+    /// When it is published, ms after the start.
+    pub sent_at_ms: u64,
+    /// How long the provider works on it.
+    pub work_ms: u64,
+    pub service_timeout_s: u64,
+    /// A retried deployment reusing this earlier request's RequestId, with a new ResponseURL.
+    pub retry_of: Option<usize>,
+}
+
+/// Fault probabilities, each applied per opportunity inside the fault window.
+#[derive(Debug, Clone, Copy)]
+pub struct Faults {
+    pub window_end_ms: u64,
+    pub store_transient: f64,
+    pub store_lost_request: f64,
+    pub store_lost_reply: f64,
+    pub store_hang: f64,
+    pub put_fail: f64,
+    pub put_lost_reply: f64,
+    pub put_hang: f64,
+    /// Per poll of a running Lambda: it crashes between two steps.
+    pub crash: f64,
+    /// Per delivery: SQS hands the same message to a second Lambda at once.
+    pub duplicate: f64,
+    /// Per delivery: the Lambda is frozen, mid-run, for longer than a lease.
+    pub freeze: f64,
+}
+
+/// Everything one seed simulates.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub seed: u64,
+    pub options: Options,
+    pub secondary_delay_ms: u64,
+    pub requests: Vec<RequestPlan>,
+    pub faults: Faults,
+    /// (region, from ms, to ms): the region's pollers are down and its running Lambdas die.
+    pub outages: Vec<(Region, u64, u64)>,
+    /// (at ms, region made active).
+    pub flips: Vec<(u64, Region)>,
+    /// Initial clock offsets per region, within the configured skew margin.
+    pub skew_ms: [i64; 2],
+    /// (at ms, region, jump): a clock stepping, possibly far beyond the skew margin.
+    pub jumps: Vec<(u64, Region, i64)>,
+}
+
+/// The protocol's skew margin in the simulation.
+pub const SKEW_MARGIN_MS: u64 = 2_000;
+/// The lease length in the simulation.
+pub const LEASE_MS: u64 = 10_000;
+
+struct Draw(SplitMix64);
+
+impl Draw {
+    fn below(&self, bound: u64) -> u64 {
+        self.0.below_or_equal(bound.saturating_sub(1))
+    }
+
+    fn between(&self, low: u64, high: u64) -> u64 {
+        low + self.0.below_or_equal(high - low)
+    }
+
+    fn chance(&self, p: f64) -> bool {
+        (self.0.next_u64() as f64 / u64::MAX as f64) < p
+    }
+
+    fn probability(&self, max: f64) -> f64 {
+        max * (self.0.next_u64() as f64 / u64::MAX as f64)
+    }
+
+    fn region(&self) -> Region {
+        if self.chance(0.5) { Region::Primary } else { Region::Secondary }
+    }
+}
+
+impl Scenario {
+    /// The scenario of `seed`.
+    pub fn generate(seed: u64, options: Options) -> Self {
+        let draw = Draw(SplitMix64::new(seed));
+        let window_end_ms = draw.between(30_000, 240_000);
+        let request_count = draw.between(1, 4) as usize;
+        let mut requests: Vec<RequestPlan> = Vec::with_capacity(request_count + 1);
+        for _ in 0..request_count {
+            requests.push(RequestPlan {
+                sent_at_ms: draw.below(60_000),
+                // Some providers outlast a lease (and need heartbeats), most are quick.
+                work_ms: if draw.chance(0.3) { draw.between(5_000, 40_000) } else { draw.below(3_000) },
+                service_timeout_s: draw.between(900, 3_600),
+                retry_of: None,
+            });
+        }
+        if draw.chance(0.25) {
+            let original = draw.below(request_count as u64) as usize;
+            let sent_at_ms = requests[original].sent_at_ms + draw.between(1_000, 120_000);
+            let work_ms = draw.below(3_000);
+            requests.push(RequestPlan { sent_at_ms, work_ms, service_timeout_s: 3_600, retry_of: Some(original) });
+        }
+        let faults = Faults {
+            window_end_ms,
+            store_transient: draw.probability(0.05),
+            store_lost_request: draw.probability(0.03),
+            store_lost_reply: draw.probability(0.05),
+            store_hang: draw.probability(0.02),
+            put_fail: draw.probability(0.2),
+            put_lost_reply: draw.probability(0.1),
+            put_hang: draw.probability(0.05),
+            crash: draw.probability(0.04),
+            duplicate: draw.probability(0.3),
+            freeze: draw.probability(0.3),
+        };
+        let mut outages = Vec::new();
+        for _ in 0..draw.below(3) {
+            let start = draw.below(window_end_ms);
+            let end = (start + draw.between(1_000, 120_000)).min(window_end_ms);
+            outages.push((draw.region(), start, end));
+        }
+        let mut flips = Vec::new();
+        for _ in 0..draw.below(4) {
+            flips.push((draw.below(window_end_ms + 60_000), draw.region()));
+        }
+        let skew = || draw.below(2 * SKEW_MARGIN_MS / 2) as i64 - (SKEW_MARGIN_MS / 2) as i64;
+        let skew_ms = [skew(), skew()];
+        let mut jumps = Vec::new();
+        if draw.chance(0.2) {
+            let size = draw.between(1_000, 30_000) as i64;
+            jumps.push((draw.below(window_end_ms), draw.region(), if draw.chance(0.5) { size } else { -size }));
+        }
+        Self {
+            seed,
+            options,
+            secondary_delay_ms: draw.between(2, 60) * 1_000,
+            requests,
+            faults,
+            outages,
+            flips,
+            skew_ms,
+            jumps,
+        }
+    }
+}

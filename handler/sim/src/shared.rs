@@ -1,0 +1,101 @@
+//! The simulation's shared state: virtual time, the fault dice, and everything observed for the
+//! invariant checks, the coverage counters and the trace.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use cfn_once_core::clock::{Clock, ManualClock};
+use cfn_once_core::fingerprint::Fingerprint;
+use cfn_once_core::lease::LeaseRecord;
+use cfn_once_core::random::{Random, SplitMix64};
+use cfn_once_core::request::RequestKey;
+
+use crate::scenario::{Faults, Region};
+
+/// Virtual time starts here (epoch ms); traces show time relative to it.
+pub const T0_MS: u64 = 1_800_000_000_000;
+
+/// What the simulation saw.
+#[derive(Debug, Default)]
+pub struct Observed {
+    pub trace: Vec<String>,
+    pub coverage: BTreeMap<&'static str, u64>,
+    pub violations: Vec<String>,
+    /// Highest fence granted per key.
+    pub grants: BTreeMap<RequestKey, u64>,
+    /// Commits applied per attempt.
+    pub commits: BTreeMap<(RequestKey, Fingerprint), Vec<u64>>,
+    /// Bodies PUT per ResponseURL, with when.
+    pub puts: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
+    /// The fenced downstream store: item to (scope, fence) of the last accepted write.
+    pub fenced: BTreeMap<String, (String, u64)>,
+    /// MREC replication in flight: (due ms, to region, record).
+    pub replications: Vec<(u64, Region, LeaseRecord)>,
+}
+
+/// Shared by every simulated component of one seed.
+#[derive(Debug)]
+pub struct Shared {
+    pub clock: ManualClock,
+    pub faults: Faults,
+    pub tracing: bool,
+    dice: SplitMix64,
+    observed: Mutex<Observed>,
+}
+
+impl Shared {
+    pub fn new(seed: u64, faults: Faults, tracing: bool) -> Self {
+        Self {
+            clock: ManualClock::new(T0_MS),
+            faults,
+            tracing,
+            dice: SplitMix64::new(seed ^ 0x5EED_FA17),
+            observed: Mutex::new(Observed::default()),
+        }
+    }
+
+    /// Virtual ms since the start.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.clock.now_ms() - T0_MS
+    }
+
+    /// True with probability `p`, but only inside the fault window.
+    pub fn fault(&self, p: f64) -> bool {
+        self.elapsed_ms() < self.faults.window_end_ms && self.dice(p)
+    }
+
+    /// True with probability `p`.
+    pub fn dice(&self, p: f64) -> bool {
+        p > 0.0 && (self.dice.next_u64() as f64 / u64::MAX as f64) < p
+    }
+
+    /// A draw in `0..bound`.
+    pub fn below(&self, bound: u64) -> u64 {
+        self.dice.below_or_equal(bound.saturating_sub(1))
+    }
+
+    pub fn observed(&self) -> MutexGuard<'_, Observed> {
+        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a trace line (only when tracing, so untraced runs stay fast).
+    pub fn trace(&self, region: Option<Region>, line: impl FnOnce() -> String) {
+        if self.tracing {
+            let elapsed_ms = self.elapsed_ms();
+            let who = region.map_or("world    ", |r| if r == Region::Primary { "primary  " } else { "secondary" });
+            let text = format!("{:>7}.{:03} s  {who}  {}", elapsed_ms / 1000, elapsed_ms % 1000, line());
+            self.observed().trace.push(text);
+        }
+    }
+
+    /// Counts an interesting path.
+    pub fn cover(&self, name: &'static str) {
+        *self.observed().coverage.entry(name).or_default() += 1;
+    }
+
+    /// Records a broken invariant.
+    pub fn violation(&self, what: String) {
+        self.trace(None, || format!("VIOLATION: {what}"));
+        self.observed().violations.push(what);
+    }
+}

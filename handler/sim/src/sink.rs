@@ -1,0 +1,65 @@
+//! CloudFormation's response bucket, simulated: every PUT recorded per URL (for invariant S1
+//! and L1), with seeded failures, lost replies and hangs inside the fault window.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cfn_once_core::delivery::{PutError, ResponseSink};
+use cfn_once_core::response_url::ResponseUrl;
+
+use crate::scenario::Region;
+use crate::shared::Shared;
+
+/// A region's view of S3.
+#[derive(Debug)]
+pub struct SimSink {
+    pub region: Region,
+    pub shared: Arc<Shared>,
+}
+
+impl SimSink {
+    fn record(&self, url: &ResponseUrl, body: &[u8]) {
+        let now_ms = self.shared.elapsed_ms();
+        let url = url.expose_secret().to_owned();
+        let mut observed = self.shared.observed();
+        let puts = observed.puts.entry(url.clone()).or_default();
+        let differs = puts.iter().any(|(_, earlier)| earlier != body);
+        let again = !puts.is_empty();
+        puts.push((now_ms, body.to_vec()));
+        drop(observed);
+        if differs {
+            self.shared.violation(format!("S1: a different body was PUT to {url}"));
+        }
+        if again {
+            self.shared.cover("same bytes PUT again");
+        }
+        self.shared.trace(Some(self.region), || format!("PUT {} bytes to {}", body.len(), short(&url)));
+    }
+}
+
+#[async_trait]
+impl ResponseSink for SimSink {
+    async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
+        let faults = self.shared.faults;
+        if self.shared.fault(faults.put_fail) {
+            self.shared.cover("response PUT failed");
+            return Err(PutError::Retryable("simulated S3 503".into()));
+        }
+        if self.shared.fault(faults.put_lost_reply) {
+            self.shared.cover("response PUT landed, reply lost");
+            self.record(url, body);
+            return Err(PutError::Retryable("simulated lost reply".into()));
+        }
+        if self.shared.fault(faults.put_hang) {
+            self.shared.cover("response PUT hung");
+            return std::future::pending().await;
+        }
+        self.record(url, body);
+        Ok(())
+    }
+}
+
+/// The distinguishing tail of a simulated URL, for traces.
+pub fn short(url: &str) -> &str {
+    url.rsplit('/').next().unwrap_or(url)
+}

@@ -1,0 +1,226 @@
+//! The lease store as each region sees it: the real in-memory store (linearizable, as MRSC) or a
+//! replica per region (MREC), behind seeded faults, with every grant and commit observed for
+//! invariants S1 and S3.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cfn_once_core::clock::Clock;
+use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, StoreError};
+use cfn_once_core::memory_store::MemoryLeaseStore;
+use cfn_once_core::request::RequestKey;
+
+use crate::scenario::{Region, StoreMode};
+use crate::shared::Shared;
+
+/// The table: one copy, or one per region.
+#[derive(Debug)]
+pub struct Table {
+    mode: StoreMode,
+    replicas: [Arc<MemoryLeaseStore>; 2],
+}
+
+impl Table {
+    pub fn new(mode: StoreMode, planted_bug: bool) -> Self {
+        let store =
+            || Arc::new(if planted_bug { MemoryLeaseStore::planted_commit_bug() } else { MemoryLeaseStore::new() });
+        let first = store();
+        let replicas = match mode {
+            StoreMode::Mrsc => [Arc::clone(&first), first],
+            StoreMode::Mrec { .. } => [first, store()],
+        };
+        Self { mode, replicas }
+    }
+
+    /// Applies replication that has come due.
+    pub fn replicate(&self, to: Region, record: LeaseRecord) {
+        self.replicas[to.index()].replicate(record);
+    }
+}
+
+/// A region's view of the table, misbehaving on the seed's dice inside the fault window.
+#[derive(Debug)]
+pub struct RegionStore {
+    region: Region,
+    table: Arc<Table>,
+    shared: Arc<Shared>,
+}
+
+/// What the dice chose for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    Transient,
+    LostRequest,
+    LostReply,
+    Hang,
+}
+
+impl RegionStore {
+    pub fn new(region: Region, table: Arc<Table>, shared: Arc<Shared>) -> Self {
+        Self { region, table, shared }
+    }
+
+    fn local(&self) -> &MemoryLeaseStore {
+        &self.table.replicas[self.region.index()]
+    }
+
+    fn roll(&self, operation: &'static str) -> Fault {
+        let faults = self.shared.faults;
+        let fault = if self.shared.fault(faults.store_transient) {
+            Fault::Transient
+        } else if self.shared.fault(faults.store_lost_request) {
+            Fault::LostRequest
+        } else if self.shared.fault(faults.store_lost_reply) {
+            Fault::LostReply
+        } else if self.shared.fault(faults.store_hang) {
+            Fault::Hang
+        } else {
+            Fault::None
+        };
+        if fault != Fault::None {
+            self.shared.cover(match fault {
+                Fault::Transient => "store throttled",
+                Fault::LostRequest => "store request lost",
+                Fault::LostReply => "store write applied, reply lost",
+                Fault::Hang => "store call hung",
+                Fault::None => unreachable!(),
+            });
+            self.shared.trace(Some(self.region), || format!("{operation}: injected {fault:?}"));
+        }
+        fault
+    }
+
+    /// Runs `apply` under the rolled fault.
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        apply: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.roll(operation) {
+            Fault::None => apply.await,
+            Fault::Transient => Err(StoreError::Transient("simulated throttling".into())),
+            Fault::LostRequest => Err(StoreError::Ambiguous("simulated lost request".into())),
+            Fault::LostReply => {
+                apply.await?;
+                Err(StoreError::Ambiguous("simulated lost reply".into()))
+            }
+            Fault::Hang => {
+                apply.await?;
+                std::future::pending().await
+            }
+        }
+    }
+
+    /// MREC: the write replicates to the other region after the lag.
+    fn replicate_later(&self, key: &RequestKey) {
+        if let StoreMode::Mrec { lag_ms } = self.table.mode
+            && let Some(record) = self.local().get(key)
+        {
+            let due = self.shared.clock.now_ms() + lag_ms;
+            self.shared.observed().replications.push((due, self.region.other(), record));
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RegionStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.call("acquire", async {
+            let answer = self.local().acquire(request).await?;
+            if let Acquire::Acquired { fence } = answer {
+                let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
+                if fence <= previous {
+                    self.shared.violation(format!(
+                        "S3: fence {fence} granted to {} after fence {previous} for {:?}",
+                        self.region.name(),
+                        request.key.request_id
+                    ));
+                }
+                if fence > 1 {
+                    self.shared.cover("lease taken over");
+                }
+                self.shared.trace(Some(self.region), || format!("lease acquired, fence {fence} ({})", request.owner));
+                self.replicate_later(&request.key);
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        lease_until_ms: u64,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.call("heartbeat", async {
+            let answer = self.local().heartbeat(key, fence, lease_until_ms, now_ms).await?;
+            match answer {
+                Conditional::Applied => self.replicate_later(key),
+                Conditional::Refused(_) => {
+                    self.shared.cover("heartbeat found the lease lost");
+                    self.shared.trace(Some(self.region), || format!("heartbeat refused for fence {fence}"));
+                }
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn commit(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        response: &[u8],
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.call("commit", async {
+            let answer = self.local().commit(key, fence, response, now_ms).await?;
+            match &answer {
+                Conditional::Applied => {
+                    let record = self.local().get(key);
+                    if let Some(record) = record {
+                        let mut observed = self.shared.observed();
+                        let commits = observed.commits.entry((key.clone(), record.fingerprint.clone())).or_default();
+                        commits.push(fence);
+                        let count = commits.len();
+                        drop(observed);
+                        if count > 1 {
+                            self.shared.violation(format!(
+                                "S1: attempt {} of {:?} committed {count} times (fence {fence} by {})",
+                                record.fingerprint,
+                                key.request_id,
+                                self.region.name()
+                            ));
+                        }
+                    }
+                    self.shared.trace(Some(self.region), || format!("committed under fence {fence}"));
+                    self.replicate_later(key);
+                }
+                Conditional::Refused(_) => {
+                    self.shared.cover("stale commit rejected");
+                    self.shared.trace(Some(self.region), || format!("commit under fence {fence} rejected"));
+                }
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
+        self.call("mark delivered", async {
+            let answer = self.local().mark_delivered(key, fence, now_ms).await?;
+            if answer == Conditional::Applied {
+                self.replicate_later(key);
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
+        self.call("read", self.local().read(key)).await
+    }
+}
