@@ -96,6 +96,12 @@ impl ManualClock {
     pub fn next_deadline_ms(&self) -> Option<u64> {
         lock(&self.inner).sleepers.keys().next().map(|(deadline, _)| *deadline)
     }
+
+    /// The earliest deadline later than `after_ms`. A simulator that holds some futures back
+    /// (a frozen process) leaves their due timers pending; this skips them.
+    pub fn next_deadline_after_ms(&self, after_ms: u64) -> Option<u64> {
+        lock(&self.inner).sleepers.range((after_ms + 1, 0)..).next().map(|((deadline, _), _)| *deadline)
+    }
 }
 
 impl Clock for ManualClock {
@@ -168,6 +174,16 @@ mod tests {
         task.await.expect("sleeper task");
         assert!(done.load(Ordering::SeqCst));
         assert_eq!(clock.next_deadline_ms(), None, "a finished sleep leaves no timer behind");
+    }
+
+    #[test]
+    fn the_next_deadline_after_a_moment_skips_due_timers() {
+        let clock = ManualClock::new(100);
+        let _due = clock.sleep_ms(0);
+        let _later = clock.sleep_ms(50);
+        assert_eq!(clock.next_deadline_ms(), Some(100));
+        assert_eq!(clock.next_deadline_after_ms(100), Some(150));
+        assert_eq!(clock.next_deadline_after_ms(150), None);
     }
 
     #[test]

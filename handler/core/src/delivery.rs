@@ -36,21 +36,30 @@ pub struct PutPolicy {
     pub backoff_max_ms: u64,
 }
 
-/// PUTs `body` with up to `policy.attempts_max` attempts and full-jitter backoff between them.
-/// Returns the number of attempts it took.
+/// The shortest attempt worth starting.
+const ATTEMPT_MS_MIN: u64 = 100;
+
+/// PUTs `body` with up to `policy.attempts_max` attempts and full-jitter backoff between them,
+/// all before `stop_at_ms` (the invocation's end: a Lambda killed mid-retry would fail its whole
+/// batch). Returns the number of attempts it took.
 pub async fn put_with_retries(
     sink: &dyn ResponseSink,
     url: &ResponseUrl,
     body: &[u8],
     policy: PutPolicy,
+    stop_at_ms: u64,
     clock: &dyn Clock,
     random: &dyn Random,
 ) -> Result<u32, PutError> {
-    let mut last = PutError::Retryable("no attempt was made".into());
+    let mut last = PutError::Retryable("no time was left in this invocation to send the response".into());
     for attempt in 1..=policy.attempts_max.max(1) {
-        let result = within(clock, policy.attempt_timeout_ms, sink.put(url, body))
+        let timeout_ms = policy.attempt_timeout_ms.min(stop_at_ms.saturating_sub(clock.now_ms()));
+        if timeout_ms < ATTEMPT_MS_MIN {
+            break;
+        }
+        let result = within(clock, timeout_ms, sink.put(url, body))
             .await
-            .unwrap_or_else(|| Err(PutError::Retryable(format!("no answer within {} ms", policy.attempt_timeout_ms))));
+            .unwrap_or_else(|| Err(PutError::Retryable(format!("no answer within {timeout_ms} ms"))));
         match result {
             Ok(()) => return Ok(attempt),
             Err(error @ PutError::Permanent(_)) => return Err(error),
@@ -60,8 +69,34 @@ pub async fn put_with_retries(
             }
         }
         if attempt < policy.attempts_max {
-            clock.sleep_ms(full_jitter_ms(random, attempt, policy.backoff_base_ms, policy.backoff_max_ms)).await;
+            let backoff_ms = full_jitter_ms(random, attempt, policy.backoff_base_ms, policy.backoff_max_ms);
+            clock.sleep_ms(backoff_ms.min(stop_at_ms.saturating_sub(clock.now_ms()))).await;
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::random::SplitMix64;
+    use crate::response_url::UrlPolicy;
+    use crate::testing::{PutFault, RecordingSink, drive};
+
+    #[test]
+    fn retries_stop_before_the_invocation_ends() {
+        let clock = ManualClock::new(1_000_000);
+        let sink = RecordingSink::new();
+        for _ in 0..5 {
+            sink.inject(PutFault::Hang);
+        }
+        let url = UrlPolicy::new(vec![]).check("https://b.s3.amazonaws.com/k").expect("url");
+        let policy =
+            PutPolicy { attempts_max: 5, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 };
+        let random = SplitMix64::new(1);
+        let result = drive(&clock, put_with_retries(&sink, &url, b"{}", policy, 1_003_000, &clock, &random));
+        assert!(matches!(result, Err(PutError::Retryable(_))), "{result:?}");
+        assert!(clock.now_ms() <= 1_003_000, "gave up at {}, after the invocation's end", clock.now_ms());
+    }
 }

@@ -39,6 +39,9 @@ use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, decode};
 use crate::response::{self, Outcome, ResponseBody, Status};
 
+/// Time kept at the end of an invocation to record a delivery after the PUT.
+const DELIVERY_RECORD_MS: u64 = 1_000;
+
 /// SQS refuses visibility timeouts above 12 hours.
 pub const VISIBILITY_S_MAX: u32 = 43_200;
 
@@ -570,11 +573,14 @@ impl Worker {
     /// PUTs the committed bytes, then records the delivery (best effort: a duplicate that
     /// finds it unrecorded only PUTs the same bytes again).
     async fn deliver(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<(), PutError> {
+        // Leave a moment after the last attempt to record the delivery.
+        let stop_at_ms = job.invocation.deadline_ms.saturating_sub(DELIVERY_RECORD_MS);
         let put = put_with_retries(
             self.sink.as_ref(),
             &job.request.response_url,
             committed,
             self.settings.put,
+            stop_at_ms,
             self.clock.as_ref(),
             self.random.as_ref(),
         )

@@ -477,7 +477,7 @@ impl World {
 
     /// The next moment anything can happen, if anything can.
     fn next_moment(&self) -> Option<u64> {
-        let timer = self.shared.clock.next_deadline_ms();
+        let timer = self.shared.clock.next_deadline_after_ms(self.now_ms());
         let event = self.events.keys().next().map(|(at, _)| *at);
         let replication = self.shared.observed().replications.iter().map(|(at, _, _)| *at).min();
         let message = self
