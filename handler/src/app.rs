@@ -9,7 +9,6 @@ use cfn_once_core::clock::Clock;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
 use cfn_once_core::delivery::PutPolicy;
-use cfn_once_core::lease::LeaseStore;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
 use cfn_once_core::response_url::UrlPolicy;
@@ -104,14 +103,6 @@ pub fn control(
         }
     };
     Arc::new(CachedActivity::new(source, clock, config.control_cache_ms, Activity::Active))
-}
-
-/// The production lease store for `config`, e.g. for tools that read records.
-pub fn lease_store(config: &Config, sdk: &SdkConfig) -> Arc<dyn LeaseStore> {
-    Arc::new(DynamoLeaseStore::new(
-        dynamodb_client(sdk, config.store_timeout_ms, &config.table_region),
-        &config.table_name,
-    ))
 }
 
 /// A DynamoDB client in `region` whose every attempt gives up after `attempt_timeout_ms`, so a

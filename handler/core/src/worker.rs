@@ -304,7 +304,7 @@ impl Worker {
                     tracing::Span::current().record("fence", fence);
                     tracing::info!("found a committed response that was never delivered; sending the stored bytes");
                     return match self.deliver(&job, fence, &response).await {
-                        Ok(()) => Disposition::Done(Done::Replayed { fence }),
+                        Ok(_) => Disposition::Done(Done::Replayed { fence }),
                         Err(error) => self.retry(&job, error.to_string()),
                     };
                 }
@@ -424,10 +424,9 @@ impl Worker {
             }
             Err(error) => return self.retry(job, format!("could not commit the response: {error}")),
         };
-        let status = ResponseBody::parse(&committed).map(|b| b.status).unwrap_or(Status::Failed);
-        tracing::info!(?status, bytes = committed.len(), "response committed");
+        tracing::info!(bytes = committed.len(), "response committed");
         match self.deliver(job, fence, &committed).await {
-            Ok(()) => Disposition::Done(Done::Answered { fence, status }),
+            Ok(status) => Disposition::Done(Done::Answered { fence, status }),
             Err(error) => self.retry(job, error.to_string()),
         }
     }
@@ -571,8 +570,8 @@ impl Worker {
     }
 
     /// PUTs the committed bytes, then records the delivery (best effort: a duplicate that
-    /// finds it unrecorded only PUTs the same bytes again).
-    async fn deliver(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<(), PutError> {
+    /// finds it unrecorded only PUTs the same bytes again). Returns the status the body carries.
+    async fn deliver(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<Status, PutError> {
         // Leave a moment after the last attempt to record the delivery.
         let stop_at_ms = job.invocation.deadline_ms.saturating_sub(DELIVERY_RECORD_MS);
         let put = put_with_retries(
@@ -598,7 +597,7 @@ impl Worker {
         let status = ResponseBody::parse(committed).map(|b| b.status).unwrap_or(Status::Failed);
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
-        tracing::info!(attempts, latency_ms, "response delivered");
+        tracing::info!(attempts, latency_ms, ?status, "response delivered");
         match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms)).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
@@ -606,7 +605,7 @@ impl Worker {
                 tracing::warn!(%error, "could not record the delivery; a duplicate would PUT the same bytes again")
             }
         }
-        Ok(())
+        Ok(status)
     }
 
     async fn store_call<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {

@@ -88,11 +88,6 @@ impl LocalEventSourceMapping {
         Ok(Self { sqs, queue_url: queue_url.to_owned(), queue_arn, region, settings })
     }
 
-    /// The queue's ARN, as records carry it in `eventSourceARN`.
-    pub fn queue_arn(&self) -> &str {
-        &self.queue_arn
-    }
-
     /// Receives one batch (waiting up to the long-poll time), invokes `handler` with it, and
     /// settles the batch as Lambda would.
     pub async fn poll_once<F, Fut>(&self, handler: &F) -> anyhow::Result<BatchReport>

@@ -58,9 +58,4 @@ impl RegionalWorker {
             let _ = task.await;
         }
     }
-
-    /// Whether the worker is polling.
-    pub fn is_running(&self) -> bool {
-        self.running.is_some()
-    }
 }
