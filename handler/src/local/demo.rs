@@ -156,7 +156,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     keys.push(failover.response_key.clone());
     let mut once = 0;
     for key in &keys {
-        let puts = provision::response_versions(&s3, &file.response_bucket, key).await?.len();
+        let puts = provision::response_puts(&s3, &file.response_bucket, key).await?;
         if puts == 1 {
             once += 1;
         } else {
@@ -210,7 +210,7 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
 
         let sent_at = Instant::now();
         sns.publish().topic_arn(&file.topic_arn).message(request.to_string()).send().await.context("publish")?;
-        let body = wait_for_answer(&s3, &file.response_bucket, &key, sent_at).await?;
+        let body = provision::wait_for_response(&s3, &file.response_bucket, &key, ANSWER_TIMEOUT, |_| {}).await?;
         let latency_ms = body.as_ref().map(|_| sent_at.elapsed().as_millis());
         let parsed = body.as_deref().map(ResponseBody::parse).transpose().context("response is not JSON")?;
         println!("{}", latency_ms.map_or_else(|| "no answer".to_owned(), |ms| format!("answered in {ms} ms")));
@@ -231,7 +231,7 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
         });
     }
     for row in &mut rows {
-        row.puts = provision::response_versions(&s3, &file.response_bucket, &row.key).await?.len();
+        row.puts = provision::response_puts(&s3, &file.response_bucket, &row.key).await?;
     }
     Ok(rows)
 }
@@ -251,21 +251,6 @@ fn load_event(path: &Path) -> anyhow::Result<Value> {
         bail!("{} is not a CloudFormation request object", path.display());
     }
     Ok(value)
-}
-
-async fn wait_for_answer(
-    s3: &aws_sdk_s3::Client,
-    bucket: &str,
-    key: &str,
-    sent_at: Instant,
-) -> anyhow::Result<Option<Vec<u8>>> {
-    while sent_at.elapsed() < ANSWER_TIMEOUT {
-        if let Some(first) = provision::response_versions(s3, bucket, key).await?.into_iter().next() {
-            return Ok(Some(first));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(None)
 }
 
 /// Waits until every queue is empty (delayed and in-flight messages included).

@@ -286,29 +286,17 @@ async fn probe(
         .await
         .context("publishing the probe")?;
 
-    let deadline = started + Duration::from_millis(options.answer_timeout_ms);
-    let mut body = None;
-    let mut reported_s = 0;
-    while Instant::now() < deadline {
-        if let Some(first) =
-            provision::response_versions(&clients.s3, &target.response_bucket, &key).await?.into_iter().next()
-        {
-            body = Some(first);
-            break;
-        }
-        let waited_s = started.elapsed().as_secs();
-        if waited_s > reported_s {
-            reported_s = waited_s;
-            progress(&format!("waiting for the answer: {waited_s} s"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let timeout = Duration::from_millis(options.answer_timeout_ms);
+    let body = provision::wait_for_response(&clients.s3, &target.response_bucket, &key, timeout, |waited_s| {
+        progress(&format!("waiting for the answer: {waited_s} s"))
+    })
+    .await?;
     let latency_ms = body.as_ref().map(|_| started.elapsed().as_millis() as u64);
     let record = clients.store.read(&RequestKey { stack_id, request_id }).await?;
     let answered_by =
         record.filter(|r| r.response.is_some()).map(|r| r.owner.split('/').next().unwrap_or_default().to_owned());
     let status = body.as_deref().map(ResponseBody::parse).transpose()?.map(|b| b.status);
-    let puts = provision::response_versions(&clients.s3, &target.response_bucket, &key).await?.len();
+    let puts = provision::response_puts(&clients.s3, &target.response_bucket, &key).await?;
     let passed = status == Some(Status::Success) && answered_by.as_deref() == Some(expected_region) && puts == 1;
     Ok(ProbeResult {
         step: step.to_owned(),

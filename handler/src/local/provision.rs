@@ -8,7 +8,7 @@ use anyhow::Context;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::types::{AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType};
 use aws_sdk_s3::presigning::PresigningConfig;
-use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+use aws_sdk_s3::types::{BucketVersioningStatus, ObjectVersion, VersioningConfiguration};
 use aws_sdk_sqs::types::QueueAttributeName;
 
 use crate::adapters::dynamodb_lease::KEY_ATTRIBUTES;
@@ -191,6 +191,46 @@ pub async fn presigned_put_url(
 
 /// Every version of `key` PUT so far, oldest first.
 pub async fn response_versions(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut bodies = Vec::new();
+    for version in versions(s3, bucket, key).await? {
+        bodies.push(get_version(s3, bucket, key, version.version_id).await?);
+    }
+    Ok(bodies)
+}
+
+/// How many times `key` was PUT, without downloading anything.
+pub async fn response_puts(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> anyhow::Result<usize> {
+    Ok(versions(s3, bucket, key).await?.len())
+}
+
+/// Waits up to `timeout` for the first PUT to `key` and returns its body, polling the cheap
+/// version listing and downloading only once something is there. `progress` hears the whole
+/// seconds waited, once each.
+pub async fn wait_for_response(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    timeout: Duration,
+    mut progress: impl FnMut(u64),
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let started = std::time::Instant::now();
+    let mut reported_s = 0;
+    while started.elapsed() < timeout {
+        if let Some(first) = versions(s3, bucket, key).await?.into_iter().next() {
+            return Ok(Some(get_version(s3, bucket, key, first.version_id).await?));
+        }
+        let waited_s = started.elapsed().as_secs();
+        if waited_s > reported_s {
+            reported_s = waited_s;
+            progress(waited_s);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(None)
+}
+
+/// The versions of exactly `key`, oldest first.
+async fn versions(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> anyhow::Result<Vec<ObjectVersion>> {
     let listing = s3
         .list_object_versions()
         .bucket(bucket)
@@ -201,19 +241,24 @@ pub async fn response_versions(s3: &aws_sdk_s3::Client, bucket: &str, key: &str)
     let mut versions: Vec<_> =
         listing.versions.unwrap_or_default().into_iter().filter(|v| v.key.as_deref() == Some(key)).collect();
     versions.sort_by_key(|version| version.last_modified);
-    let mut bodies = Vec::with_capacity(versions.len());
-    for version in versions {
-        let object = s3
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .set_version_id(version.version_id)
-            .send()
-            .await
-            .map_err(|e| sdk_error("GetObject", &e))?;
-        bodies.push(object.body.collect().await?.into_bytes().to_vec());
-    }
-    Ok(bodies)
+    Ok(versions)
+}
+
+async fn get_version(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    version_id: Option<String>,
+) -> anyhow::Result<Vec<u8>> {
+    let object = s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_version_id(version_id)
+        .send()
+        .await
+        .map_err(|e| sdk_error("GetObject", &e))?;
+    Ok(object.body.collect().await?.into_bytes().to_vec())
 }
 
 fn sdk_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
