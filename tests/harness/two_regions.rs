@@ -175,12 +175,9 @@ impl TwoRegions {
         }
     }
 
-    /// Kills the primary's worker and waits out its last long poll, so no message is handed
-    /// to the dead poller.
+    /// Takes the primary's worker down for an outage (see `RegionalWorker::take_down`).
     pub async fn kill_primary(&mut self) {
-        self.primary.kill().await;
-        let wait_s = u64::try_from(cfn_once::local::pair::ESM_SETTINGS.wait_time_s).unwrap_or(1);
-        tokio::time::sleep(Duration::from_millis(wait_s * 1000 + 300)).await;
+        self.primary.take_down().await;
     }
 
     /// Makes `region` the active one, as the drill does.

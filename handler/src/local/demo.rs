@@ -118,14 +118,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     println!("{}", indent(&drill.render()));
 
     step(&format!("stopping the primary's worker ({}) and sending a probe", file.primary_region));
-    pair.primary.kill().await;
-    // The killed worker's last long poll is still open on the server side; a message arriving
-    // during it would be handed to the dead poller and stay invisible for the visibility
-    // timeout, exactly as with a real poller that died. Let it lapse before probing.
-    tokio::time::sleep(Duration::from_millis(
-        u64::try_from(crate::local::pair::ESM_SETTINGS.wait_time_s).unwrap_or(1) * 1000 + 500,
-    ))
-    .await;
+    pair.primary.take_down().await;
     let failover =
         drill::probe_once(&target, 60_000, "probe with the primary's worker down", &file.secondary_region, |line| {
             println!("  .. {line}")

@@ -88,6 +88,11 @@ impl LocalEventSourceMapping {
         Ok(Self { sqs, queue_url: queue_url.to_owned(), queue_arn, region, settings })
     }
 
+    /// How long one receive may wait for messages.
+    pub fn long_poll(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.settings.wait_time_s.clamp(0, 20)).unwrap_or(0))
+    }
+
     /// Receives one batch (waiting up to the long-poll time), invokes `handler` with it, and
     /// settles the batch as Lambda would.
     pub async fn poll_once<F, Fut>(&self, handler: &F) -> anyhow::Result<BatchReport>

@@ -51,6 +51,15 @@ impl RegionalWorker {
         }
     }
 
+    /// Takes the worker down for an outage: kills it, then waits out its last long poll, which
+    /// is still open on the server side. A message arriving during that poll would be handed to
+    /// the dead poller and stay invisible for the visibility timeout, exactly as with a real
+    /// poller that died; after this, new messages simply wait for the worker to come back.
+    pub async fn take_down(&mut self) {
+        self.kill().await;
+        tokio::time::sleep(self.esm.long_poll() + std::time::Duration::from_millis(300)).await;
+    }
+
     /// Stops at once, dropping the batch in hand wherever it is: a crash.
     pub async fn kill(&mut self) {
         if let Some((task, _stop)) = self.running.take() {
