@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
+use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
-use cfn_once_core::delivery::PutPolicy;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
 use cfn_once_core::response_url::UrlPolicy;
@@ -18,20 +18,23 @@ use crate::adapters::arc::{ArcCluster, ArcControl};
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
-use crate::adapters::sqs_queue::SqsQueue;
+use crate::adapters::sqs_queue::{MessageQueue, SqsQueue};
 use crate::clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
 use crate::metrics::{EmfMetrics, MetricsFlush};
 use crate::providers::standard_router;
 
+/// The longest TCP and TLS connect an SDK call waits for; an AWS endpoint answers in milliseconds.
+const CONNECT_TIMEOUT_MS_MAX: u64 = 2_000;
+
 /// Called with every record's result: the local tools print it.
 pub type Observer = Arc<dyn Fn(&Handled) + Send + Sync>;
 
-/// Everything a batch needs: the protocol worker, the queue it reschedules messages on, and an
+/// Everything a batch needs: the protocol worker, the queue it settles messages on, and an
 /// optional observer.
 pub struct App {
     pub worker: Worker,
-    pub queue: SqsQueue,
+    pub queue: Arc<dyn MessageQueue>,
     pub observer: Option<Observer>,
     /// Where the metrics of each batch are flushed from, when a collector is installed.
     pub metrics: Option<MetricsFlush>,
@@ -67,12 +70,18 @@ impl App {
             control: control(config, sdk, dynamodb, clock),
             metrics: Arc::new(EmfMetrics),
         };
-        Ok(Self::new(Worker::new(customize(ports), input_policy(config), settings(config)), sdk))
+        Ok(Self::new(Worker::new(customize(ports), input_policy(config), Settings::from_config(config)), sdk))
     }
 
-    /// An app around `worker`, rescheduling messages with SQS in `sdk`'s region.
+    /// An app around `worker`, settling messages with SQS in `sdk`'s region.
     pub fn new(worker: Worker, sdk: &SdkConfig) -> Self {
-        Self { worker, queue: SqsQueue::new(aws_sdk_sqs::Client::new(sdk)), observer: None, metrics: None }
+        let sqs = sqs_client(sdk, worker.settings().queue_call_timeout_ms);
+        Self::with_queue(worker, Arc::new(SqsQueue::new(sqs)))
+    }
+
+    /// An app around `worker`, settling messages on `queue`.
+    pub fn with_queue(worker: Worker, queue: Arc<dyn MessageQueue>) -> Self {
+        Self { worker, queue, observer: None, metrics: None }
     }
 
     /// Flushes the collected metrics as EMF lines on stdout after every batch.
@@ -105,52 +114,38 @@ pub fn control(
     Arc::new(CachedActivity::new(source, clock, config.control_cache_ms, Activity::Active))
 }
 
-/// A DynamoDB client in `region` whose every attempt gives up after `attempt_timeout_ms`, so a
-/// hung call becomes an unknown outcome the protocol resolves, instead of eating the invocation.
-pub fn dynamodb_client(sdk: &SdkConfig, attempt_timeout_ms: u64, region: &str) -> aws_sdk_dynamodb::Client {
-    let timeouts = TimeoutConfig::builder()
-        .operation_attempt_timeout(Duration::from_millis(attempt_timeout_ms))
-        .connect_timeout(Duration::from_millis(attempt_timeout_ms.min(3_000)))
-        .build();
+/// A DynamoDB client in `region` that makes one attempt per call and gives it up after
+/// `timeout_ms`: the worker retries with its own bounded, deadline-aware loop, and resolves a
+/// call that timed out after the table applied it from the record (an unknown outcome).
+pub fn dynamodb_client(sdk: &SdkConfig, timeout_ms: u64, region: &str) -> aws_sdk_dynamodb::Client {
     let config = aws_sdk_dynamodb::config::Builder::from(sdk)
         .region(aws_sdk_dynamodb::config::Region::new(region.to_owned()))
-        .timeout_config(timeouts)
+        .timeout_config(call_timeouts(timeout_ms))
+        .retry_config(RetryConfig::standard().with_max_attempts(1))
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// An SQS client whose calls give up after `timeout_ms`, one attempt each: the calls it makes
+/// after a batch are best effort, and the batch must answer before Lambda's deadline.
+pub fn sqs_client(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_sqs::Client {
+    let config = aws_sdk_sqs::config::Builder::from(sdk)
+        .timeout_config(call_timeouts(timeout_ms))
+        .retry_config(RetryConfig::standard().with_max_attempts(1))
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// Explicit timeouts for one call: connecting, the attempt, and the whole operation.
+pub fn call_timeouts(timeout_ms: u64) -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(Duration::from_millis(timeout_ms.min(CONNECT_TIMEOUT_MS_MAX)))
+        .operation_attempt_timeout(Duration::from_millis(timeout_ms))
+        .operation_timeout(Duration::from_millis(timeout_ms))
+        .build()
 }
 
 /// Which inputs are accepted.
 pub fn input_policy(config: &Config) -> InputPolicy {
     InputPolicy { topic_arns: config.topic_arns.clone(), urls: UrlPolicy::new(config.response_url_allow.clone()) }
-}
-
-/// The protocol settings the configuration implies.
-pub fn settings(config: &Config) -> Settings {
-    Settings {
-        region: config.region.clone(),
-        role: config.role,
-        lease_ms: config.lease_ms,
-        skew_ms: config.skew_ms,
-        heartbeat_ms: config.heartbeat_ms,
-        reserve_ms: config.reserve_ms,
-        store_attempts_max: 4,
-        // The SDK's own attempt timeout fires first; this bounds the whole call with retries.
-        store_call_timeout_ms: config.store_timeout_ms * 3,
-        store_backoff_base_ms: 50,
-        store_backoff_max_ms: 1_000,
-        provider_attempts_max: 3,
-        provider_backoff_base_ms: 200,
-        provider_backoff_max_ms: 5_000,
-        put: PutPolicy {
-            attempts_max: config.put_attempts_max,
-            attempt_timeout_ms: config.put_timeout_ms,
-            backoff_base_ms: 200,
-            backoff_max_ms: 2_000,
-        },
-        retention_ms: config.retention_days * 86_400_000,
-        retry_delay_s_max: config.retry_delay_s_max,
-        standby_retry_s: config.standby_retry_s,
-        deadline_ceiling_s: config.deadline_ceiling_s,
-        deadline_margin_ms: config.deadline_margin_ms,
-    }
 }

@@ -233,8 +233,8 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     let options = EnvironmentOptions {
         name: format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
         secondary_delay_s: args.moto.secondary_delay_s,
-        visibility_timeout_s: 60,
-        max_receive_count: 5,
+        visibility_timeout_s: cfn_once::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
+        max_receive_count: cfn_once::local::pair::LOCAL_MAX_RECEIVE_COUNT,
         raw_delivery: false,
     };
     let env = LocalEnvironment::provision(&endpoint, &options).await?;

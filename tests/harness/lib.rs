@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::config::{Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::adapters::http_sink::HttpResponseSink;
-use cfn_once::app::{App, input_policy, settings};
+use cfn_once::app::{App, input_policy};
 use cfn_once::clock::SystemClock;
 use cfn_once::config::Config;
 use cfn_once::local::esm::{EsmSettings, LocalEventSourceMapping};
@@ -34,13 +34,15 @@ use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::RequestKey;
-use cfn_once_core::worker::{Ports, Worker};
+use cfn_once_core::worker::{Ports, Settings, Worker};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 mod fake_arc;
+mod fault_proxy;
 mod two_regions;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
+pub use fault_proxy::{Exchange, Fault, FaultProxy, Match};
 pub use two_regions::{Observed, TwoRegions};
 
 /// The account moto uses.
@@ -146,7 +148,9 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Self { raw_delivery: false, visibility_timeout_s: 30, max_receive_count: 5 }
+        // The deployed receive limit (infra/regional.yaml), which the handler's configuration
+        // assumes by default.
+        Self { raw_delivery: false, visibility_timeout_s: 30, max_receive_count: 1_000 }
     }
 }
 
@@ -215,7 +219,6 @@ impl LocalRegion {
             ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
             ("CFN_ONCE_LEASE_MS".into(), "3000".into()),
             ("CFN_ONCE_SKEW_MS".into(), "200".into()),
-            ("CFN_ONCE_RESERVE_MS".into(), "2000".into()),
         ]);
         for (name, value) in overrides {
             vars.insert((*name).into(), (*value).into());
@@ -255,7 +258,24 @@ impl LocalRegion {
             control: Arc::new(FixedActivity(Activity::Active)),
             metrics: Arc::new(cfn_once::metrics::EmfMetrics),
         };
-        App::new(Worker::new(ports, input_policy(config), settings(config)), &self.sdk)
+        App::new(Worker::new(ports, input_policy(config), Settings::from_config(config)), &self.sdk)
+    }
+
+    /// The production wiring (`App::from_config_with`: DynamoDB and SQS clients with their
+    /// timeouts, the HTTPS sink, the table control) with every AWS call made through `proxy`,
+    /// and `router`'s providers.
+    pub async fn app_behind(&self, proxy: &FaultProxy, config: &Config, router: Router) -> App {
+        let sdk = provision::sdk_config(&proxy.url(), REGION).await;
+        let router = Arc::new(router);
+        App::from_config_with(config, &sdk, |ports| Ports { router, ..ports }).expect("the app")
+    }
+
+    /// Points the request's ResponseURL at `endpoint` (a proxy in front of moto) instead of moto.
+    pub fn route_response_url(&self, sent: &mut Sent, endpoint: &str) {
+        let url = sent.request["ResponseURL"].as_str().expect("a ResponseURL").to_owned();
+        let routed = url.replacen(&self.endpoint, endpoint, 1);
+        assert_ne!(routed, url, "the ResponseURL does not start with the moto endpoint");
+        sent.request["ResponseURL"] = Value::String(routed);
     }
 
     /// The DynamoDB lease store on this region's table.

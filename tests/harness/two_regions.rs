@@ -77,7 +77,8 @@ impl TwoRegions {
             name: unique("cfn-once-two"),
             secondary_delay_s,
             visibility_timeout_s: 10,
-            max_receive_count: 10,
+            // The deployed limit, which the handler's configuration assumes.
+            max_receive_count: cfn_once::local::pair::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         };
         let env = LocalEnvironment::provision(moto(), &options).await.expect("environment");

@@ -4,7 +4,12 @@
 
 use std::time::Duration;
 
-use cfn_once_tests::{LocalRegion, Options};
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use cfn_once_core::echo::{ECHO_TYPE, Echo};
+use cfn_once_core::provider::Router;
+use cfn_once_tests::{FaultProxy, LocalRegion, Match, Options, handler, now_ms};
+use lambda_runtime::{Context, LambdaEvent};
 
 #[tokio::test]
 async fn the_happy_path_costs_three_writes_and_no_reads() {
@@ -28,4 +33,49 @@ async fn the_happy_path_costs_three_writes_and_no_reads() {
     assert_eq!(duplicate.get("UpdateItem"), Some(&1), "one refused acquire, its ALL_OLD item decides: {duplicate:?}");
     assert_eq!(duplicate.values().sum::<u32>(), 1, "{duplicate:?}");
     assert_eq!(region.responses(&sent).await.len(), 1);
+}
+
+/// A primary asks the active-region control whether it is active; the README promises at most
+/// one read per `CFN_ONCE_CONTROL_CACHE_MS` per warm Lambda, however many records a batch holds.
+/// Counted on the wire: the production control (the `control#active` item) through a proxy.
+#[tokio::test]
+async fn a_batch_of_ten_on_a_cold_cache_reads_the_control_once() {
+    let region = LocalRegion::new(Options::default()).await;
+    let proxy = FaultProxy::start(&region.endpoint);
+    let config = region.config(&[("CFN_ONCE_CONTROL_CACHE_MS", "60000")]);
+    let app = region.app_behind(&proxy, &config, Router::new().register(ECHO_TYPE, Echo)).await;
+    let mut sent = Vec::new();
+    for _ in 0..10 {
+        let request = region.request("create-echo.json").await;
+        region.publish(&request).await;
+        sent.push(request);
+    }
+    // Ten records in one batch, as Lambda would hand them over.
+    let esm = region.esm(10).await;
+    let mut records = Vec::new();
+    while records.len() < 10 {
+        let received = region
+            .sqs
+            .receive_message()
+            .queue_url(&region.queue.url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        records.extend(received.messages.unwrap_or_default().iter().map(|message| esm.record(message)));
+    }
+    let mut context = Context::default();
+    context.request_id = "batch-of-ten".into();
+    context.deadline = now_ms() + 30_000;
+    let mut batch = SqsEvent::default();
+    batch.records = records;
+    let response = handler(&app)(LambdaEvent::new(batch, context)).await.expect("the batch");
+    assert!(response.batch_item_failures.is_empty(), "{:?}", response.batch_item_failures);
+    for request in &sent {
+        assert_eq!(region.responses(request).await.len(), 1);
+    }
+    let control_reads = proxy.count(&Match::OperationWith("GetItem".into(), "control#active".into()));
+    println!("control reads for a 10-record batch on a cold cache: {control_reads}");
+    assert_eq!(control_reads, 1, "one read, shared by the batch's ten records");
 }

@@ -45,7 +45,7 @@ fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_m
 
 async fn fence_of(store: &dyn LeaseStore, request: &AcquireRequest) -> Option<u64> {
     match store.acquire(request).await.expect("acquire") {
-        Acquire::Acquired { fence } => Some(fence),
+        Acquire::Acquired { fence, .. } => Some(fence),
         Acquire::Refused(_) => None,
     }
 }
@@ -68,7 +68,7 @@ async fn a_refusal_returns_the_record_as_it_was(store: Arc<dyn LeaseStore>) {
     let before = store.read(&key).await.expect("read").expect("record");
     match store.acquire(&acquire(&key, "a", "west/1", T0 + 5_000)).await.expect("acquire") {
         Acquire::Refused(record) => assert_eq!(*record, before, "ALL_OLD is the stored record"),
-        Acquire::Acquired { fence } => panic!("a live lease was granted again (fence {fence})"),
+        Acquire::Acquired { fence, .. } => panic!("a live lease was granted again (fence {fence})"),
     }
     assert_eq!(store.read(&key).await.expect("read").expect("record"), before, "a refused acquire changes nothing");
 }

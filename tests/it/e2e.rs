@@ -96,6 +96,21 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     assert!(tenant_item(&region).await.is_none(), "Delete removed the item");
 }
 
+#[tokio::test]
+async fn the_rollback_delete_of_an_abandoned_create_removes_what_it_wrote() {
+    // A Create that wrote its item and then failed or was abandoned at its deadline answers
+    // with an id other than the provider's own; the rollback Delete carries that id, and the
+    // item its properties name must still go.
+    let region = LocalRegion::new(Options::default()).await;
+    let create = region.request("create-dynamodb-item.json").await;
+    assert_eq!(answer(&region, &create).await.status, Status::Success);
+    assert!(tenant_item(&region).await.is_some());
+    let mut delete = region.request("delete-dynamodb-item.json").await;
+    delete.request["PhysicalResourceId"] = json!("TenantSettings-0123456789abcdef");
+    assert_eq!(answer(&region, &delete).await.status, Status::Success);
+    assert!(tenant_item(&region).await.is_none(), "the rollback Delete removed the item");
+}
+
 /// The item the fixture's `Custom::DynamoDBItem` writes, read consistently.
 async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
     let output = region

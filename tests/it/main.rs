@@ -17,3 +17,4 @@ mod logs;
 mod sweeper;
 mod templates;
 mod two_regions;
+mod wire_faults;

@@ -2,10 +2,9 @@
 //! cfn-lint, `sam validate --lint` and checkov check them generally (`make lint-templates`);
 //! these tests check what cfn-once itself relies on.
 
-use std::collections::BTreeMap;
-
 use cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
-use cfn_once::config::Config;
+use cfn_once_core::decision::Role;
+use cfn_once_sim::deployed::{Deployed, FunctionTimeout};
 use cfn_once_tests::workspace_root;
 use serde_json::{Value, json};
 
@@ -120,23 +119,51 @@ fn the_sweeper_is_scheduled_and_may_only_scan_and_delete() {
     );
 }
 
+/// The queues and the handler are one design (DESIGN §2): a copy may reach the DLQ only when
+/// nobody can be answered or its deadline has passed. These hold the template to it, reading it
+/// the way the simulator does (`cfn_once_sim::deployed`), so both see the same values.
 #[test]
-fn the_visibility_timeout_is_at_least_six_times_the_function_timeout() {
+fn the_receive_limit_and_the_handler_agree() {
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
     let template = template("regional.yaml");
-    let allowed = template["Parameters"]["FunctionTimeoutSeconds"]["AllowedValues"].as_array().expect("AllowedValues");
-    for timeout in allowed {
-        let timeout_s: u64 = timeout.as_str().and_then(|t| t.parse().ok()).expect("numeric timeout");
-        let visibility_s =
-            template["Mappings"]["Timeouts"][timeout.as_str().expect("key")]["Visibility"].as_u64().expect("mapped");
-        assert!(visibility_s >= 6 * timeout_s, "timeout {timeout_s} s has visibility {visibility_s} s");
+    let limit = json!({"Fn::FindInMap": ["Queue", "Redrive", "MaxReceiveCount"]});
+    let queue = &template["Resources"]["Queue"]["Properties"];
+    assert_eq!(queue["RedrivePolicy"]["maxReceiveCount"], limit, "the queue's limit is the mapped value");
+    let function = one(&template, "AWS::Serverless::Function");
+    assert_eq!(
+        function["Properties"]["Environment"]["Variables"]["CFN_ONCE_MAX_RECEIVE_COUNT"], limit,
+        "the handler is told the same value"
+    );
+    for role in [Role::Primary, Role::Secondary] {
+        let settings = deployed.settings(role, "us-east-1").expect("the template configures the handler");
+        assert_eq!(settings.max_receive_count, deployed.max_receive_count);
+        let needed = settings.receives_needed().expect("a backoff floor exists for this limit");
+        assert!(
+            needed <= deployed.max_receive_count,
+            "{needed} receives before the deadline, but the queue allows {}",
+            deployed.max_receive_count
+        );
     }
+}
+
+#[test]
+fn a_crashed_invocation_leaves_time_to_answer() {
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
+    let settings = deployed.settings(Role::Primary, "us-east-1").expect("the template configures the handler");
+    let deadline_s = settings.deadline_ceiling_s;
+    for FunctionTimeout { timeout_s, visibility_s } in deployed.function_timeouts {
+        assert!(visibility_s >= timeout_s, "Lambda requires visibility >= the function timeout ({timeout_s} s)");
+        // A Lambda killed at its timeout hides the message for the visibility timeout; then a
+        // whole new invocation must still fit before the deadline.
+        assert!(
+            timeout_s + visibility_s + timeout_s <= deadline_s,
+            "timeout {timeout_s} s with visibility {visibility_s} s leaves no time before a {deadline_s} s deadline"
+        );
+        assert!(timeout_s * 1_000 > settings.reserve_ms(), "a {timeout_s} s invocation is all reserve");
+    }
+    let template = template("regional.yaml");
     let function = one(&template, "AWS::Serverless::Function");
     assert_eq!(function["Properties"]["Timeout"], json!({"Ref": "FunctionTimeoutSeconds"}));
-    let queue = &template["Resources"]["Queue"]["Properties"];
-    assert_eq!(
-        queue["VisibilityTimeout"],
-        json!({"Fn::FindInMap": ["Timeouts", {"Ref": "FunctionTimeoutSeconds"}, "Visibility"]})
-    );
 }
 
 #[test]
@@ -144,7 +171,10 @@ fn the_queue_redrives_to_its_dlq_and_the_secondary_delay_is_a_parameter() {
     let template = template("regional.yaml");
     let queue = &template["Resources"]["Queue"]["Properties"];
     assert_eq!(queue["RedrivePolicy"]["deadLetterTargetArn"], json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}));
-    assert!(queue["RedrivePolicy"]["maxReceiveCount"].as_u64().is_some_and(|n| n > 1));
+    assert_eq!(
+        queue["VisibilityTimeout"],
+        json!({"Fn::FindInMap": ["Timeouts", {"Ref": "FunctionTimeoutSeconds"}, "Visibility"]})
+    );
     assert_eq!(queue["DelaySeconds"], json!({"Fn::If": ["IsSecondary", {"Ref": "SecondaryDelaySeconds"}, 0]}));
     assert_eq!(template["Conditions"]["IsSecondary"], json!({"Fn::Equals": [{"Ref": "Role"}, "secondary"]}));
     let delay = &template["Parameters"]["SecondaryDelaySeconds"];
@@ -200,6 +230,9 @@ fn iam_is_limited_to_item_actions_on_the_table() {
                 assert_eq!(resource, json!({"Ref": "ItemTableArns"}), "other tables only as configured");
                 assert_eq!(actions, vec!["dynamodb:PutItem", "dynamodb:DeleteItem"]);
             }
+            "sqs" if resource == json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}) => {
+                assert_eq!(actions, vec!["sqs:SendMessage", "sqs:GetQueueUrl"], "it only moves messages to its DLQ")
+            }
             "sqs" => assert_eq!(resource, json!({"Fn::GetAtt": ["Queue", "Arn"]}), "only its own queue"),
             "logs" => assert_eq!(resource, json!({"Fn::Sub": "${FunctionLogGroup.Arn}:*"}), "only its own log group"),
             other => panic!("unexpected service {other}"),
@@ -222,26 +255,11 @@ fn the_queue_policy_is_bound_to_the_service_topic() {
 
 #[test]
 fn the_function_environment_is_a_valid_handler_configuration() {
-    let template = template("regional.yaml");
-    let function = one(&template, "AWS::Serverless::Function");
-    let variables = function["Properties"]["Environment"]["Variables"].as_object().expect("Variables");
-    // Stand-ins for what CloudFormation resolves.
-    let resolved = |value: &Value| match value {
-        Value::String(text) => text.clone(),
-        Value::Object(reference) => match reference.get("Ref").and_then(Value::as_str) {
-            Some("Role") => "secondary".into(),
-            Some("ServiceTopicArn") => "arn:aws:sns:us-east-2:123456789012:cfn-once-service-token".into(),
-            Some("TableName") => "cfn-once-leases".into(),
-            Some("ItemTables") => "settings".into(),
-            other => panic!("unexpected reference {other:?}"),
-        },
-        other => panic!("unexpected value {other}"),
-    };
-    let mut vars: BTreeMap<String, String> = variables.iter().map(|(k, v)| (k.clone(), resolved(v))).collect();
-    vars.insert("AWS_REGION".into(), "us-west-2".into());
-    let config =
-        Config::from_lookup(|name| vars.get(name).cloned()).expect("the template configures the handler fully");
-    assert_eq!(config.role.as_str(), "secondary");
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
+    for role in [Role::Primary, Role::Secondary] {
+        let config = deployed.config(role, "us-west-2").expect("the template configures the handler fully");
+        assert_eq!(config.role, role);
+    }
 }
 
 #[test]

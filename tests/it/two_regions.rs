@@ -13,13 +13,14 @@ use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::json;
 
 const DELAY_S: u32 = 2;
-const SETTINGS: [(&str, &str); 7] = [
+const SETTINGS: [(&str, &str); 8] = [
+    ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
+    ("CFN_ONCE_PUT_TIMEOUT_MS", "1500"),
     ("CFN_ONCE_LEASE_MS", "2000"),
     ("CFN_ONCE_HEARTBEAT_MS", "500"),
     ("CFN_ONCE_SKEW_MS", "200"),
     ("CFN_ONCE_CONTROL_CACHE_MS", "300"),
     ("CFN_ONCE_STANDBY_RETRY_S", "1"),
-    ("CFN_ONCE_RESERVE_MS", "2000"),
     ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);

@@ -77,8 +77,10 @@ pub enum Action {
         fence: u64,
     },
     /// Holding the lease near the deadline: commit FAILED without running the provider.
+    /// `took_over` says an earlier execution may have run it.
     FailWithoutRunning {
         fence: u64,
+        took_over: bool,
     },
     /// PUT the committed bytes and mark them delivered.
     Deliver {
@@ -123,8 +125,10 @@ pub fn decide(seen: &Seen, situation: &Situation) -> Action {
         Seen::Absent | Seen::NewAttempt => Action::Leave,
         Seen::Held { until_ms } => Action::BackOff { until_ms: *until_ms },
         Seen::Expired => Action::Acquire,
-        Seen::Mine { fence } if deadline_near => Action::FailWithoutRunning { fence: *fence },
-        Seen::Mine { fence } => Action::Run { fence: *fence },
+        Seen::Mine { fence, took_over } if deadline_near => {
+            Action::FailWithoutRunning { fence: *fence, took_over: *took_over }
+        }
+        Seen::Mine { fence, .. } => Action::Run { fence: *fence },
         Seen::Committed { delivered: false, committed_ms, .. }
             if !deadline_near && now_ms < committed_ms.saturating_add(delivery_grace_ms) =>
         {
@@ -182,7 +186,7 @@ mod tests {
         row(committed(true, NOW_MS - 1), false, all(Drop(Done::Duplicate)));
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
         row(Seen::Superseded, false, all(Drop(Done::Superseded)));
-        row(Seen::Mine { fence: 3 }, false, all(Run { fence: 3 }));
+        row(Seen::Mine { fence: 3, took_over: true }, false, all(Run { fence: 3 }));
     }
 
     #[test]
@@ -190,7 +194,8 @@ mod tests {
         use Action::*;
         row(Seen::Absent, true, all(Acquire));
         row(Seen::NewAttempt, true, all(Acquire));
-        row(Seen::Mine { fence: 3 }, true, all(FailWithoutRunning { fence: 3 }));
+        row(Seen::Mine { fence: 3, took_over: true }, true, all(FailWithoutRunning { fence: 3, took_over: true }));
+        row(Seen::Mine { fence: 1, took_over: false }, true, all(FailWithoutRunning { fence: 1, took_over: false }));
         // A live holder answers by the deadline itself: its run is bounded by it.
         row(Seen::Held { until_ms: 9 }, true, all(BackOff { until_ms: 9 }));
         row(Seen::Superseded, true, all(Drop(Done::Superseded)));

@@ -104,6 +104,9 @@ impl AcquireRequest {
 pub enum Acquire {
     Acquired {
         fence: u64,
+        /// The lease was taken from an earlier execution of the same attempt, whose provider
+        /// may have run (and written) before it stopped.
+        took_over: bool,
     },
     /// The condition failed; the record as it was.
     Refused(Box<LeaseRecord>),
@@ -182,8 +185,10 @@ pub enum Seen {
     /// A finished attempt with another fingerprint: this delivery is a new attempt (a reused
     /// RequestId).
     NewAttempt,
-    /// This very execution holds it (an acquire whose reply was lost, then resolved).
-    Mine { fence: u64 },
+    /// This execution holds it: it acquired, or an acquire whose reply was lost turned out to
+    /// be its own. `took_over` is true unless no earlier execution of this attempt can have run
+    /// its provider (only then may a failed Create skip the provider on its rollback Delete).
+    Mine { fence: u64, took_over: bool },
     /// Answered at `committed_ms` (the committer's clock): PUT the stored bytes unless already
     /// delivered.
     Committed { fence: u64, response: Vec<u8>, delivered: bool, committed_ms: u64 },
@@ -245,7 +250,9 @@ impl LeaseRecord {
             // so that nobody replays an empty answer.
             (LeaseState::Committed, None) | (LeaseState::Running, _) => {
                 if self.owner == owner {
-                    Seen::Mine { fence: self.fence }
+                    // Whether this acquire took over from someone is not known here; only the
+                    // first fence a record ever granted is certainly not a takeover.
+                    Seen::Mine { fence: self.fence, took_over: self.fence > 1 }
                 } else if expired {
                     Seen::Expired
                 } else {
@@ -362,7 +369,13 @@ mod tests {
         check(record(Running, "a", 10_000, &["a"]), "a", me, 5_000, Seen::Held { until_ms: 11_000 });
         check(record(Running, "a", 10_000, &["a"]), "a", me, 11_001, Seen::Expired);
         check(record(Running, "a", 10_000, &["a"]), "b", me, 11_001, Seen::Expired);
-        check(record(Running, "a", 10_000, &["a"]), "a", "us-east-1/inv/1", 5_000, Seen::Mine { fence: 3 });
+        check(
+            record(Running, "a", 10_000, &["a"]),
+            "a",
+            "us-east-1/inv/1",
+            5_000,
+            Seen::Mine { fence: 3, took_over: true },
+        );
         check(
             record(Committed, "a", 0, &["a"]),
             "a",

@@ -15,6 +15,7 @@
 //! holds the fault-injecting doubles the test suites and the simulator share.
 
 pub mod clock;
+pub mod config;
 pub mod control;
 pub mod deadline;
 pub mod decision;
@@ -30,5 +31,6 @@ pub mod random;
 pub mod request;
 pub mod response;
 pub mod response_url;
+pub mod settings;
 pub mod testing;
 pub mod worker;

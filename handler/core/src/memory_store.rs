@@ -89,6 +89,7 @@ impl LeaseStore for MemoryLeaseStore {
             Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone()),
             None => (1, request.now_ms, BTreeSet::new()),
         };
+        let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
         attempts.insert(request.fingerprint.clone());
         records.insert(
             request.key.clone(),
@@ -109,7 +110,7 @@ impl LeaseStore for MemoryLeaseStore {
                 expires_ms: request.expires_ms,
             },
         );
-        Ok(Acquire::Acquired { fence })
+        Ok(Acquire::Acquired { fence, took_over })
     }
 
     async fn heartbeat(

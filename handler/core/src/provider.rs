@@ -6,7 +6,8 @@
 //! [`ProviderOutput`] or a [`ProviderError`] that becomes a FAILED Reason.
 //!
 //! The [`Router`] applies the rules every provider would otherwise have to repeat: a Delete
-//! always succeeds for a resource whose Create failed, for a type no provider serves and for
+//! always succeeds for a resource whose Create was refused before any provider ran, for a type
+//! no provider serves and for
 //! properties that could never have been created, so a stack can always be deleted.
 
 use std::collections::BTreeMap;
@@ -156,26 +157,35 @@ enum Call<'a> {
 
 #[async_trait]
 trait ErasedProvider: Send + Sync {
-    async fn call(&self, ctx: &ProviderContext, call: Call<'_>) -> Result<Outcome, ProviderError>;
+    /// Runs `call`; properties that do not deserialize are refused (no provider code runs), with
+    /// a Reason starting with `label`.
+    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Outcome, ProviderError>;
 }
 
 struct Typed<P>(P);
 
 #[async_trait]
 impl<P: Provider> ErasedProvider for Typed<P> {
-    async fn call(&self, ctx: &ProviderContext, call: Call<'_>) -> Result<Outcome, ProviderError> {
+    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Outcome, ProviderError> {
         let success = |output: ProviderOutput| Outcome::Success {
             physical_resource_id: output.physical_resource_id,
             data: output.data,
             no_echo: output.no_echo,
         };
+        let refused = |error: PropertyError| Ok(Outcome::refused(format!("{label} failed: {error}")));
         match call {
             Call::Create(properties) => {
-                let properties = from_properties(&provider_properties(properties))?;
+                let properties = match from_properties(&provider_properties(properties)) {
+                    Ok(properties) => properties,
+                    Err(error) => return refused(error),
+                };
                 self.0.create(ctx, properties).await.map(success)
             }
             Call::Update { physical_resource_id, properties, old_properties } => {
-                let properties = from_properties(&provider_properties(properties))?;
+                let properties = match from_properties(&provider_properties(properties)) {
+                    Ok(properties) => properties,
+                    Err(error) => return refused(error),
+                };
                 let old = match from_properties(&provider_properties(old_properties)) {
                     Ok(old) => Some(old),
                     Err(error) => {
@@ -233,7 +243,7 @@ impl Router {
     pub async fn run(&self, request: &Request, ctx: &ProviderContext) -> Result<Outcome, ProviderError> {
         let parsed = match &request.body {
             RequestBody::Valid(parsed) => parsed.as_ref(),
-            RequestBody::Malformed { reason, .. } => return Ok(Outcome::failed(reason.clone())),
+            RequestBody::Malformed { reason, .. } => return Ok(Outcome::refused(reason.clone())),
         };
         let delete_succeeds =
             Ok(Outcome::Success { physical_resource_id: None, data: BTreeMap::new(), no_echo: false });
@@ -251,7 +261,9 @@ impl Router {
             ),
             CloudFormationCustomResourceRequest::Delete(delete) => {
                 if is_failed_create_id(&delete.physical_resource_id) {
-                    tracing::info!("Delete of a resource whose Create failed: nothing to delete");
+                    tracing::info!(
+                        "Delete of a resource whose Create was refused before any provider ran: nothing to delete"
+                    );
                     return delete_succeeds;
                 }
                 (
@@ -262,18 +274,23 @@ impl Router {
                     },
                 )
             }
-            _ => return Ok(Outcome::failed("RequestType is not one of Create, Update, Delete")),
+            _ => return Ok(Outcome::refused("RequestType is not one of Create, Update, Delete")),
         };
         let Some(provider) = self.providers.get(resource_type) else {
             if matches!(call, Call::Delete { .. }) {
                 tracing::warn!(resource_type, "Delete for a type no provider serves: nothing of ours can exist");
                 return delete_succeeds;
             }
-            return Ok(Outcome::failed(format!(
+            return Ok(Outcome::refused(format!(
                 "no provider serves ResourceType {resource_type}; this deployment serves {}",
                 self.resource_types().join(", ")
             )));
         };
-        provider.call(ctx, call).await
+        let kind = match call {
+            Call::Create(_) => "Create",
+            Call::Update { .. } => "Update",
+            Call::Delete { .. } => "Delete",
+        };
+        provider.call(ctx, call, &format!("{resource_type} {kind}")).await
     }
 }

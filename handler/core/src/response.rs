@@ -17,8 +17,11 @@ use crate::request::{PHYSICAL_ID_BYTES_MAX, Request, RequestKind};
 /// CloudFormation's limit on the whole response body.
 pub const BODY_BYTES_MAX: usize = 4096;
 
-/// Prefix of the PhysicalResourceId given to a Create that failed, so the Delete CloudFormation
-/// sends during rollback can be recognised and answered without touching any provider.
+/// Prefix of the PhysicalResourceId given to a Create refused before any provider ran, so the
+/// Delete CloudFormation sends during rollback can be recognised and answered without touching
+/// any provider. A Create whose provider ran, or may have run, and failed gets the id a success
+/// would have had instead, so that its rollback Delete reaches the provider and cleans up
+/// whatever it wrote.
 pub const FAILED_CREATE_PREFIX: &str = "cfn-once-failed-create-";
 
 const TRUNCATION_MARK: &str = " [truncated]";
@@ -40,15 +43,23 @@ pub enum Outcome {
         data: BTreeMap<String, Value>,
         no_echo: bool,
     },
-    Failed {
-        reason: String,
-    },
+    /// FAILED after the provider ran, or may have run (it failed, timed out, or an execution
+    /// taken over may have started it).
+    Failed { reason: String },
+    /// FAILED and provably no provider ran for this request: bad properties, no provider for
+    /// the type, a malformed request, or a deadline nobody could meet before anyone started.
+    Refused { reason: String },
 }
 
 impl Outcome {
-    /// A FAILED outcome with `reason`.
+    /// A FAILED outcome with `reason`, after the provider ran or may have run.
     pub fn failed(reason: impl Into<String>) -> Self {
         Self::Failed { reason: reason.into() }
+    }
+
+    /// A FAILED outcome with `reason`, with certainty that no provider ran.
+    pub fn refused(reason: impl Into<String>) -> Self {
+        Self::Refused { reason: reason.into() }
     }
 }
 
@@ -91,8 +102,12 @@ pub fn is_failed_create_id(physical_resource_id: &str) -> bool {
 pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
     let request_digest = short_digest(&[&request.key.stack_id, &request.key.request_id]);
     let existing_id = request.physical_resource_id().filter(|id| !id.is_empty()).map(str::to_owned);
-    let failed_id = || match (request.kind(), &existing_id) {
+    // Update and Delete keep the id they were sent. A Create gets the marker id only when no
+    // provider ran; otherwise the id a success would have had, so the rollback Delete reaches
+    // the provider (its Delete must accept ids it never returned).
+    let failed_id = |provider_ran: bool| match (request.kind(), &existing_id) {
         (Some(RequestKind::Update | RequestKind::Delete), Some(id)) => id.clone(),
+        _ if provider_ran => default_physical_id(request),
         _ => format!("{FAILED_CREATE_PREFIX}{request_digest}"),
     };
 
@@ -116,10 +131,11 @@ pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
                     no_echo,
                     data,
                 },
-                Err(reason) => failed_body(request, failed_id(), reason),
+                Err(reason) => failed_body(request, failed_id(true), reason),
             }
         }
-        Outcome::Failed { reason } => failed_body(request, failed_id(), reason),
+        Outcome::Failed { reason } => failed_body(request, failed_id(true), reason),
+        Outcome::Refused { reason } => failed_body(request, failed_id(false), reason),
     };
 
     let bytes = to_bytes(&body);
@@ -131,7 +147,7 @@ pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
         // The provider did create something: keep its id on a Create, so the Delete that
         // CloudFormation sends during rollback reaches the provider and cleans it up.
         let physical_resource_id = match request.kind() {
-            Some(RequestKind::Update | RequestKind::Delete) => failed_id(),
+            Some(RequestKind::Update | RequestKind::Delete) => failed_id(true),
             _ => body.physical_resource_id.clone(),
         };
         body = failed_body(
@@ -260,12 +276,17 @@ mod tests {
         check(request("Delete", Some("old")), success(Some("other"), BTreeMap::new()), Status::Success, "old");
         check(request("Update", Some("old")), Outcome::failed("nope"), Status::Failed, "old");
         check(request("Delete", Some("old")), Outcome::failed("nope"), Status::Failed, "old");
-        let failed_create = parsed(&build(&request("Create", None), Outcome::failed("nope")));
-        assert!(is_failed_create_id(&failed_create.physical_resource_id));
-        assert_eq!(failed_create.reason.as_deref(), Some("nope"));
+        check(request("Update", Some("old")), Outcome::refused("nope"), Status::Failed, "old");
+        let refused_create = parsed(&build(&request("Create", None), Outcome::refused("nope")));
+        assert!(is_failed_create_id(&refused_create.physical_resource_id));
+        assert_eq!(refused_create.reason.as_deref(), Some("nope"));
+        // The provider ran and failed: its rollback Delete must reach it, under the id a
+        // success would have had.
+        check(request("Create", None), Outcome::failed("nope"), Status::Failed, &default_create);
         let empty = parsed(&build(&request("Create", None), success(Some(""), BTreeMap::new())));
         assert_eq!(empty.status, Status::Failed);
         assert_eq!(empty.reason.as_deref(), Some("the provider returned an empty PhysicalResourceId"));
+        assert_eq!(empty.physical_resource_id, default_create, "the provider ran");
         let huge = parsed(&build(&request("Update", Some("old")), success(Some(&"x".repeat(1025)), BTreeMap::new())));
         assert_eq!((huge.status, huge.physical_resource_id.as_str()), (Status::Failed, "old"));
     }

@@ -27,10 +27,10 @@ use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::clock::{Clock, within};
-use crate::control::ActivitySource;
+use crate::control::{ActivitySource, ControlError};
 use crate::deadline::RequestDeadline;
 use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, first_step};
-use crate::delivery::{PutError, PutPolicy, ResponseSink, put_with_retries};
+use crate::delivery::{PutError, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError, Viewer};
 use crate::metrics::{MetricEvent, MetricsSink};
@@ -38,9 +38,15 @@ use crate::provider::{Fence, ProviderContext, ProviderError, Router};
 use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, decode};
 use crate::response::{self, Outcome, ResponseBody, Status};
+use crate::settings::BACKOFF_FLOOR_S_MAX;
+pub use crate::settings::Settings;
 
-/// Time kept at the end of an invocation to record a delivery after the PUT.
-const DELIVERY_RECORD_MS: u64 = 1_000;
+/// The shortest call worth starting: with less time left, a call is not made at all.
+const CALL_MS_MIN: u64 = 100;
+
+/// The shortest provider run worth starting: with less of the invocation left after taking the
+/// lease, the message is retried instead (the lease then expires and is taken over).
+const RUN_MS_MIN: u64 = 1_000;
 
 /// SQS refuses visibility timeouts above 12 hours.
 pub const VISIBILITY_S_MAX: u32 = 43_200;
@@ -48,38 +54,6 @@ pub const VISIBILITY_S_MAX: u32 = 43_200;
 /// Decisions one delivery may take before it gives up and retries later: acquire, see the
 /// record change under it, decide again.
 const DECISIONS_MAX: u32 = 4;
-
-/// The protocol's tunables, all with units in their names.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// This deployment's region, recorded in the lease owner.
-    pub region: String,
-    pub role: Role,
-    pub lease_ms: u64,
-    /// Margin added before a lease counts as expired, for clock skew between regions.
-    pub skew_ms: u64,
-    pub heartbeat_ms: u64,
-    /// Time kept back before the invocation deadline to commit and PUT.
-    pub reserve_ms: u64,
-    pub store_attempts_max: u32,
-    pub store_call_timeout_ms: u64,
-    pub store_backoff_base_ms: u64,
-    pub store_backoff_max_ms: u64,
-    pub provider_attempts_max: u32,
-    pub provider_backoff_base_ms: u64,
-    pub provider_backoff_max_ms: u64,
-    pub put: PutPolicy,
-    /// How long a record is kept before the sweeper may delete it.
-    pub retention_ms: u64,
-    /// Upper bound on any backoff expressed as a visibility timeout.
-    pub retry_delay_s_max: u32,
-    /// How long a standby primary leaves a message before looking again.
-    pub standby_retry_s: u32,
-    /// Upper bound on any request's deadline, from when it was sent.
-    pub deadline_ceiling_s: u64,
-    /// How close to the deadline a request counts as "near": then it is answered now.
-    pub deadline_margin_ms: u64,
-}
 
 /// The Lambda invocation a delivery runs in.
 #[derive(Debug, Clone)]
@@ -126,8 +100,11 @@ pub enum Disposition {
     Done(Done),
     /// Make the message visible again after `delay_s` and report it failed.
     Retry { delay_s: u32, why: String },
-    /// Nobody can be answered; report it failed so it ends in the DLQ.
-    Undeliverable { why: String },
+    /// Move the message to the dead-letter queue now: nobody can be answered (no usable
+    /// ResponseURL, a refused sender), or the request's deadline has passed unanswered. Only
+    /// these ever reach the DLQ before its deadline; SQS's own `maxReceiveCount` is a backstop
+    /// (see `settings`).
+    DeadLetter { why: String },
 }
 
 /// Why a message is finished with.
@@ -199,6 +176,16 @@ impl Worker {
         }
     }
 
+    /// The settings this worker runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The clock this worker reads and sleeps on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// Handles one delivery of one SQS record.
     pub async fn handle(&self, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
         self.handle_detailed(delivery, invocation).await.disposition
@@ -211,7 +198,7 @@ impl Worker {
             Err(error) => {
                 tracing::error!(%error, "record refused");
                 self.metrics.record(MetricEvent::DlqBound);
-                return Handled { request: None, disposition: Disposition::Undeliverable { why: error.to_string() } };
+                return Handled { request: None, disposition: Disposition::DeadLetter { why: error.to_string() } };
             }
         };
         let span = tracing::info_span!(
@@ -227,7 +214,7 @@ impl Worker {
         span.in_scope(|| match &disposition {
             Disposition::Done(done) => tracing::info!(?done, "message done"),
             Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
-            Disposition::Undeliverable { why } => tracing::error!(why, "message left for the DLQ"),
+            Disposition::DeadLetter { why } => tracing::error!(why, "message goes to the DLQ"),
         });
         let summary = RequestSummary {
             stack_id: request.key.stack_id.clone(),
@@ -260,12 +247,20 @@ impl Worker {
                 invocation.id,
                 hex_prefix(&self.random.next_u64().to_be_bytes(), 8)
             ),
+            work_end_ms: settings.work_end_ms(invocation.deadline_ms),
+            answer_ms: settings.answer_ms(),
         };
         let activity = match settings.role {
-            Role::Primary => self.control.activity().await.unwrap_or_else(|error| {
-                tracing::warn!(%error, "no answer from the active-region control; acting as active");
-                Activity::Active
-            }),
+            Role::Primary => {
+                let timeout_ms = settings.store_call_timeout_ms.min(job.time_left_ms(now_ms));
+                let answer = within(self.clock.as_ref(), timeout_ms, self.control.activity()).await;
+                answer.unwrap_or_else(|| Err(ControlError(format!("no answer within {timeout_ms} ms")))).unwrap_or_else(
+                    |error| {
+                        tracing::warn!(%error, "no answer from the active-region control; acting as active");
+                        Activity::Active
+                    },
+                )
+            }
             // A secondary's decisions do not depend on it: see `decision`.
             Role::Secondary => Activity::Standby,
         };
@@ -290,15 +285,18 @@ impl Worker {
             match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(&job).await,
                 Action::Run { fence } => return self.run_and_answer(&job, fence).await,
-                Action::FailWithoutRunning { fence } => {
+                Action::FailWithoutRunning { fence, took_over } => {
                     tracing::Span::current().record("fence", fence);
                     let reason = format!(
                         "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
                         describe(request),
                         job.deadline.describe(),
                     );
-                    tracing::error!(reason, "deadline near and nothing committed");
-                    return self.commit_and_deliver(&job, fence, Outcome::failed(reason)).await;
+                    tracing::error!(reason, took_over, "deadline near and nothing committed");
+                    // An execution this one took over from may have run the provider: its
+                    // rollback Delete must then reach the provider (see `response::build`).
+                    let outcome = if took_over { Outcome::failed(reason) } else { Outcome::refused(reason) };
+                    return self.commit_and_deliver(&job, fence, outcome).await;
                 }
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);
@@ -343,11 +341,11 @@ impl Worker {
                 skew_ms: settings.skew_ms,
                 expires_ms: now_ms + settings.retention_ms,
             };
-            match self.store_call(self.store.acquire(&acquire)).await {
-                Ok(Acquire::Acquired { fence }) => {
-                    tracing::info!(fence, "lease acquired");
+            match self.store_call(self.store.acquire(&acquire), job.decide_end_ms()).await {
+                Ok(Acquire::Acquired { fence, took_over }) => {
+                    tracing::info!(fence, took_over, "lease acquired");
                     self.metrics.record(MetricEvent::LeaseAcquired { fence });
-                    return Ok(Seen::Mine { fence });
+                    return Ok(Seen::Mine { fence, took_over });
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
@@ -355,18 +353,20 @@ impl Worker {
                 }
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "acquire outcome unknown; reading the record back");
-                    if let Ok(Some(record)) = self.store_call(self.store.read(&request.key)).await
+                    if let Ok(Some(record)) = self.store_call(self.store.read(&request.key), job.decide_end_ms()).await
                         && record.owner == owner
                         && record.state == LeaseState::Running
                     {
-                        return Ok(Seen::Mine { fence: record.fence });
+                        return Ok(Seen::Mine { fence: record.fence, took_over: record.fence > 1 });
                     }
                     last = StoreError::Ambiguous(why);
                 }
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
             }
-            self.store_backoff(attempt).await;
+            if !self.store_backoff(attempt, job.decide_end_ms()).await {
+                break;
+            }
         }
         Err(last)
     }
@@ -375,7 +375,7 @@ impl Worker {
     async fn read(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
-            match self.store_call(self.store.read(&job.request.key)).await {
+            match self.store_call(self.store.read(&job.request.key), job.decide_end_ms()).await {
                 Ok(record) => {
                     let now_ms = self.clock.now_ms();
                     return Ok(Seen::of(record.as_ref(), &job.viewer(), now_ms, self.settings.skew_ms));
@@ -383,27 +383,38 @@ impl Worker {
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
             }
-            self.store_backoff(attempt).await;
+            if !self.store_backoff(attempt, job.decide_end_ms()).await {
+                break;
+            }
         }
         Err(last)
     }
 
     async fn run_and_answer(&self, job: &Job<'_>, fence: u64) -> Disposition {
         tracing::Span::current().record("fence", fence);
-        let (deadline, invocation) = (&job.deadline, job.invocation);
-        let reserve_ms = self.settings.reserve_ms;
-        let (end_ms, end, advice) = if deadline.at_ms < invocation.deadline_ms {
-            (deadline.at_ms, format!("the request's deadline, set by {}", deadline.describe()), "")
+        let deadline = &job.deadline;
+        // The provider stops early enough for the answer (commit, PUT, record) to fit before the
+        // request's deadline, and before the invocation's end less the batch's tail.
+        let (run_end_ms, end, kept_ms, advice) = if deadline.at_ms < job.work_end_ms {
+            let run_end_ms = deadline.at_ms.saturating_sub(job.answer_ms);
+            (run_end_ms, format!("the request's deadline, set by {}", deadline.describe()), job.answer_ms, "")
         } else {
+            let run_end_ms = job.work_end_ms.saturating_sub(job.answer_ms);
             let advice = "; raise the function timeout or make the provider faster";
-            (invocation.deadline_ms, "the Lambda invocation's deadline".to_owned(), advice)
+            let kept_ms = job.invocation.deadline_ms.saturating_sub(run_end_ms);
+            (run_end_ms, "the Lambda invocation's deadline".to_owned(), kept_ms, advice)
         };
+        if deadline.at_ms >= job.work_end_ms && run_end_ms < self.clock.now_ms() + RUN_MS_MIN {
+            // Taking the lease used up this invocation (a slow store): rather than answer FAILED
+            // for want of time that a later invocation has, let the lease expire and be taken over.
+            return self.retry(job, "too little of this invocation was left to run the provider".into());
+        }
         let reason = format!(
             "{} did not finish before {end} (less {} s kept to answer){advice}",
             describe(job.request),
-            reserve_ms / 1000
+            kept_ms.div_ceil(1000)
         );
-        let outcome = match self.supervise(job.request, fence, end_ms.saturating_sub(reserve_ms), reason).await {
+        let outcome = match self.supervise(job.request, fence, run_end_ms, reason).await {
             Run::Finished(outcome) => outcome,
             Run::LeaseLost => {
                 self.metrics.record(MetricEvent::FenceConflict);
@@ -416,7 +427,10 @@ impl Worker {
     /// Builds the body, commits it under `fence`, and PUTs what was committed.
     async fn commit_and_deliver(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
         let body = response::build(job.request, outcome);
-        let committed = match self.commit(job.request, fence, &body).await {
+        // The commit leaves room for one PUT attempt and the delivery record.
+        let commit_end_ms =
+            job.work_end_ms.saturating_sub(self.settings.put.attempt_timeout_ms + self.settings.store_call_timeout_ms);
+        let committed = match self.commit(job.request, fence, &body, commit_end_ms).await {
             Ok(Committed::Yes(bytes)) => bytes,
             Ok(Committed::Lost) => {
                 self.metrics.record(MetricEvent::FenceConflict);
@@ -535,15 +549,16 @@ impl Worker {
         Ok(Outcome::failed(format!("{label} made no attempt")))
     }
 
-    /// Commits `body` under `fence`; resolves unknown outcomes from the record.
-    async fn commit(&self, request: &Request, fence: u64, body: &[u8]) -> Result<Committed, StoreError> {
+    /// Commits `body` under `fence`, with every call ended by `end_ms`; resolves unknown
+    /// outcomes from the record.
+    async fn commit(&self, request: &Request, fence: u64, body: &[u8], end_ms: u64) -> Result<Committed, StoreError> {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
             let now_ms = self.clock.now_ms();
-            let result = match self.store_call(self.store.commit(&request.key, fence, body, now_ms)).await {
+            let result = match self.store_call(self.store.commit(&request.key, fence, body, now_ms), end_ms).await {
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "commit outcome unknown; reading the record back");
-                    match self.store_call(self.store.read(&request.key)).await {
+                    match self.store_call(self.store.read(&request.key), end_ms).await {
                         Ok(record) => Ok(Conditional::Refused(record.map(Box::new))),
                         Err(_) => Err(StoreError::Ambiguous(why)),
                     }
@@ -564,7 +579,9 @@ impl Worker {
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
             }
-            self.store_backoff(attempt).await;
+            if !self.store_backoff(attempt, end_ms).await {
+                break;
+            }
         }
         Err(last)
     }
@@ -572,8 +589,8 @@ impl Worker {
     /// PUTs the committed bytes, then records the delivery (best effort: a duplicate that
     /// finds it unrecorded only PUTs the same bytes again). Returns the status the body carries.
     async fn deliver(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<Status, PutError> {
-        // Leave a moment after the last attempt to record the delivery.
-        let stop_at_ms = job.invocation.deadline_ms.saturating_sub(DELIVERY_RECORD_MS);
+        // The last PUT attempt ends in time to record the delivery.
+        let stop_at_ms = job.work_end_ms.saturating_sub(self.settings.store_call_timeout_ms);
         let put = put_with_retries(
             self.sink.as_ref(),
             &job.request.response_url,
@@ -598,7 +615,7 @@ impl Worker {
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, "response delivered");
-        match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms)).await {
+        match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms), job.work_end_ms).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
             Err(error) => {
@@ -608,21 +625,37 @@ impl Worker {
         Ok(status)
     }
 
-    async fn store_call<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        let timeout_ms = self.settings.store_call_timeout_ms;
+    /// One lease-store call, given up at its timeout or at `end_ms`, whichever is first; not
+    /// made at all when less than a useful slice of time is left.
+    async fn store_call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        end_ms: u64,
+    ) -> Result<T, StoreError> {
+        let left_ms = end_ms.saturating_sub(self.clock.now_ms());
+        if left_ms < CALL_MS_MIN {
+            return Err(StoreError::Transient("no time was left in this invocation for a lease-store call".into()));
+        }
+        let timeout_ms = self.settings.store_call_timeout_ms.min(left_ms);
         within(self.clock.as_ref(), timeout_ms, call)
             .await
             .unwrap_or_else(|| Err(StoreError::Ambiguous(format!("no answer within {timeout_ms} ms"))))
     }
 
-    async fn store_backoff(&self, attempt: u32) {
+    /// Sleeps before another store attempt; false (without sleeping) if the attempt after it
+    /// could not start before `end_ms`.
+    async fn store_backoff(&self, attempt: u32, end_ms: u64) -> bool {
         let delay_ms = full_jitter_ms(
             self.random.as_ref(),
             attempt,
             self.settings.store_backoff_base_ms,
             self.settings.store_backoff_max_ms,
         );
+        if self.clock.now_ms() + delay_ms + CALL_MS_MIN > end_ms {
+            return false;
+        }
         self.clock.sleep_ms(delay_ms).await;
+        true
     }
 
     /// Spreads messages that would otherwise come back together.
@@ -642,13 +675,38 @@ impl Worker {
     }
 
     /// Brings the message back at `until_ms`, but never later than the deadline allows (with
-    /// time left to answer), nor sooner than SQS's one-second granularity.
+    /// time left to answer), and never sooner than the backoff floor, which keeps the receives
+    /// before the deadline within the queue's `maxReceiveCount` (see `settings`). The one
+    /// exception is the wait that ends exactly where the deadline margin begins, so a request
+    /// nobody can run is still answered FAILED in it. Past the deadline, an unresolved message
+    /// goes to the dead-letter queue instead.
     fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
-        let until_ms = until_ms.min(job.deadline.latest_wake_ms(self.settings.deadline_margin_ms));
-        let wait_ms = until_ms.saturating_sub(self.clock.now_ms());
-        let cap_s = self.settings.retry_delay_s_max.min(VISIBILITY_S_MAX);
-        let delay_s = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(cap_s).clamp(1, cap_s.max(1));
-        Disposition::Retry { delay_s, why: why.to_owned() }
+        let now_ms = self.clock.now_ms();
+        if now_ms >= job.deadline.at_ms {
+            return Disposition::DeadLetter {
+                why: format!("{}; the request's deadline, set by {}, has passed", why, job.deadline.describe()),
+            };
+        }
+        Disposition::Retry { delay_s: self.backoff_s(job, until_ms, now_ms), why: why.to_owned() }
+    }
+
+    /// The visibility delay that brings a message back at `until_ms`, under the rules of
+    /// [`Worker::come_back`].
+    fn backoff_s(&self, job: &Job<'_>, until_ms: u64, now_ms: u64) -> u32 {
+        let settings = &self.settings;
+        let cap_s = settings.retry_delay_s_max.clamp(1, VISIBILITY_S_MAX);
+        let floor_s = settings.backoff_floor_s().unwrap_or(BACKOFF_FLOOR_S_MAX).clamp(1, cap_s);
+        let seconds = |ms: u64| u32::try_from(ms.div_ceil(1000)).unwrap_or(cap_s);
+        let latest_wake_ms = job.deadline.latest_wake_ms(settings.deadline_margin_ms);
+        if now_ms < latest_wake_ms {
+            let until_ms = until_ms.min(latest_wake_ms);
+            let to_margin_s = seconds(latest_wake_ms - now_ms).max(1);
+            return seconds(until_ms.saturating_sub(now_ms)).clamp(floor_s.min(to_margin_s), cap_s);
+        }
+        // Inside the margin: look again at the floor, or when asked if that is sooner than the
+        // deadline's end; the next look past the deadline dead-letters an unresolved message.
+        let to_deadline_s = seconds(job.deadline.at_ms.saturating_sub(now_ms)).max(1);
+        seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(floor_s, cap_s)
     }
 }
 
@@ -664,9 +722,24 @@ struct Job<'a> {
     deadline: RequestDeadline,
     /// This execution, as recorded in the lease: region, invocation and a nonce.
     owner: String,
+    /// When this delivery's own calls must have ended: the invocation's deadline less the
+    /// batch's tail (`Settings::work_end_ms`).
+    work_end_ms: u64,
+    /// Time an answer needs once the provider stops (`Settings::answer_ms`).
+    answer_ms: u64,
 }
 
 impl Job<'_> {
+    /// Store calls made while deciding end in time for an answer to follow.
+    fn decide_end_ms(&self) -> u64 {
+        self.work_end_ms.saturating_sub(self.answer_ms)
+    }
+
+    /// Time left for this delivery's own calls.
+    fn time_left_ms(&self, now_ms: u64) -> u64 {
+        self.work_end_ms.saturating_sub(now_ms)
+    }
+
     fn viewer(&self) -> Viewer<'_> {
         Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
     }

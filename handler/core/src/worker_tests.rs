@@ -9,6 +9,7 @@ use super::*;
 use crate::clock::{Clock, ManualClock};
 use crate::control::FixedActivity;
 use crate::decision::{Activity, Role};
+use crate::delivery::PutPolicy;
 use crate::echo::{ECHO_TYPE, Echo};
 use crate::lease::LeaseRecord;
 use crate::memory_store::MemoryLeaseStore;
@@ -92,7 +93,6 @@ fn settings(region: &str) -> Settings {
         lease_ms: 10_000,
         skew_ms: 1_000,
         heartbeat_ms: 3_000,
-        reserve_ms: 5_000,
         store_attempts_max: 4,
         store_call_timeout_ms: 2_000,
         store_backoff_base_ms: 50,
@@ -106,6 +106,8 @@ fn settings(region: &str) -> Settings {
         standby_retry_s: 30,
         deadline_ceiling_s: 3_600,
         deadline_margin_ms: 20_000,
+        queue_call_timeout_ms: 1_000,
+        max_receive_count: 1_000,
     }
 }
 
@@ -321,7 +323,8 @@ fn a_bad_property_is_answered_failed_with_a_readable_reason() {
         body.reason.as_deref(),
         Some("Custom::Echo Create failed: invalid property DelayMs: invalid value: string \"soon\", expected u64")
     );
-    assert!(is_failed_create_id(&body.physical_resource_id));
+    // Echo reads its options itself, so its code ran: the rollback Delete must reach it.
+    assert_eq!(body.physical_resource_id, crate::response::default_physical_id(&decoded(&echo_create(json!({})))));
 }
 
 #[test]
@@ -411,8 +414,8 @@ fn undeliverable_records_are_left_for_the_dlq() {
     let worker = h.worker("us-east-1");
     let evil = echo_create(json!({}))
         .replace("cloudformation-custom-resource-response-useast1.s3.amazonaws.com", "evil.example.com");
-    assert!(matches!(h.handle(&worker, &evil), Disposition::Undeliverable { .. }));
-    assert!(matches!(h.handle(&worker, "garbage"), Disposition::Undeliverable { .. }));
+    assert!(matches!(h.handle(&worker, &evil), Disposition::DeadLetter { .. }));
+    assert!(matches!(h.handle(&worker, "garbage"), Disposition::DeadLetter { .. }));
     assert!(h.sink.all().is_empty());
     assert!(h.memory.snapshot().is_empty(), "no lease is taken for input nobody can be answered for");
 }
@@ -582,7 +585,7 @@ fn l1_a_provider_is_bounded_by_the_request_deadline_too() {
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert_eq!(
         reason,
-        "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 5 s kept to answer)"
+        "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 8 s kept to answer)"
     );
     assert!(h.clock.now_ms() <= START_MS + 60_000, "answered within the ServiceTimeout");
 }
@@ -610,4 +613,155 @@ fn metrics_count_what_happened() {
             MetricEvent::DlqBound,
         ]
     );
+}
+
+fn decoded(body: &str) -> Request {
+    decode(Some(body), &InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) }).expect("valid request")
+}
+
+/// The rollback Delete CloudFormation sends for a Create answered with `create_body`.
+fn rollback_delete(create_body: &ResponseBody) -> String {
+    let mut delete: Value =
+        serde_json::from_str(&request("Delete", "Custom::Counting", json!({}), OTHER_URL)).expect("json");
+    delete["RequestId"] = json!("req-rollback");
+    delete["PhysicalResourceId"] = json!(create_body.physical_resource_id);
+    delete.to_string()
+}
+
+#[test]
+fn a_create_abandoned_at_its_deadline_is_cleaned_up_by_its_rollback_delete() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let body = request("Create", "Custom::Counting", json!({"DelayMs": "600000"}), URL);
+    // The provider ran (and may have written) but did not finish within the invocation.
+    let invocation = h.invocation(60_000);
+    let disposition =
+        drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
+    assert_eq!(answered(&disposition), (1, Status::Failed));
+    let failed = h.bodies(URL).remove(0);
+    assert!(!is_failed_create_id(&failed.physical_resource_id), "{failed:?}");
+    assert_eq!(h.counting.calls(), 1);
+    assert_eq!(answered(&h.handle(&worker, &rollback_delete(&failed))).1, Status::Success);
+    assert_eq!(h.counting.calls(), 2, "the rollback Delete reached the provider, which may clean up");
+}
+
+#[test]
+fn a_create_failed_after_a_takeover_is_cleaned_up_by_its_rollback_delete() {
+    let h = Harness::new();
+    let body = request("Create", "Custom::Counting", json!({"DelayMs": "60000", "ServiceTimeout": "60"}), URL);
+    let invocation = h.invocation(900_000);
+    let sent_ms = Some(h.clock.now_ms());
+    // East runs the provider, then crashes; by the time anyone looks again the deadline is near.
+    let crashed = drive_until(
+        &h.clock,
+        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        || h.counting.calls() == 1,
+    );
+    assert!(crashed.is_none());
+    h.clock.advance_ms(45_000);
+    let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let late = drive(&h.clock, west.handle(Delivery { body: Some(&body), receive_count: 2, sent_ms }, &invocation));
+    assert_eq!(answered(&late), (2, Status::Failed), "taken over near the deadline: FAILED without running");
+    assert_eq!(h.counting.calls(), 1);
+    let failed = h.bodies(URL).remove(0);
+    assert!(!is_failed_create_id(&failed.physical_resource_id), "east's provider ran: {failed:?}");
+    assert_eq!(answered(&h.handle(&west, &rollback_delete(&failed))).1, Status::Success);
+    assert_eq!(h.counting.calls(), 2, "the rollback Delete reached the provider");
+}
+
+#[test]
+fn a_create_no_provider_ran_for_skips_the_provider_on_its_rollback_delete() {
+    let h = Harness::new();
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    let failed = h.bodies(URL).remove(0);
+    assert!(is_failed_create_id(&failed.physical_resource_id), "nobody ever ran it: {failed:?}");
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &rollback_delete(&failed))).1, Status::Success);
+    assert_eq!(h.counting.calls(), 0, "nothing can exist, so the provider is not asked");
+}
+
+/// Every call of a delivery ends by the invocation's deadline less the batch's tail, whatever
+/// hangs: the pins for the time budget in `settings`.
+mod time_bounds {
+    use super::*;
+
+    const BUDGET_MS: u64 = 30_000;
+
+    /// Handles `body` in a 30 s invocation; the disposition and how much of the invocation was
+    /// left when it returned.
+    fn run(h: &Harness, body: &str) -> (Disposition, u64) {
+        let worker = h.worker("us-east-1");
+        let invocation = h.invocation(BUDGET_MS);
+        let delivery = Delivery { body: Some(body), receive_count: 1, sent_ms: None };
+        let disposition = drive(&h.clock, worker.handle(delivery, &invocation));
+        (disposition, invocation.deadline_ms.saturating_sub(h.clock.now_ms()))
+    }
+
+    fn tail_ms() -> u64 {
+        settings("us-east-1").batch_tail_ms()
+    }
+
+    #[test]
+    fn the_reserve_is_computed_from_the_call_timeouts() {
+        let settings = settings("us-east-1");
+        // Commit and its read-back, a PUT attempt, the delivery record; then the SQS tail.
+        assert_eq!(settings.answer_ms(), 3 * 2_000 + 2_000);
+        assert_eq!(settings.batch_tail_ms(), 1_000 + crate::settings::RETURN_SLACK_MS);
+        assert_eq!(settings.reserve_ms(), settings.answer_ms() + settings.batch_tail_ms());
+    }
+
+    #[test]
+    fn a_provider_out_of_time_is_answered_before_the_tail() {
+        let h = Harness::new();
+        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
+        assert_eq!(answered(&disposition), (1, Status::Failed));
+        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
+        assert!(h.record().delivered, "committed, PUT and recorded in time");
+    }
+
+    #[test]
+    fn a_hung_commit_gives_up_in_time() {
+        let h = Harness::new();
+        for _ in 0..10 {
+            h.store.inject(Op::Commit, Fault::Hang);
+            h.store.inject(Op::Read, Fault::Hang);
+        }
+        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
+        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
+        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
+    }
+
+    #[test]
+    fn a_hung_put_gives_up_in_time() {
+        let h = Harness::new();
+        for _ in 0..10 {
+            h.sink.inject(PutFault::Hang);
+        }
+        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
+        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
+        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
+    }
+
+    #[test]
+    fn a_hung_delivery_record_gives_up_in_time() {
+        let h = Harness::new();
+        h.store.inject(Op::MarkDelivered, Fault::Hang);
+        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
+        assert_eq!(answered(&disposition), (1, Status::Failed), "answered; only the record was lost");
+        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
+    }
+
+    #[test]
+    fn a_hung_acquire_gives_up_in_time_and_leaves_the_provider_unstarted() {
+        let h = Harness::new();
+        for _ in 0..20 {
+            h.store.inject(Op::Acquire, Fault::Hang);
+            h.store.inject(Op::Read, Fault::Hang);
+        }
+        let (disposition, left_ms) = run(&h, &request("Create", "Custom::Counting", json!({}), URL));
+        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
+        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
+        assert_eq!(h.counting.calls(), 0);
+    }
 }

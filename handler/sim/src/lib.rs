@@ -13,6 +13,7 @@
 //! [`sink`], [`provider`] and [`region`] are the simulated parts (and where invariants are
 //! observed), [`shared`] holds virtual time and observations.
 
+pub mod deployed;
 pub mod provider;
 pub mod region;
 pub mod scenario;
@@ -22,11 +23,14 @@ pub mod stores;
 pub mod world;
 
 pub use scenario::{Options, Scenario, StoreMode};
-pub use world::{SeedOutcome, run};
+pub use world::{Parameters, SeedOutcome, run};
 
-/// Runs `seed` with `options`; with `tracing`, the outcome carries the full event trace.
+/// Runs `seed` with `options` on the deployed parameters; with `tracing`, the outcome carries
+/// the full event trace.
 pub fn run_seed(seed: u64, options: Options, tracing: bool) -> SeedOutcome {
-    run(&Scenario::generate(seed, options), tracing)
+    let parameters = Parameters::deployed();
+    let scenario = Scenario::generate(seed, options, &parameters.deployed, parameters.settings[0].skew_ms);
+    run(&scenario, parameters, tracing)
 }
 
 #[cfg(test)]
@@ -44,7 +48,7 @@ mod tests {
 
     #[test]
     fn a_seed_replays_exactly() {
-        for seed in [1, 42, 4242] {
+        for seed in [1, 43, 4242] {
             let first = run_seed(seed, MRSC, true);
             let second = run_seed(seed, MRSC, true);
             assert!(first.trace.len() > 10, "seed {seed} traced {} lines", first.trace.len());
@@ -100,6 +104,13 @@ mod tests {
             "response PUT failed",
             "response PUT landed, reply lost",
             "response PUT hung",
+            "scenario: drained primary, secondary down for good",
+            "scenario: provider for minutes on the longest timeout, then a crash",
+            "scenario: lease-store outage of 10+ minutes",
+            "store call failed in an outage",
+            "every Lambda of a region crashed mid-run",
+            "function timeout 900 s",
+            "answered FAILED",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

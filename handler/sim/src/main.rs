@@ -15,7 +15,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use cfn_once_sim::{Options, StoreMode, run_seed};
+use cfn_once_sim::{Options, Parameters, StoreMode, run_seed};
 
 const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--seed N] [--mrec] [--planted-bug]
 
@@ -75,6 +75,30 @@ fn main() -> ExitCode {
         return if outcome.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
 
+    let parameters = Parameters::deployed();
+    println!("{}", parameters.deployed.summary());
+    let timeouts: Vec<String> = parameters
+        .deployed
+        .function_timeouts
+        .iter()
+        .map(|t| format!("{} s (visibility {} s)", t.timeout_s, t.visibility_s))
+        .collect();
+    println!("function timeouts drawn per seed: {}", timeouts.join(", "));
+    let settings = &parameters.settings[0];
+    println!(
+        "handler: lease={}ms skew={}ms heartbeat={}ms store-call={}ms put={}x{}ms reserve={}ms backoff-floor={}s retry-max={}s standby-retry={}s margin={}ms (the template's environment and the handler's defaults)",
+        settings.lease_ms,
+        settings.skew_ms,
+        settings.heartbeat_ms,
+        settings.store_call_timeout_ms,
+        settings.put.attempts_max,
+        settings.put.attempt_timeout_ms,
+        settings.reserve_ms(),
+        settings.backoff_floor_s().unwrap_or_default(),
+        settings.retry_delay_s_max,
+        settings.standby_retry_s,
+        settings.deadline_margin_ms,
+    );
     let started = Instant::now();
     let mut coverage: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut failing: Vec<(u64, String)> = Vec::new();

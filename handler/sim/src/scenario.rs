@@ -4,8 +4,17 @@
 //! both regions stay up and every store and network call succeeds, so every request can still be
 //! answered well before its deadline. That is the premise of L1: "if at least one region stays
 //! up long enough after the last fault".
+//!
+//! Besides that weather, some seeds play one of the long faults a review of the deployed queues
+//! found, each of which used to send live requests' messages to the DLQ ([`Kind`]): a drained
+//! primary whose secondary is down for the rest of the run, a provider running for minutes on
+//! the longest function timeout whose Lambda then crashes, and a lease-store outage of ten
+//! minutes or more. The function timeout, visibility timeout, receive limit and secondary delay
+//! are the template's (`deployed`).
 
 use cfn_once_core::random::{Random, SplitMix64};
+
+use crate::deployed::{Deployed, FunctionTimeout};
 
 /// The two handler regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,6 +67,34 @@ pub struct Options {
     pub planted_bug: bool,
 }
 
+/// Which story a seed tells besides the random weather of its fault window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Only the fault window's weather.
+    Weather,
+    /// The control names the secondary from the start (the primary is drained) and the
+    /// secondary region is down for the rest of the run: the primary must answer FAILED before
+    /// each deadline rather than let its copies reach the DLQ.
+    DrainedPrimarySecondaryDown,
+    /// On the longest function timeout, a provider works for minutes (the other region's copy
+    /// backs off many times meanwhile), then every Lambda of the primary crashes.
+    LongProviderThenCrash,
+    /// Every lease-store call fails for ten to twenty minutes.
+    StoreOutage,
+}
+
+impl Kind {
+    /// The coverage counter naming the story.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Weather => "scenario: weather only",
+            Self::DrainedPrimarySecondaryDown => "scenario: drained primary, secondary down for good",
+            Self::LongProviderThenCrash => "scenario: provider for minutes on the longest timeout, then a crash",
+            Self::StoreOutage => "scenario: lease-store outage of 10+ minutes",
+        }
+    }
+}
+
 /// One request CloudFormation sends.
 #[derive(Debug, Clone)]
 pub struct RequestPlan {
@@ -94,6 +131,12 @@ pub struct Faults {
 pub struct Scenario {
     pub seed: u64,
     pub options: Options,
+    pub kind: Kind,
+    /// The function timeout of both regions, with the queue visibility the template pairs it
+    /// with.
+    pub function_timeout: FunctionTimeout,
+    /// Receives before SQS moves a message to the DLQ.
+    pub max_receive_count: u32,
     pub secondary_delay_ms: u64,
     pub requests: Vec<RequestPlan>,
     pub faults: Faults,
@@ -103,14 +146,18 @@ pub struct Scenario {
     pub flips: Vec<(u64, Region)>,
     /// Initial clock offsets per region, within the configured skew margin.
     pub skew_ms: [i64; 2],
-    /// (at ms, region, jump): a clock stepping, possibly far beyond the skew margin.
+    /// (at ms, region, jump): a clock stepping, possibly far beyond the skew margin, and back
+    /// when the fault window ends.
     pub jumps: Vec<(u64, Region, i64)>,
+    /// (at ms, region): every running Lambda of the region crashes; the region stays up.
+    pub crashes: Vec<(u64, Region)>,
+    /// (from ms, to ms): every lease-store call fails.
+    pub store_outage: Option<(u64, u64)>,
 }
 
-/// The protocol's skew margin in the simulation.
-pub const SKEW_MARGIN_MS: u64 = 2_000;
-/// The lease length in the simulation.
-pub const LEASE_MS: u64 = 10_000;
+/// Time after the fault window and a crash's visibility timeout for backoffs (up to the
+/// handler's longest, five minutes) and a takeover to play out.
+const OWED_SLACK_MS: u64 = 600_000;
 
 struct Draw(SplitMix64);
 
@@ -137,10 +184,28 @@ impl Draw {
 }
 
 impl Scenario {
-    /// The scenario of `seed`.
-    pub fn generate(seed: u64, options: Options) -> Self {
+    /// The scenario of `seed`, on the deployed parameters; `skew_margin_ms` is the handler's.
+    pub fn generate(seed: u64, options: Options, deployed: &Deployed, skew_margin_ms: u64) -> Self {
         let draw = Draw(SplitMix64::new(seed));
+        let kind = match draw.below(100) {
+            0..4 => Kind::DrainedPrimarySecondaryDown,
+            4..8 => Kind::LongProviderThenCrash,
+            8..12 => Kind::StoreOutage,
+            _ => Kind::Weather,
+        };
+        let timeouts = &deployed.function_timeouts;
+        let function_timeout = match kind {
+            Kind::LongProviderThenCrash => {
+                *timeouts.iter().max_by_key(|t| t.timeout_s).unwrap_or(&deployed.default_function_timeout)
+            }
+            _ => timeouts[draw.below(timeouts.len() as u64) as usize],
+        };
         let window_end_ms = draw.between(30_000, 240_000);
+        // L1 is owed when a region stays up long enough after the last fault: a Lambda crashed
+        // at the window's end hides its message for the visibility timeout, and backoffs and
+        // leases take minutes more. Deadlines start after that.
+        let owed_from_s = (window_end_ms + function_timeout.visibility_s * 1_000 + OWED_SLACK_MS) / 1_000;
+        let service_timeout_min_s = owed_from_s.clamp(900, 3_600);
         let request_count = draw.between(1, 4) as usize;
         let mut requests: Vec<RequestPlan> = Vec::with_capacity(request_count + 1);
         for _ in 0..request_count {
@@ -148,7 +213,7 @@ impl Scenario {
                 sent_at_ms: draw.below(60_000),
                 // Some providers outlast a lease (and need heartbeats), most are quick.
                 work_ms: if draw.chance(0.3) { draw.between(5_000, 40_000) } else { draw.below(3_000) },
-                service_timeout_s: draw.between(900, 3_600),
+                service_timeout_s: draw.between(service_timeout_min_s, 3_600),
                 retry_of: None,
             });
         }
@@ -181,23 +246,60 @@ impl Scenario {
         for _ in 0..draw.below(4) {
             flips.push((draw.below(window_end_ms + 60_000), draw.region()));
         }
-        let skew = || draw.below(2 * SKEW_MARGIN_MS / 2) as i64 - (SKEW_MARGIN_MS / 2) as i64;
+        let skew = || draw.below(2 * skew_margin_ms / 2) as i64 - (skew_margin_ms / 2) as i64;
         let skew_ms = [skew(), skew()];
         let mut jumps = Vec::new();
         if draw.chance(0.2) {
             let size = draw.between(1_000, 30_000) as i64;
-            jumps.push((draw.below(window_end_ms), draw.region(), if draw.chance(0.5) { size } else { -size }));
+            let (region, jump) = (draw.region(), if draw.chance(0.5) { size } else { -size });
+            jumps.push((draw.below(window_end_ms), region, jump));
+            // Time sync steps the clock back when the fault window ends: L1 is owed after the
+            // last fault, and a clock off by more than the skew margin is one.
+            jumps.push((window_end_ms, region, -jump));
+        }
+        let mut crashes = Vec::new();
+        let mut store_outage = None;
+        match kind {
+            Kind::Weather => {}
+            Kind::DrainedPrimarySecondaryDown => {
+                flips.clear();
+                flips.push((0, Region::Secondary));
+                outages.retain(|(region, _, _)| *region == Region::Primary);
+                outages.push((Region::Secondary, 0, u64::MAX / 4));
+            }
+            Kind::LongProviderThenCrash => {
+                // Long enough for the other copy to back off many times, short enough to finish
+                // within one invocation after the takeover.
+                let longest_ms = function_timeout.timeout_s * 1_000 * 3 / 4;
+                let first = &mut requests[0];
+                first.work_ms = draw.between(longest_ms / 3, longest_ms);
+                first.service_timeout_s = 3_600;
+                let crash_ms = first.sent_at_ms + draw.between(60_000, first.work_ms);
+                crashes.push((crash_ms, Region::Primary));
+            }
+            Kind::StoreOutage => {
+                for request in &mut requests {
+                    request.service_timeout_s = 3_600;
+                }
+                let start_ms = draw.below(120_000);
+                store_outage = Some((start_ms, start_ms + draw.between(600_000, 1_200_000)));
+            }
         }
         Self {
             seed,
             options,
-            secondary_delay_ms: draw.between(2, 60) * 1_000,
+            kind,
+            function_timeout,
+            max_receive_count: deployed.max_receive_count,
+            secondary_delay_ms: deployed.secondary_delay_s * 1_000,
             requests,
             faults,
             outages,
             flips,
             skew_ms,
             jumps,
+            crashes,
+            store_outage,
         }
     }
 }

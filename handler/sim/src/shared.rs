@@ -38,16 +38,19 @@ pub struct Observed {
 pub struct Shared {
     pub clock: ManualClock,
     pub faults: Faults,
+    /// (from, to) ms after the start: every lease-store call fails.
+    pub store_outage: Option<(u64, u64)>,
     pub tracing: bool,
     dice: SplitMix64,
     observed: Mutex<Observed>,
 }
 
 impl Shared {
-    pub fn new(seed: u64, faults: Faults, tracing: bool) -> Self {
+    pub fn new(seed: u64, faults: Faults, store_outage: Option<(u64, u64)>, tracing: bool) -> Self {
         Self {
             clock: ManualClock::new(T0_MS),
             faults,
+            store_outage,
             tracing,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
             observed: Mutex::new(Observed::default()),
@@ -57,6 +60,12 @@ impl Shared {
     /// Virtual ms since the start.
     pub fn elapsed_ms(&self) -> u64 {
         self.clock.now_ms() - T0_MS
+    }
+
+    /// True while the lease store is out.
+    pub fn store_out(&self) -> bool {
+        let elapsed_ms = self.elapsed_ms();
+        self.store_outage.is_some_and(|(from, to)| (from..to).contains(&elapsed_ms))
     }
 
     /// True with probability `p`, but only inside the fault window.

@@ -66,6 +66,13 @@ impl RegionStore {
     }
 
     fn roll(&self, operation: &'static str) -> Fault {
+        if self.shared.store_out() {
+            self.shared.cover("store call failed in an outage");
+            // Half the calls are refused outright, half time out without an answer.
+            let fault = if self.shared.dice(0.5) { Fault::Transient } else { Fault::LostRequest };
+            self.shared.trace(Some(self.region), || format!("{operation}: store out, {fault:?}"));
+            return fault;
+        }
         let faults = self.shared.faults;
         let fault = if self.shared.fault(faults.store_transient) {
             Fault::Transient
@@ -128,7 +135,7 @@ impl LeaseStore for RegionStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.call("acquire", async {
             let answer = self.local().acquire(request).await?;
-            if let Acquire::Acquired { fence } = answer {
+            if let Acquire::Acquired { fence, .. } = answer {
                 let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
                 if fence <= previous {
                     self.shared.violation(format!(

@@ -1,7 +1,8 @@
 //! One seed's world: two regions' Lambdas running the real `Worker` on a shared virtual clock,
-//! SQS queues with delays, visibility timeouts and duplicates, and the scenario's faults, all
-//! driven by a small single-threaded executor. Nothing here is random but the seed, and nothing
-//! waits on real time, so a seed replays exactly.
+//! SQS queues with delays, visibility timeouts, duplicates, a receive limit and a DLQ, and the
+//! scenario's faults, all driven by a small single-threaded executor. Nothing here is random but
+//! the seed, and nothing waits on real time, so a seed replays exactly. The queues' limits, the
+//! function timeout and the handler's settings are the deployed ones ([`Parameters`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -12,30 +13,48 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use cfn_once_core::clock::Clock;
 use cfn_once_core::decision::Role;
-use cfn_once_core::delivery::PutPolicy;
 use cfn_once_core::metrics::NoMetrics;
 use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
+use cfn_once_core::response::Status;
 use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::worker::{Delivery, Disposition, Done, Invocation, Ports, Settings, Worker};
 use serde_json::json;
 
+use crate::deployed::Deployed;
 use crate::provider::{SIM_TYPE, SimProvider};
 use crate::region::{SimControl, SkewedClock};
-use crate::scenario::{LEASE_MS, Region, SKEW_MARGIN_MS, Scenario};
+use crate::scenario::{Region, Scenario};
 use crate::shared::{Shared, T0_MS};
 use crate::sink::{SimSink, short};
 use crate::stores::{RegionStore, Table};
 
-/// SQS: how long a received message stays invisible if its Lambda dies.
-const VISIBILITY_TIMEOUT_MS: u64 = 60_000;
-/// Lambda kills an invocation after this long.
-const FUNCTION_TIMEOUT_MS: u64 = 120_000;
-/// Receives before SQS moves a message to the DLQ.
-const RECEIVES_MAX: u32 = 200;
 /// The simulation gives up after this much virtual time.
 const END_MS: u64 = 4 * 3_600_000;
+
+/// What every seed runs on: the regional template's parameters and the handler settings its
+/// environment implies, per region.
+#[derive(Debug, Clone)]
+pub struct Parameters {
+    pub deployed: Deployed,
+    pub settings: [Settings; 2],
+}
+
+impl Parameters {
+    /// The deployed parameters, read once per process.
+    pub fn deployed() -> &'static Parameters {
+        static PARAMETERS: std::sync::OnceLock<Parameters> = std::sync::OnceLock::new();
+        PARAMETERS.get_or_init(|| {
+            let deployed = Deployed::regional().unwrap_or_else(|e| panic!("cannot read the deployed parameters: {e}"));
+            let settings = Region::BOTH.map(|region| {
+                let role = if region == Region::Primary { Role::Primary } else { Role::Secondary };
+                deployed.settings(role, region.name()).unwrap_or_else(|e| panic!("the template's handler: {e}"))
+            });
+            Parameters { deployed, settings }
+        })
+    }
+}
 
 /// What one seed produced.
 #[derive(Debug, Clone)]
@@ -62,6 +81,9 @@ struct Task {
     frozen_until_ms: u64,
     /// Polls left before this Lambda freezes, and for how long.
     freeze: Option<(u32, u64)>,
+    /// Whether the Lambda was ever frozen, or its region's clock jumped while it ran: only then
+    /// may it outlive its invocation.
+    disturbed: bool,
     flag: Arc<Flag>,
     future: Pin<Box<dyn Future<Output = Disposition>>>,
 }
@@ -81,6 +103,8 @@ enum Event {
     OutageEnd(Region),
     Flip(Region),
     Jump(Region, i64),
+    /// Every running Lambda of the region crashes; the region stays up.
+    Crash(Region),
 }
 
 struct World {
@@ -98,11 +122,13 @@ struct World {
     next_task: u64,
     up: [bool; 2],
     events: BTreeMap<(u64, u64), Event>,
+    /// A lease and the skew margin: how long a frozen Lambda must stay frozen to lose it.
+    lease_and_skew_ms: u64,
 }
 
 /// Runs one seed's scenario to the end and checks the invariants.
-pub fn run(scenario: &Scenario, tracing: bool) -> SeedOutcome {
-    let mut world = World::new(scenario.clone(), tracing);
+pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedOutcome {
+    let mut world = World::new(scenario.clone(), parameters, tracing);
     world.run();
     world.check_liveness();
     let mut observed = world.shared.observed();
@@ -114,34 +140,24 @@ pub fn run(scenario: &Scenario, tracing: bool) -> SeedOutcome {
     }
 }
 
-/// The protocol settings the simulation runs with.
-fn settings(region: Region) -> Settings {
-    Settings {
-        region: region.name().to_owned(),
-        role: if region == Region::Primary { Role::Primary } else { Role::Secondary },
-        lease_ms: LEASE_MS,
-        skew_ms: SKEW_MARGIN_MS,
-        heartbeat_ms: LEASE_MS / 3,
-        reserve_ms: 5_000,
-        store_attempts_max: 4,
-        store_call_timeout_ms: 2_000,
-        store_backoff_base_ms: 50,
-        store_backoff_max_ms: 1_000,
-        provider_attempts_max: 3,
-        provider_backoff_base_ms: 200,
-        provider_backoff_max_ms: 2_000,
-        put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 200, backoff_max_ms: 2_000 },
-        retention_ms: 86_400_000,
-        retry_delay_s_max: 60,
-        standby_retry_s: 20,
-        deadline_ceiling_s: 3_600,
-        deadline_margin_ms: 20_000,
-    }
-}
-
 impl World {
-    fn new(scenario: Scenario, tracing: bool) -> Self {
-        let shared = Arc::new(Shared::new(scenario.seed, scenario.faults, tracing));
+    fn new(scenario: Scenario, parameters: &Parameters, tracing: bool) -> Self {
+        let shared = Arc::new(Shared::new(scenario.seed, scenario.faults, scenario.store_outage, tracing));
+        shared.cover(scenario.kind.name());
+        shared.trace(None, || {
+            let timeout = scenario.function_timeout;
+            format!(
+                "{}; function timeout {} s, visibility {} s, maxReceiveCount {}, secondary delay {} s",
+                scenario.kind.name(),
+                timeout.timeout_s,
+                timeout.visibility_s,
+                scenario.max_receive_count,
+                scenario.secondary_delay_ms / 1_000
+            )
+        });
+        if scenario.function_timeout.timeout_s >= 900 {
+            shared.cover("function timeout 900 s");
+        }
         let table = Arc::new(Table::new(scenario.options.mode, scenario.options.planted_bug));
         let active = Arc::new(Mutex::new(Region::Primary));
         let clocks = Region::BOTH.map(|region| {
@@ -162,7 +178,7 @@ impl World {
                 metrics: Arc::new(NoMetrics),
             };
             let input = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
-            Worker::new(ports, input, settings(region))
+            Worker::new(ports, input, parameters.settings[region.index()].clone())
         });
         let (bodies, urls) = Self::requests(&scenario);
         let mut events = BTreeMap::new();
@@ -184,6 +200,9 @@ impl World {
         for (at, region, jump) in &scenario.jumps {
             schedule(*at, Event::Jump(*region, *jump));
         }
+        for (at, region) in &scenario.crashes {
+            schedule(*at, Event::Crash(*region));
+        }
         Self {
             scenario,
             shared,
@@ -199,6 +218,7 @@ impl World {
             next_task: 0,
             up: [true, true],
             events,
+            lease_and_skew_ms: parameters.settings[0].lease_ms + parameters.settings[0].skew_ms,
         }
     }
 
@@ -359,6 +379,19 @@ impl World {
                 self.shared.cover("clock jumped");
                 self.shared.trace(Some(region), || format!("clock jumps {jump_ms} ms"));
                 self.clocks[region.index()].offset_ms.fetch_add(jump_ms, Ordering::SeqCst);
+                for task in self.tasks.values_mut().filter(|task| task.region == region) {
+                    task.disturbed = true;
+                }
+            }
+            Event::Crash(region) => {
+                let doomed: Vec<u64> =
+                    self.tasks.iter().filter(|(_, t)| t.region == region).map(|(id, _)| *id).collect();
+                if !doomed.is_empty() {
+                    self.shared.cover("every Lambda of a region crashed mid-run");
+                }
+                for id in doomed {
+                    self.crash(id, "crashed with every Lambda of its region");
+                }
             }
         }
     }
@@ -391,11 +424,11 @@ impl World {
         let Some(message) = self.messages.get_mut(&message_id) else { return };
         message.receive_count += 1;
         message.in_flight += 1;
-        if message.receive_count > RECEIVES_MAX {
+        if message.receive_count > self.scenario.max_receive_count {
             let request = message.request;
             self.messages.remove(&message_id);
-            self.shared.cover("message moved to the DLQ");
-            self.shared.trace(None, || format!("message for request {request} moved to the DLQ"));
+            self.shared.cover("message moved to the DLQ by SQS (maxReceiveCount)");
+            self.dead_lettered(request, "SQS, its receives used up");
             return;
         }
         let (region, request, receive_count) = (message.region, message.request, message.receive_count);
@@ -406,7 +439,7 @@ impl World {
         self.next_task += 1;
         let invocation = Invocation {
             id: format!("lambda-{task_id}"),
-            deadline_ms: self.clocks[region.index()].now_ms() + FUNCTION_TIMEOUT_MS,
+            deadline_ms: self.clocks[region.index()].now_ms() + self.function_timeout_ms(),
         };
         let future = Box::pin(async move {
             worker.handle(Delivery { body: Some(&body), receive_count, sent_ms }, &invocation).await
@@ -414,7 +447,7 @@ impl World {
         let freeze = self
             .shared
             .fault(self.shared.faults.freeze)
-            .then(|| (1 + self.shared.below(6) as u32, LEASE_MS + SKEW_MARGIN_MS + self.shared.below(60_000)));
+            .then(|| (1 + self.shared.below(6) as u32, self.lease_and_skew_ms + self.shared.below(60_000)));
         self.shared
             .trace(Some(region), || format!("Lambda {task_id} receives request {request} (receive {receive_count})"));
         self.tasks.insert(
@@ -423,8 +456,9 @@ impl World {
                 region,
                 message: message_id,
                 received_at_ms: now_ms,
-                kill_at_ms: now_ms + FUNCTION_TIMEOUT_MS,
+                kill_at_ms: now_ms + self.function_timeout_ms(),
                 frozen_until_ms: 0,
+                disturbed: freeze.is_some(),
                 freeze,
                 flag: Arc::new(Flag(AtomicBool::new(true))),
                 future,
@@ -438,7 +472,8 @@ impl World {
         self.shared.trace(Some(task.region), || format!("Lambda {task_id} {why}"));
         if let Some(message) = self.messages.get_mut(&task.message) {
             message.in_flight = message.in_flight.saturating_sub(1);
-            message.visible_at_ms = message.visible_at_ms.max(task.received_at_ms + VISIBILITY_TIMEOUT_MS);
+            let visibility_ms = self.scenario.function_timeout.visibility_s * 1_000;
+            message.visible_at_ms = message.visible_at_ms.max(task.received_at_ms + visibility_ms);
         }
     }
 
@@ -447,6 +482,7 @@ impl World {
         let now_ms = self.now_ms();
         self.shared.trace(Some(task.region), || format!("Lambda {task_id} done: {disposition:?}"));
         match &disposition {
+            Disposition::Done(Done::Answered { status: Status::Failed, .. }) => self.shared.cover("answered FAILED"),
             Disposition::Done(Done::Replayed { .. }) => self.shared.cover("stored answer re-sent"),
             Disposition::Done(Done::Superseded) => self.shared.cover("superseded attempt dropped"),
             Disposition::Retry { why, .. } if why.contains("standby") => {
@@ -461,16 +497,48 @@ impl World {
                 self.messages.remove(&task.message);
             }
             Disposition::Retry { delay_s, .. } => message.visible_at_ms = now_ms + u64::from(delay_s) * 1000,
-            Disposition::Undeliverable { .. } => message.visible_at_ms = now_ms + 1_000,
+            Disposition::DeadLetter { .. } => {
+                let request = message.request;
+                self.messages.remove(&task.message);
+                self.shared.cover("message moved to the DLQ by the handler");
+                self.dead_lettered(request, "the handler");
+            }
         }
     }
 
-    /// Lambda kills invocations past the function timeout.
+    /// A copy of `request` reached the DLQ: allowed only once nobody can be answered (never, in
+    /// the simulation) or its request was answered or its deadline has passed.
+    fn dead_lettered(&self, request: usize, by: &str) {
+        let now_ms = self.now_ms();
+        let plan = &self.scenario.requests[request];
+        let deadline_ms = T0_MS + plan.sent_at_ms + plan.service_timeout_s * 1_000;
+        let answered = self.shared.observed().puts.get(&self.urls[request]).is_some_and(|puts| !puts.is_empty());
+        let superseded = self.scenario.requests.iter().any(|other| other.retry_of == Some(request));
+        self.shared.trace(None, || format!("a copy of request {request} moved to the DLQ by {by}"));
+        if now_ms < deadline_ms && !answered && !superseded {
+            self.shared.violation(format!(
+                "DLQ: a copy of request {request} was moved to the DLQ by {by} {} s before its deadline, unanswered",
+                (deadline_ms - now_ms) / 1_000
+            ));
+        }
+    }
+
+    fn function_timeout_ms(&self) -> u64 {
+        self.scenario.function_timeout.timeout_s * 1_000
+    }
+
+    /// Lambda kills invocations past the function timeout. One that was neither frozen nor saw
+    /// its clock jump ran past the time budget every call must keep (`settings`): a violation,
+    /// since a killed invocation fails its whole batch.
     fn kill_overdue(&mut self) {
         let now_ms = self.now_ms();
-        let overdue: Vec<u64> = self.tasks.iter().filter(|(_, t)| t.kill_at_ms <= now_ms).map(|(id, _)| *id).collect();
-        for id in overdue {
+        let overdue: Vec<(u64, bool)> =
+            self.tasks.iter().filter(|(_, t)| t.kill_at_ms <= now_ms).map(|(id, t)| (*id, t.disturbed)).collect();
+        for (id, disturbed) in overdue {
             self.shared.cover("Lambda killed at its timeout");
+            if !disturbed {
+                self.shared.violation(format!("BUDGET: Lambda {id} was killed at its function timeout, undisturbed"));
+            }
             self.crash(id, "killed at the function timeout");
         }
     }

@@ -1,9 +1,11 @@
 //! The DynamoDB lease store: [`LeaseStore`] over aws-sdk-dynamodb.
 //!
 //! Each operation is one conditional UpdateItem (read is one consistent GetItem). Acquire takes
-//! the lease and increments the fence in a single write (`ADD fence :one`), returning the new
-//! item (`ReturnValues = ALL_NEW`); on a failed condition it returns the old item
-//! (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so the caller needs no second read. The
+//! the lease and increments the fence in a single write (`ADD fence :one`), returning the item
+//! as it was before (`ReturnValues = ALL_OLD`: the new fence is the old one plus one, and the old
+//! fingerprint tells a takeover of the same attempt from a fresh start); on a failed condition it
+//! returns the old item too (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so the caller
+//! needs no second read. The
 //! condition is `cfn_once_core::lease::admits` written as a ConditionExpression; the shared
 //! contract suite holds the two to the same behaviour. This is the only place where
 //! `ConditionalCheckFailedException` exists: above it, it is a domain answer.
@@ -175,12 +177,16 @@ impl LeaseStore for DynamoLeaseStore {
         ];
         let call = self
             .update_call(&request.key, ACQUIRE_UPDATE, ACQUIRE_CONDITION, &names, values)
-            .return_values(ReturnValue::AllNew);
+            .return_values(ReturnValue::AllOld);
         match call.send().await {
-            Ok(output) => {
-                let record = parse_record(&request.key, &output.attributes.unwrap_or_default())?;
-                Ok(Acquire::Acquired { fence: record.fence })
-            }
+            Ok(output) => match output.attributes.filter(|old| !old.is_empty()) {
+                // The update added one to the fence it found, atomically.
+                Some(old) => {
+                    let old = parse_record(&request.key, &old)?;
+                    Ok(Acquire::Acquired { fence: old.fence + 1, took_over: old.fingerprint == request.fingerprint })
+                }
+                None => Ok(Acquire::Acquired { fence: 1, took_over: false }),
+            },
             Err(error) => {
                 let item = refused_item(error)?.ok_or_else(|| {
                     StoreError::Permanent(

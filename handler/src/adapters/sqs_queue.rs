@@ -1,49 +1,133 @@
-//! Backoff for SQS messages: ChangeMessageVisibility on the record's own queue.
+//! What happens to a message after its batch: rescheduled with ChangeMessageVisibility, or moved
+//! to its queue's dead-letter queue by the handler itself.
 //!
-//! A record names its queue by ARN (`eventSourceARN`); the queue URL is looked up once per ARN
-//! with GetQueueUrl and cached, so the adapter works for any queue the event source mapping
-//! polls, in AWS and on a local endpoint alike.
+//! [`MessageQueue`] is the port `lambda::handle` settles records through; [`SqsQueue`] is its
+//! adapter. A record names its queue by ARN (`eventSourceARN`); the queue's URL, and the DLQ its
+//! redrive policy names, are looked up once per queue ARN and cached, so the adapter works for
+//! any queue the event source mapping polls, in AWS and on a local endpoint alike.
+//!
+//! Why the handler moves messages itself: the regional template sets the queue's
+//! `maxReceiveCount` to SQS's largest value, 1000, so that backoffs never push a live request's
+//! message into the DLQ (see `cfn_once_core::settings`). A message nobody can ever answer, or
+//! whose request's deadline has passed, would then take a thousand receives to get there; the
+//! handler sends it to the DLQ at once instead, with attributes saying why and from where.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
 
-/// Reschedules messages on SQS.
-#[derive(Debug)]
-pub struct SqsQueue {
-    client: Client,
-    urls: Mutex<HashMap<String, String>>,
+/// Message attributes the handler puts on a message it dead-letters.
+pub mod dead_letter_attribute {
+    /// Why the message was dead-lettered (never contains the ResponseURL).
+    pub const REASON: &str = "cfn-once-reason";
+    /// The ARN of the queue it came from, where a redrive sends it back.
+    pub const SOURCE_QUEUE: &str = "cfn-once-source-queue";
+    /// The original message's SentTimestamp (epoch ms), when the request was sent.
+    pub const SENT_MS: &str = "cfn-once-sent-ms";
+    /// The original message's ApproximateReceiveCount when it was moved.
+    pub const RECEIVE_COUNT: &str = "cfn-once-receive-count";
 }
 
-/// A visibility change that did not happen; the message then reappears after the queue's own
-/// visibility timeout instead, which is later but still safe.
+/// Longest `why` put on a dead-lettered message (SQS allows 256 KiB; operators read a line).
+const REASON_BYTES_MAX: usize = 1_000;
+
+/// Settles records after a batch. Every method is one bounded piece of work; `lambda::handle`
+/// runs them concurrently under one timeout.
+#[async_trait]
+pub trait MessageQueue: Send + Sync + std::fmt::Debug {
+    /// Makes the record's message visible again after `delay_s` seconds.
+    async fn retry_after(&self, record: &SqsMessage, delay_s: u32) -> Result<(), QueueError>;
+
+    /// Sends the record's body to its queue's dead-letter queue, saying `why`. The caller then
+    /// reports the record as done, so the event source mapping deletes the original.
+    async fn dead_letter(&self, record: &SqsMessage, why: &str) -> Result<(), QueueError>;
+}
+
+/// A queue call that did not happen. A failed reschedule means the message reappears after the
+/// queue's own visibility timeout instead, which is later but safe; a failed move means the
+/// message is rescheduled and moved on a later receive.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
     #[error("record has no {0}")]
     Missing(&'static str),
     #[error("eventSourceARN {0:?} is not an SQS queue ARN")]
     BadArn(String),
+    #[error("queue {0} has no redrive policy naming a dead-letter queue")]
+    NoDeadLetterQueue(String),
     #[error("SQS call failed: {0}")]
     Sqs(String),
 }
 
+/// The SQS adapter.
+#[derive(Debug)]
+pub struct SqsQueue {
+    client: Client,
+    /// Queue ARN to queue URL.
+    urls: Mutex<HashMap<String, String>>,
+    /// Queue ARN to its dead-letter queue's ARN.
+    dead_letter_queues: Mutex<HashMap<String, String>>,
+}
+
 impl SqsQueue {
-    /// An adapter using `client`, which must be configured for the queues' region.
+    /// An adapter using `client`, which must be configured for the queues' region and carry
+    /// explicit timeouts (`app::sqs_client`).
     pub fn new(client: Client) -> Self {
-        Self { client, urls: Mutex::new(HashMap::new()) }
+        Self { client, urls: Mutex::default(), dead_letter_queues: Mutex::default() }
     }
 
-    /// Makes the message visible again after `delay_s` seconds.
-    pub async fn retry_after(
-        &self,
-        queue_arn: Option<&str>,
-        receipt_handle: Option<&str>,
-        delay_s: u32,
-    ) -> Result<(), QueueError> {
-        let queue_arn = queue_arn.ok_or(QueueError::Missing("eventSourceARN"))?;
-        let receipt_handle = receipt_handle.ok_or(QueueError::Missing("receiptHandle"))?;
+    async fn queue_url(&self, queue_arn: &str) -> Result<String, QueueError> {
+        if let Some(url) = cached(&self.urls, queue_arn) {
+            return Ok(url);
+        }
+        let (account, name) = parse_queue_arn(queue_arn).ok_or_else(|| QueueError::BadArn(queue_arn.to_owned()))?;
+        let output = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .queue_owner_aws_account_id(account)
+            .send()
+            .await
+            .map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
+        let url = output.queue_url.ok_or_else(|| QueueError::Sqs("GetQueueUrl returned no URL".into()))?;
+        remember(&self.urls, queue_arn, &url);
+        Ok(url)
+    }
+
+    /// The ARN of the DLQ in `queue_arn`'s redrive policy.
+    async fn dead_letter_queue(&self, queue_arn: &str) -> Result<String, QueueError> {
+        if let Some(arn) = cached(&self.dead_letter_queues, queue_arn) {
+            return Ok(arn);
+        }
+        let url = self.queue_url(queue_arn).await?;
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::RedrivePolicy)
+            .send()
+            .await
+            .map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
+        let policy = output.attributes.and_then(|mut attributes| attributes.remove(&QueueAttributeName::RedrivePolicy));
+        let arn = policy
+            .as_deref()
+            .and_then(|policy| serde_json::from_str::<serde_json::Value>(policy).ok())
+            .and_then(|policy| policy.get("deadLetterTargetArn")?.as_str().map(str::to_owned))
+            .ok_or_else(|| QueueError::NoDeadLetterQueue(queue_arn.to_owned()))?;
+        remember(&self.dead_letter_queues, queue_arn, &arn);
+        Ok(arn)
+    }
+}
+
+#[async_trait]
+impl MessageQueue for SqsQueue {
+    async fn retry_after(&self, record: &SqsMessage, delay_s: u32) -> Result<(), QueueError> {
+        let queue_arn = record.event_source_arn.as_deref().ok_or(QueueError::Missing("eventSourceARN"))?;
+        let receipt_handle = record.receipt_handle.as_deref().ok_or(QueueError::Missing("receiptHandle"))?;
         let queue_url = self.queue_url(queue_arn).await?;
         self.client
             .change_message_visibility()
@@ -56,23 +140,54 @@ impl SqsQueue {
         Ok(())
     }
 
-    async fn queue_url(&self, queue_arn: &str) -> Result<String, QueueError> {
-        if let Some(url) = self.urls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(queue_arn) {
-            return Ok(url.clone());
-        }
-        let (account, name) = parse_queue_arn(queue_arn).ok_or_else(|| QueueError::BadArn(queue_arn.to_owned()))?;
-        let output = self
+    async fn dead_letter(&self, record: &SqsMessage, why: &str) -> Result<(), QueueError> {
+        let queue_arn = record.event_source_arn.as_deref().ok_or(QueueError::Missing("eventSourceARN"))?;
+        let dead_letter_url = self.queue_url(&self.dead_letter_queue(queue_arn).await?).await?;
+        let string = |value: &str| {
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .map_err(|error| QueueError::Sqs(error.to_string()))
+        };
+        let mut send = self
             .client
-            .get_queue_url()
-            .queue_name(name)
-            .queue_owner_aws_account_id(account)
-            .send()
-            .await
-            .map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
-        let url = output.queue_url.ok_or_else(|| QueueError::Sqs("GetQueueUrl returned no URL".into()))?;
-        self.urls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(queue_arn.to_owned(), url.clone());
-        Ok(url)
+            .send_message()
+            .queue_url(dead_letter_url)
+            .message_body(record.body.clone().unwrap_or_default())
+            .message_attributes(dead_letter_attribute::REASON, string(bounded(why))?)
+            .message_attributes(dead_letter_attribute::SOURCE_QUEUE, string(queue_arn)?);
+        for (attribute, name) in [
+            ("SentTimestamp", dead_letter_attribute::SENT_MS),
+            ("ApproximateReceiveCount", dead_letter_attribute::RECEIVE_COUNT),
+        ] {
+            if let Some(value) = record.attributes.get(attribute) {
+                send = send.message_attributes(name, string(value)?);
+            }
+        }
+        send.send().await.map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
+        Ok(())
     }
+}
+
+/// `why` cut at a character boundary to [`REASON_BYTES_MAX`].
+fn bounded(why: &str) -> &str {
+    if why.len() <= REASON_BYTES_MAX {
+        return why;
+    }
+    let mut end = REASON_BYTES_MAX;
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    &why[..end]
+}
+
+fn cached(map: &Mutex<HashMap<String, String>>, key: &str) -> Option<String> {
+    map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+}
+
+fn remember(map: &Mutex<HashMap<String, String>>, key: &str, value: &str) {
+    map.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_owned(), value.to_owned());
 }
 
 /// `arn:aws:sqs:<region>:<account>:<name>` into (account, name).
@@ -96,5 +211,13 @@ mod tests {
         assert_eq!(parse_queue_arn("arn:aws-cn:sqs:cn-north-1:1:q.fifo"), Some(("1", "q.fifo")));
         assert_eq!(parse_queue_arn("arn:aws:sns:us-east-1:1:topic"), None);
         assert_eq!(parse_queue_arn("nonsense"), None);
+    }
+
+    #[test]
+    fn reasons_are_bounded_at_a_character_boundary() {
+        let long = "é".repeat(REASON_BYTES_MAX);
+        let cut = bounded(&long);
+        assert!(cut.len() <= REASON_BYTES_MAX && cut.len() >= REASON_BYTES_MAX - 1);
+        assert_eq!(bounded("short"), "short");
     }
 }

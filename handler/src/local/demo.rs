@@ -92,8 +92,8 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         &EnvironmentOptions {
             name: format!("cfn-once-demo-{suffix}"),
             secondary_delay_s: options.secondary_delay_s,
-            visibility_timeout_s: 60,
-            max_receive_count: 5,
+            visibility_timeout_s: crate::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
+            max_receive_count: crate::local::pair::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         },
     )

@@ -188,7 +188,8 @@ impl LocalEventSourceMapping {
         }
     }
 
-    fn record(&self, message: &aws_sdk_sqs::types::Message) -> SqsMessage {
+    /// The record Lambda would hand the function for `message`, received from this mapping's queue.
+    pub fn record(&self, message: &aws_sdk_sqs::types::Message) -> SqsMessage {
         let mut record = SqsMessage::default();
         record.message_id = message.message_id.clone();
         record.receipt_handle = message.receipt_handle.clone();

@@ -15,6 +15,13 @@ use crate::local::worker::RegionalWorker;
 /// timeout.
 pub const ESM_SETTINGS: EsmSettings = EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 };
 
+/// The local queues' visibility timeout, as `infra/regional.yaml` maps it from the function
+/// timeout: one minute over it.
+pub const LOCAL_VISIBILITY_TIMEOUT_S: u32 = (ESM_SETTINGS.function_timeout_ms / 1_000) as u32 + 60;
+
+/// The local queues' receive limit: the deployed one, which the handler assumes by default.
+pub const LOCAL_MAX_RECEIVE_COUNT: u32 = cfn_once_core::config::MAX_RECEIVE_COUNT_DEFAULT;
+
 /// Handler settings for local runs: the control is re-read every second (so a drill settles
 /// quickly) and a standby primary looks again after 5 s. Everything else is the default.
 pub const LOCAL_SETTINGS: [(&str, &str); 2] =

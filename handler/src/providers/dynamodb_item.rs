@@ -16,9 +16,11 @@
 //! `{"NULL": "true"}`, `{"SS": [..]}`, `{"NS": [..]}`, `{"L": [..]}`, `{"M": {..}}`.
 //!
 //! The PhysicalResourceId is `dynamodb-item:<region>:<table>:<key as DynamoDB JSON>`, so changing
-//! the region, table or key replaces the resource (CloudFormation then deletes the old item), and a Delete
-//! for an id that is not of this shape (one CloudFormation generated for a Create that never
-//! answered) succeeds without touching anything.
+//! the region, table or key replaces the resource (CloudFormation then deletes the old item). A
+//! Delete for an id of another shape is the rollback of a Create that failed, was abandoned at its
+//! deadline, or never answered (CloudFormation then makes up an id): the item its properties
+//! name is deleted, since that Create may have written it before it stopped, and the Delete
+//! succeeds whether or not there was anything to delete.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -96,8 +98,8 @@ impl DynamoDbItem {
         }))
     }
 
-    async fn put(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<ProviderOutput, ProviderError> {
-        self.check_table(&properties.table_name)?;
+    /// Where `properties` put the item: checked, but not yet checked against the allowed tables.
+    fn locate(&self, ctx: &ProviderContext, properties: &ItemProperties) -> Result<Location, ProviderError> {
         let key = attribute_map(&properties.key, "Key")?;
         if key.is_empty() {
             return Err(PropertyError::new("invalid property Key: name at least the table's key attributes").into());
@@ -109,12 +111,6 @@ impl DynamoDbItem {
                 ))
                 .into());
             }
-        }
-        let attributes = attribute_map(&properties.attributes, "Attributes")?;
-        if let Some(name) = attributes.keys().find(|name| key.contains_key(*name)) {
-            return Err(
-                PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
-            );
         }
         let region = match properties.region.clone().or_else(|| stack_region(&ctx.stack_id)) {
             Some(region) if !region.is_empty() && !region.contains(':') => region,
@@ -131,6 +127,18 @@ impl DynamoDbItem {
                 "TableName and Key are too long to name the resource: {} bytes, CloudFormation allows {PHYSICAL_ID_BYTES_MAX}",
                 physical_resource_id.len()
             )));
+        }
+        Ok(Location { region, key, key_json, physical_resource_id })
+    }
+
+    async fn put(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<ProviderOutput, ProviderError> {
+        self.check_table(&properties.table_name)?;
+        let Location { region, key, key_json, physical_resource_id } = self.locate(ctx, &properties)?;
+        let attributes = attribute_map(&properties.attributes, "Attributes")?;
+        if let Some(name) = attributes.keys().find(|name| key.contains_key(*name)) {
+            return Err(
+                PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
+            );
         }
         let mut item: HashMap<String, AttributeValue> = key.into_iter().collect();
         item.extend(attributes);
@@ -172,18 +180,43 @@ impl Provider for DynamoDbItem {
         &self,
         ctx: &ProviderContext,
         physical_resource_id: &str,
-        _properties: ItemProperties,
+        properties: ItemProperties,
     ) -> Result<(), ProviderError> {
-        let Some((region, table, key)) = parse_physical_id(physical_resource_id) else {
-            tracing::info!("Delete of an id this provider never issued: nothing to delete");
-            return Ok(());
+        let (region, table, key) = match parse_physical_id(physical_resource_id) {
+            Some(ours) => {
+                self.check_table(&ours.1)?;
+                ours
+            }
+            // Not an id this provider returned: the rollback of a Create that failed or was
+            // abandoned after it may have written the item its properties name.
+            None => match self.locate(ctx, &properties) {
+                Ok(location) if self.check_table(&properties.table_name).is_ok() => {
+                    tracing::info!(
+                        "Delete of an id this provider never returned: deleting what its Create may have written"
+                    );
+                    (location.region, properties.table_name, location.key)
+                }
+                _ => {
+                    tracing::info!(
+                        "Delete of an id this provider never returned, naming no writable item: nothing to delete"
+                    );
+                    return Ok(());
+                }
+            },
         };
-        self.check_table(&table)?;
         match self.table(&region, &table).delete_item(&ctx.fence, key).await {
             Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(()),
             Err(error) => Err(error.into()),
         }
     }
+}
+
+/// Where an item lives, and the id that names it.
+struct Location {
+    region: String,
+    key: HashMap<String, AttributeValue>,
+    key_json: String,
+    physical_resource_id: String,
 }
 
 /// Converts a property map into DynamoDB attributes, naming the offending path on error.

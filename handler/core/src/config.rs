@@ -1,0 +1,504 @@
+//! Configuration, read from the environment once at start-up.
+//!
+//! Nothing else in cfn-once reads the environment (the AWS SDK reads its own variables, such as
+//! `AWS_ENDPOINT_URL`, when the binary loads the SDK configuration). Every missing or malformed
+//! variable is reported in one error, each with what it should be. It lives in the core, beside
+//! the protocol's [`Settings`](crate::worker::Settings), so that the simulator derives its
+//! settings from the same variables and defaults a deployed handler does (`Settings::from_config`).
+
+use crate::decision::Role;
+use crate::response_url::AllowedPrefix;
+use crate::settings::{BACKOFF_FLOOR_S_MAX, Settings};
+
+/// Defaults, named so the README and `--help` can quote them.
+pub const LEASE_MS_DEFAULT: u64 = 30_000;
+pub const SKEW_MS_DEFAULT: u64 = 2_000;
+pub const PUT_ATTEMPTS_MAX_DEFAULT: u32 = 5;
+pub const PUT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+pub const STORE_TIMEOUT_MS_DEFAULT: u64 = 3_000;
+pub const RETENTION_DAYS_DEFAULT: u64 = 30;
+pub const RETRY_DELAY_S_MAX_DEFAULT: u32 = 300;
+pub const CONTROL_CACHE_MS_DEFAULT: u64 = 5_000;
+pub const STANDBY_RETRY_S_DEFAULT: u64 = 30;
+pub const DEADLINE_CEILING_S_DEFAULT: u64 = 3_600;
+pub const DEADLINE_MARGIN_MS_DEFAULT: u64 = 20_000;
+pub const SQS_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+/// SQS's largest `maxReceiveCount`, which `infra/regional.yaml` sets on both queues.
+pub const MAX_RECEIVE_COUNT_DEFAULT: u32 = 1_000;
+/// CloudFormation waits at most an hour (`ServiceTimeout` is 1 to 3600 s).
+pub const DEADLINE_CEILING_S_MAX: u64 = 3_600;
+
+/// The handler's configuration. Deliberately no `Default`: a deployment states what it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `AWS_REGION`: this deployment's region (set by Lambda).
+    pub region: String,
+    /// `CFN_ONCE_ROLE`: `primary` or `secondary`.
+    pub role: Role,
+    /// `CFN_ONCE_TABLE`: the lease table.
+    pub table_name: String,
+    /// `CFN_ONCE_TABLE_REGION` (default `AWS_REGION`): the region whose replica of the table to
+    /// use. In AWS every region has its MRSC replica; locally both regions share one table.
+    pub table_region: String,
+    /// `CFN_ONCE_CONTROL` (default `table`): where a primary learns whether it is active.
+    pub control: ControlSource,
+    /// `CFN_ONCE_CONTROL_CACHE_MS` (default 5000): how long an answer of the control is reused.
+    pub control_cache_ms: u64,
+    /// `CFN_ONCE_TOPIC_ARNS`: comma-separated SNS topics whose envelopes are accepted.
+    pub topic_arns: Vec<String>,
+    /// `CFN_ONCE_RESPONSE_URL_ALLOW`: comma-separated URL prefixes accepted besides S3 (local
+    /// endpoints, drills). Empty in production.
+    pub response_url_allow: Vec<AllowedPrefix>,
+    /// `CFN_ONCE_ITEM_TABLES`: tables `Custom::DynamoDBItem` may write, comma-separated, or `*`
+    /// for any table but the lease table. Empty disables writes.
+    pub item_tables: ItemTables,
+    /// `CFN_ONCE_LEASE_MS` (default 30000).
+    pub lease_ms: u64,
+    /// `CFN_ONCE_SKEW_MS` (default 2000): clock-skew margin before a lease counts as expired.
+    pub skew_ms: u64,
+    /// `CFN_ONCE_HEARTBEAT_MS` (default a third of the lease).
+    pub heartbeat_ms: u64,
+    /// `CFN_ONCE_PUT_ATTEMPTS_MAX` (default 5).
+    pub put_attempts_max: u32,
+    /// `CFN_ONCE_PUT_TIMEOUT_MS` (default 5000): per PUT attempt.
+    pub put_timeout_ms: u64,
+    /// `CFN_ONCE_STORE_TIMEOUT_MS` (default 3000): per lease-store call.
+    pub store_timeout_ms: u64,
+    /// `CFN_ONCE_SQS_TIMEOUT_MS` (default 2000): per SQS call after a batch (rescheduling a
+    /// message, or moving it to the DLQ).
+    pub sqs_timeout_ms: u64,
+    /// `CFN_ONCE_MAX_RECEIVE_COUNT` (default 1000): the queue's redrive `maxReceiveCount`, which
+    /// the regional template sets from the same value. Backoffs are spaced so that a message is
+    /// received fewer times than this before its deadline.
+    pub max_receive_count: u32,
+    /// `CFN_ONCE_RETENTION_DAYS` (default 30): how long lease records are kept.
+    pub retention_days: u64,
+    /// `CFN_ONCE_RETRY_DELAY_S_MAX` (default 300): longest backoff of a message.
+    pub retry_delay_s_max: u32,
+    /// `CFN_ONCE_STANDBY_RETRY_S` (default 30): how long a standby primary leaves a message
+    /// before looking again.
+    pub standby_retry_s: u32,
+    /// `CFN_ONCE_DEADLINE_CEILING_S` (default and most 3600): the latest deadline of any request,
+    /// from when it was sent.
+    pub deadline_ceiling_s: u64,
+    /// `CFN_ONCE_DEADLINE_MARGIN_MS` (default 20000): when this little is left before a request's
+    /// deadline and nobody has answered, answer FAILED now. Must exceed the time an answer needs
+    /// (`Settings::answer_ms`, computed from the call timeouts).
+    pub deadline_margin_ms: u64,
+}
+
+/// Where a primary learns whether it is the active region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlSource {
+    /// The `control#active` item in the lease table (strongly consistent, no extra cost).
+    Table,
+    /// An ARC routing control for this region, read from the cluster's endpoints in rotation.
+    Arc {
+        /// `CFN_ONCE_ARC_ENDPOINTS`: `region=url` pairs, comma-separated.
+        endpoints: Vec<ArcEndpoint>,
+        /// `CFN_ONCE_ARC_ROUTING_CONTROL_ARN`: this region's routing control.
+        routing_control_arn: String,
+    },
+}
+
+/// One ARC cluster endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArcEndpoint {
+    pub region: String,
+    pub url: String,
+}
+
+impl ArcEndpoint {
+    /// Parses `CFN_ONCE_ARC_ENDPOINTS`: `us-east-1=https://...,ap-southeast-2=https://...`.
+    /// Plain http is accepted only on loopback, for local stand-ins.
+    pub fn parse_list(entries: &[String]) -> Result<Vec<Self>, String> {
+        let acceptable = |url: &str| {
+            url.starts_with("https://") || url.starts_with("http://127.0.0.1:") || url.starts_with("http://localhost:")
+        };
+        entries
+            .iter()
+            .map(|entry| match entry.split_once('=') {
+                Some((region, url)) if !region.trim().is_empty() && acceptable(url.trim()) => {
+                    Ok(Self { region: region.trim().to_owned(), url: url.trim().to_owned() })
+                }
+                _ => Err(format!("CFN_ONCE_ARC_ENDPOINTS entry {entry:?} is not region=https://endpoint")),
+            })
+            .collect()
+    }
+}
+
+/// Which tables `Custom::DynamoDBItem` may write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemTables {
+    /// Any table except the lease table.
+    Any,
+    /// Only these.
+    Only(Vec<String>),
+}
+
+impl ItemTables {
+    /// Whether `table` may be written; never the lease table.
+    pub fn allows(&self, table: &str, lease_table: &str) -> bool {
+        table != lease_table
+            && match self {
+                Self::Any => true,
+                Self::Only(tables) => tables.iter().any(|allowed| allowed == table),
+            }
+    }
+}
+
+/// Every problem found in the environment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration is invalid: {}", .problems.join("; "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+/// What the Lambda function is: the request handler (default) or the lease-table sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Handler,
+    Sweeper,
+}
+
+/// `CFN_ONCE_MODE`: `handler` (the default) or `sweeper`.
+pub fn mode() -> Result<Mode, ConfigError> {
+    match std::env::var("CFN_ONCE_MODE").ok().as_deref().map(str::trim) {
+        None | Some("") | Some("handler") => Ok(Mode::Handler),
+        Some("sweeper") => Ok(Mode::Sweeper),
+        Some(other) => {
+            Err(ConfigError { problems: vec![format!("CFN_ONCE_MODE is {other:?}: expected handler or sweeper")] })
+        }
+    }
+}
+
+/// The sweeper's configuration: `AWS_REGION` and `CFN_ONCE_TABLE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweeperConfig {
+    pub region: String,
+    pub table_name: String,
+}
+
+impl SweeperConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let lookup = |name: &str| std::env::var(name).ok();
+        let mut vars = Vars { lookup: &lookup, problems: &mut problems };
+        let region = vars.required("AWS_REGION", "the region this deployment runs in, e.g. us-east-1");
+        let table_name = vars.required("CFN_ONCE_TABLE", "the lease table's name");
+        if problems.is_empty() { Ok(Self { region, table_name }) } else { Err(ConfigError { problems }) }
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup`, so tests need not touch the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut problems = Vec::new();
+        let mut vars = Vars { lookup: &lookup, problems: &mut problems };
+
+        let region = vars.required("AWS_REGION", "the region this deployment runs in, e.g. us-east-1");
+        let role = match vars.get("CFN_ONCE_ROLE") {
+            Some(raw) => Role::parse(&raw).unwrap_or_else(|| {
+                vars.problems.push(format!("CFN_ONCE_ROLE is {raw:?}: expected primary or secondary"));
+                Role::Primary
+            }),
+            None => {
+                vars.problems.push("CFN_ONCE_ROLE is not set: set it to primary or secondary".into());
+                Role::Primary
+            }
+        };
+        let table_name = vars.required("CFN_ONCE_TABLE", "the lease table's name");
+        let table_region = vars.get("CFN_ONCE_TABLE_REGION").unwrap_or_else(|| region.clone());
+        let control = match vars.get("CFN_ONCE_CONTROL").as_deref() {
+            None | Some("table") => ControlSource::Table,
+            Some("arc") => {
+                let entries = vars.list("CFN_ONCE_ARC_ENDPOINTS");
+                if entries.is_empty() {
+                    vars.problems.push("CFN_ONCE_ARC_ENDPOINTS is not set: with CFN_ONCE_CONTROL=arc, list the cluster's region=url endpoints".into());
+                }
+                let endpoints = ArcEndpoint::parse_list(&entries).unwrap_or_else(|why| {
+                    vars.problems.push(why);
+                    Vec::new()
+                });
+                let routing_control_arn =
+                    vars.required("CFN_ONCE_ARC_ROUTING_CONTROL_ARN", "this region's ARC routing control ARN");
+                ControlSource::Arc { endpoints, routing_control_arn }
+            }
+            Some(other) => {
+                vars.problems.push(format!("CFN_ONCE_CONTROL is {other:?}: expected table or arc"));
+                ControlSource::Table
+            }
+        };
+        let control_cache_ms = vars.number("CFN_ONCE_CONTROL_CACHE_MS", CONTROL_CACHE_MS_DEFAULT, 0, 300_000);
+        let topic_arns = vars.list("CFN_ONCE_TOPIC_ARNS");
+        let response_url_allow = vars
+            .list("CFN_ONCE_RESPONSE_URL_ALLOW")
+            .iter()
+            .filter_map(|entry| match AllowedPrefix::parse(entry) {
+                Ok(prefix) => Some(prefix),
+                Err(why) => {
+                    vars.problems.push(format!("CFN_ONCE_RESPONSE_URL_ALLOW: {why}"));
+                    None
+                }
+            })
+            .collect();
+        let item_tables = match vars.list("CFN_ONCE_ITEM_TABLES").as_slice() {
+            [star] if star == "*" => ItemTables::Any,
+            tables => ItemTables::Only(tables.to_vec()),
+        };
+        let lease_ms = vars.number("CFN_ONCE_LEASE_MS", LEASE_MS_DEFAULT, 1_000, 900_000);
+        let skew_ms = vars.number("CFN_ONCE_SKEW_MS", SKEW_MS_DEFAULT, 0, 60_000);
+        let heartbeat_ms = vars.number("CFN_ONCE_HEARTBEAT_MS", (lease_ms / 3).max(100), 100, 300_000);
+        let put_attempts_max = vars.number("CFN_ONCE_PUT_ATTEMPTS_MAX", PUT_ATTEMPTS_MAX_DEFAULT.into(), 1, 20) as u32;
+        let put_timeout_ms = vars.number("CFN_ONCE_PUT_TIMEOUT_MS", PUT_TIMEOUT_MS_DEFAULT, 100, 60_000);
+        let store_timeout_ms = vars.number("CFN_ONCE_STORE_TIMEOUT_MS", STORE_TIMEOUT_MS_DEFAULT, 100, 60_000);
+        let sqs_timeout_ms = vars.number("CFN_ONCE_SQS_TIMEOUT_MS", SQS_TIMEOUT_MS_DEFAULT, 100, 60_000);
+        let max_receive_count =
+            vars.number("CFN_ONCE_MAX_RECEIVE_COUNT", MAX_RECEIVE_COUNT_DEFAULT.into(), 1, 1_000) as u32;
+        let retention_days = vars.number("CFN_ONCE_RETENTION_DAYS", RETENTION_DAYS_DEFAULT, 1, 3_650);
+        let retry_delay_s_max =
+            vars.number("CFN_ONCE_RETRY_DELAY_S_MAX", RETRY_DELAY_S_MAX_DEFAULT.into(), 1, 43_200) as u32;
+        let standby_retry_s = vars.number("CFN_ONCE_STANDBY_RETRY_S", STANDBY_RETRY_S_DEFAULT, 1, 43_200) as u32;
+        let deadline_ceiling_s =
+            vars.number("CFN_ONCE_DEADLINE_CEILING_S", DEADLINE_CEILING_S_DEFAULT, 10, DEADLINE_CEILING_S_MAX);
+        let deadline_margin_ms = vars.number("CFN_ONCE_DEADLINE_MARGIN_MS", DEADLINE_MARGIN_MS_DEFAULT, 1_000, 600_000);
+
+        if topic_arns.is_empty() {
+            problems.push(
+                "CFN_ONCE_TOPIC_ARNS is not set: set it to the ServiceToken topic's ARN (comma-separate several)"
+                    .into(),
+            );
+        }
+        for arn in &topic_arns {
+            if !arn.starts_with("arn:") || arn.split(':').count() != 6 {
+                problems.push(format!("CFN_ONCE_TOPIC_ARNS entry {arn:?} is not an SNS topic ARN"));
+            }
+        }
+        if heartbeat_ms >= lease_ms {
+            problems.push(format!(
+                "CFN_ONCE_HEARTBEAT_MS ({heartbeat_ms}) must be shorter than CFN_ONCE_LEASE_MS ({lease_ms}), or the lease lapses between heartbeats"
+            ));
+        }
+        if lookup("CFN_ONCE_RESERVE_MS").is_some() {
+            problems.push(
+                "CFN_ONCE_RESERVE_MS is no longer read: the time kept to answer is computed from CFN_ONCE_STORE_TIMEOUT_MS, CFN_ONCE_PUT_TIMEOUT_MS and CFN_ONCE_SQS_TIMEOUT_MS; remove it"
+                    .into(),
+            );
+        }
+        let config = Self {
+            region,
+            role,
+            table_name,
+            table_region,
+            control,
+            control_cache_ms,
+            topic_arns,
+            response_url_allow,
+            item_tables,
+            lease_ms,
+            skew_ms,
+            heartbeat_ms,
+            put_attempts_max,
+            put_timeout_ms,
+            store_timeout_ms,
+            sqs_timeout_ms,
+            max_receive_count,
+            retention_days,
+            retry_delay_s_max,
+            standby_retry_s,
+            deadline_ceiling_s,
+            deadline_margin_ms,
+        };
+        let settings = Settings::from_config(&config);
+        if config.deadline_margin_ms <= settings.answer_ms() {
+            problems.push(format!(
+                "CFN_ONCE_DEADLINE_MARGIN_MS ({}) must exceed the {} ms an answer needs (three lease-store calls of CFN_ONCE_STORE_TIMEOUT_MS and a PUT of CFN_ONCE_PUT_TIMEOUT_MS), or a FAILED answer near the deadline has no time to be sent",
+                config.deadline_margin_ms,
+                settings.answer_ms()
+            ));
+        }
+        if settings.backoff_floor_s().is_none() {
+            problems.push(format!(
+                "CFN_ONCE_MAX_RECEIVE_COUNT ({}) is too small for a {} s deadline ceiling: a message would reach the DLQ before its deadline unless it waited over {BACKOFF_FLOOR_S_MAX} s between looks; set the queue's maxReceiveCount and this variable to {MAX_RECEIVE_COUNT_DEFAULT} (infra/regional.yaml does)",
+                config.max_receive_count, config.deadline_ceiling_s
+            ));
+        }
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
+    }
+}
+
+struct Vars<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    problems: &'a mut Vec<String>,
+}
+
+impl Vars<'_> {
+    fn get(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).map(|value| value.trim().to_owned()).filter(|value| !value.is_empty())
+    }
+
+    fn required(&mut self, name: &str, what: &str) -> String {
+        self.get(name).unwrap_or_else(|| {
+            self.problems.push(format!("{name} is not set: set it to {what}"));
+            String::new()
+        })
+    }
+
+    fn list(&self, name: &str) -> Vec<String> {
+        self.get(name)
+            .map(|value| value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    fn number(&mut self, name: &str, default: u64, min: u64, max: u64) -> u64 {
+        let Some(raw) = self.get(name) else {
+            return default;
+        };
+        match raw.parse::<u64>() {
+            Ok(value) if (min..=max).contains(&value) => value,
+            _ => {
+                self.problems.push(format!("{name} is {raw:?}: expected a whole number from {min} to {max}"));
+                default
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Config::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
+
+    #[test]
+    fn minimal_configuration_takes_the_defaults() {
+        let config = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+        ])
+        .expect("valid");
+        assert_eq!(
+            (config.role, config.table_region.as_str(), &config.control),
+            (Role::Primary, "us-east-1", &ControlSource::Table)
+        );
+        assert_eq!((config.standby_retry_s, config.deadline_margin_ms), (30, DEADLINE_MARGIN_MS_DEFAULT));
+        assert_eq!(config.lease_ms, LEASE_MS_DEFAULT);
+        assert_eq!(config.heartbeat_ms, LEASE_MS_DEFAULT / 3);
+        assert_eq!(config.topic_arns, vec![TOPIC.to_owned()]);
+        assert_eq!(config.item_tables, ItemTables::Only(vec![]));
+        assert!(config.response_url_allow.is_empty());
+    }
+
+    #[test]
+    fn every_problem_is_named_at_once() {
+        let error = config(&[
+            ("CFN_ONCE_LEASE_MS", "soon"),
+            ("CFN_ONCE_PUT_ATTEMPTS_MAX", "0"),
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", "ftp://x/"),
+            ("CFN_ONCE_TOPIC_ARNS", "not-an-arn"),
+            ("CFN_ONCE_CONTROL", "arc"),
+            ("CFN_ONCE_ARC_ENDPOINTS", "us-east-1"),
+        ])
+        .expect_err("invalid");
+        let text = error.to_string();
+        for expected in [
+            "AWS_REGION is not set",
+            "CFN_ONCE_TABLE is not set",
+            "CFN_ONCE_LEASE_MS is \"soon\": expected a whole number from 1000 to 900000",
+            "CFN_ONCE_PUT_ATTEMPTS_MAX is \"0\"",
+            "CFN_ONCE_RESPONSE_URL_ALLOW: \"ftp://x/\" must be an http or https URL",
+            "CFN_ONCE_TOPIC_ARNS entry \"not-an-arn\" is not an SNS topic ARN",
+            "CFN_ONCE_ROLE is not set: set it to primary or secondary",
+            "CFN_ONCE_ARC_ENDPOINTS entry \"us-east-1\" is not region=https://endpoint",
+            "CFN_ONCE_ARC_ROUTING_CONTROL_ARN is not set",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in {text}");
+        }
+        assert_eq!(error.problems.len(), 9);
+    }
+
+    #[test]
+    fn heartbeat_must_be_shorter_than_the_lease_and_the_margin_longer_than_an_answer() {
+        let error = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "secondary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_LEASE_MS", "5000"),
+            ("CFN_ONCE_HEARTBEAT_MS", "5000"),
+            ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
+        ])
+        .expect_err("invalid");
+        assert!(error.to_string().contains("must be shorter than CFN_ONCE_LEASE_MS"));
+        assert!(
+            error.to_string().contains("CFN_ONCE_DEADLINE_MARGIN_MS (5000) must exceed the 14000 ms an answer needs"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_receive_budget_must_cover_the_deadline_and_the_reserve_is_computed() {
+        let error = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_MAX_RECEIVE_COUNT", "10"),
+            ("CFN_ONCE_RESERVE_MS", "10000"),
+        ])
+        .expect_err("invalid");
+        let text = error.to_string();
+        assert!(text.contains("CFN_ONCE_MAX_RECEIVE_COUNT (10) is too small for a 3600 s deadline ceiling"), "{text}");
+        assert!(text.contains("CFN_ONCE_RESERVE_MS is no longer read"), "{text}");
+        let shorter = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_MAX_RECEIVE_COUNT", "100"),
+            ("CFN_ONCE_DEADLINE_CEILING_S", "600"),
+        ])
+        .expect("a short ceiling needs fewer receives");
+        assert_eq!(Settings::from_config(&shorter).backoff_floor_s(), Some(8));
+    }
+
+    #[test]
+    fn arc_control_is_configured_with_its_endpoints() {
+        let config = config(&[
+            ("AWS_REGION", "us-west-2"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_CONTROL", "arc"),
+            ("CFN_ONCE_ARC_ENDPOINTS", "us-east-1=https://a.example/v1, ap-southeast-2=https://b.example/v1"),
+            ("CFN_ONCE_ARC_ROUTING_CONTROL_ARN", "arn:aws:route53-recovery-control::1:controlpanel/p/routingcontrol/r"),
+        ])
+        .expect("valid");
+        let ControlSource::Arc { endpoints, routing_control_arn } = config.control else { panic!("expected ARC") };
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(endpoints[1], ArcEndpoint { region: "ap-southeast-2".into(), url: "https://b.example/v1".into() });
+        assert!(routing_control_arn.ends_with("routingcontrol/r"));
+    }
+
+    #[test]
+    fn item_tables_never_include_the_lease_table() {
+        assert!(ItemTables::Any.allows("app-settings", "leases"));
+        assert!(!ItemTables::Any.allows("leases", "leases"));
+        assert!(!ItemTables::Only(vec!["leases".into()]).allows("leases", "leases"));
+        assert!(!ItemTables::Only(vec![]).allows("x", "leases"));
+    }
+}

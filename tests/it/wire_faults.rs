@@ -1,0 +1,401 @@
+//! Faults on the wire, end to end: the production handler (DynamoDB and SQS clients with their
+//! real timeouts, the HTTPS sink, the table control) talks to moto through
+//! `harness/fault_proxy.rs`, which throttles, fails, resets, hangs or delays chosen calls. Each
+//! case asserts what a user relies on: the request is answered exactly once (one committed body,
+//! every PUT byte-identical to it), the provider ran as often as it had to, and nothing that
+//! could be answered is in the DLQ. A request sent after the fault is answered once too.
+
+use std::time::{Duration, Instant};
+
+use cfn_once::app::App;
+use cfn_once::local::provision::queue_depth;
+use cfn_once_core::echo::{ECHO_TYPE, Echo};
+use cfn_once_core::lease::LeaseState;
+use cfn_once_core::provider::Router;
+use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::testing::CountingEcho;
+use cfn_once_tests::{Fault, FaultProxy, LocalRegion, Match, Options, Sent, handler};
+use serde_json::{Value, json};
+
+const COUNTING_TYPE: &str = "Custom::Counting";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// DynamoDB's UpdateItem calls, told apart by their update expressions.
+fn acquire() -> Match {
+    Match::OperationWith("UpdateItem".into(), "ADD #fence :one".into())
+}
+fn heartbeat() -> Match {
+    Match::OperationWith("UpdateItem".into(), "ADD #heartbeat :one".into())
+}
+fn commit() -> Match {
+    Match::OperationWith("UpdateItem".into(), "#response = :response".into())
+}
+fn mark_delivered() -> Match {
+    Match::OperationWith("UpdateItem".into(), "#delivered = :true".into())
+}
+fn change_visibility() -> Match {
+    Match::Operation("ChangeMessageVisibility".into())
+}
+
+/// One region whose handler reaches AWS and the ResponseURL only through a fault proxy.
+struct Faulty {
+    region: LocalRegion,
+    proxy: FaultProxy,
+    app: App,
+    counting: CountingEcho,
+}
+
+impl Faulty {
+    async fn new(overrides: &[(&str, &str)]) -> Self {
+        let region = LocalRegion::new(Options { visibility_timeout_s: 3, ..Options::default() }).await;
+        let proxy = FaultProxy::start(&region.endpoint);
+        let allow = format!("{}/{}/", proxy.url(), region.bucket);
+        let mut settings = vec![
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
+            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_LEASE_MS", "3000"),
+            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
+        ];
+        settings.extend_from_slice(overrides);
+        let config = region.config(&settings);
+        let counting = CountingEcho::default();
+        let router = Router::new().register(ECHO_TYPE, Echo).register(COUNTING_TYPE, counting.clone());
+        let app = region.app_behind(&proxy, &config, router).await;
+        Self { region, proxy, app, counting }
+    }
+
+    /// A `Custom::Counting` request whose ResponseURL goes through the proxy, published.
+    async fn send(&self, properties: Value) -> Sent {
+        let mut sent = self.region.request("create-echo.json").await;
+        sent.request["ResourceType"] = json!(COUNTING_TYPE);
+        sent.request["ResourceProperties"] = properties;
+        self.region.route_response_url(&mut sent, &self.proxy.url());
+        self.region.publish(&sent).await;
+        sent
+    }
+
+    /// Serves the queue until it is empty and `sent` has a committed answer. (moto's queue
+    /// counts are approximate, as SQS's are: an empty count alone does not end the wait.)
+    async fn drain(&self, sent: &Sent) {
+        let esm = self.region.esm(10).await;
+        let started = Instant::now();
+        loop {
+            esm.poll_once(&handler(&self.app)).await.expect("poll");
+            let depth = queue_depth(&self.region.sqs, &self.region.queue.url).await.expect("depth");
+            let committed = self.region.record(sent).await.is_some_and(|r| r.state == LeaseState::Committed);
+            if depth == 0 && committed {
+                return;
+            }
+            assert!(started.elapsed() < TIMEOUT, "not answered and drained within {TIMEOUT:?} (depth {depth})");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Answered exactly once: one committed body, every PUT byte-identical to it; the provider
+    /// ran `runs` times; the DLQ is empty.
+    async fn answered_once(&self, sent: &Sent, runs: u32) -> ResponseBody {
+        let record = self.region.record(sent).await.expect("a lease record");
+        assert_eq!(record.state, LeaseState::Committed, "{record:?}");
+        let committed = record.response.expect("committed bytes");
+        let puts = self.region.responses(sent).await;
+        assert!(!puts.is_empty(), "nothing was PUT");
+        assert!(puts.iter().all(|put| *put == committed), "a PUT differs from the committed body");
+        assert_eq!(self.counting.calls(), runs, "provider runs");
+        assert_eq!(queue_depth(&self.region.sqs, &self.region.queue.dlq_url).await.expect("dlq"), 0, "DLQ");
+        let body = ResponseBody::parse(&committed).expect("body");
+        println!("  answered {:?}, {} PUT(s), provider ran {runs} time(s)", body.status, puts.len());
+        body
+    }
+
+    /// The fault is over: a fresh request is answered once as well.
+    async fn then_a_clean_request(&self, runs_before: u32) {
+        self.proxy.clear();
+        let sent = self.send(json!({"After": "the fault"})).await;
+        self.drain(&sent).await;
+        assert_eq!(self.answered_once(&sent, runs_before + 1).await.status, Status::Success);
+    }
+
+    /// What the proxy injected, for the test's output; a case whose fault never struck proves
+    /// nothing, so that fails.
+    fn report(&self, case: &str) {
+        let log = self.proxy.log();
+        let injected = log.iter().filter(|e| e.fault.is_some()).count();
+        println!("wire fault: {case}: {injected} of {} call(s) faulted", log.len());
+        assert!(injected > 0, "{case}: the fault never struck");
+    }
+}
+
+/// Runs one case: `inject` the fault, send a request with `properties`, serve until the queue is
+/// empty, and check it was answered once with `status` after `runs` provider runs.
+async fn case(name: &str, properties: Value, inject: impl FnOnce(&FaultProxy), status: Status, runs: u32) -> Faulty {
+    let faulty = Faulty::new(&[]).await;
+    inject(&faulty.proxy);
+    let sent = faulty.send(properties).await;
+    faulty.drain(&sent).await;
+    faulty.report(name);
+    assert_eq!(faulty.answered_once(&sent, runs).await.status, status, "{name}");
+    faulty.then_a_clean_request(runs).await;
+    faulty
+}
+
+#[tokio::test]
+async fn acquire_throttled_by_provisioned_throughput() {
+    case(
+        "acquire: ProvisionedThroughputExceededException x3",
+        json!({}),
+        |proxy| proxy.inject(acquire(), Fault::dynamodb_error(400, "ProvisionedThroughputExceededException"), 3),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_throttled() {
+    case(
+        "acquire: ThrottlingException x3",
+        json!({}),
+        |proxy| proxy.inject(acquire(), Fault::dynamodb_error(400, "ThrottlingException"), 3),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_meets_a_replicated_write_conflict() {
+    case(
+        "acquire: ReplicatedWriteConflictException x2",
+        json!({}),
+        |proxy| proxy.inject(acquire(), Fault::dynamodb_error(400, "ReplicatedWriteConflictException"), 2),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn commit_throttled() {
+    case(
+        "commit: ProvisionedThroughputExceededException x2",
+        json!({}),
+        |proxy| proxy.inject(commit(), Fault::dynamodb_error(400, "ProvisionedThroughputExceededException"), 2),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_answered_500_without_being_applied() {
+    case(
+        "acquire: HTTP 500, not applied",
+        json!({}),
+        |proxy| proxy.inject(acquire(), Fault::dynamodb_error(500, "InternalServerError"), 1),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn commit_answered_503_after_being_applied() {
+    let (status, body) = match Fault::dynamodb_error(503, "ServiceUnavailable") {
+        Fault::Respond { status, body, .. } => (status, body),
+        other => panic!("{other:?}"),
+    };
+    let content_type = "application/x-amz-json-1.0".to_owned();
+    case(
+        "commit: applied, then HTTP 503",
+        json!({}),
+        |proxy| proxy.inject(commit(), Fault::ForwardThenRespond { status, content_type, body }, 1),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_connection_reset() {
+    case("acquire: connection reset", json!({}), |proxy| proxy.inject(acquire(), Fault::Reset, 2), Status::Success, 1)
+        .await;
+}
+
+#[tokio::test]
+async fn acquire_applied_but_its_reply_delayed_past_the_timeout() {
+    case(
+        "acquire: applied, reply delayed past the client timeout",
+        json!({}),
+        |proxy| proxy.inject(acquire(), Fault::ForwardThenDelay(Duration::from_millis(2_500)), 1),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn commit_applied_but_its_reply_delayed_past_the_timeout() {
+    case(
+        "commit: applied, reply delayed past the client timeout",
+        json!({}),
+        |proxy| proxy.inject(commit(), Fault::ForwardThenDelay(Duration::from_millis(2_500)), 1),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn commit_applied_then_the_connection_reset() {
+    case(
+        "commit: applied, then reset",
+        json!({}),
+        |proxy| proxy.inject(commit(), Fault::ForwardThenReset, 1),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_delivery_record_keeps_failing() {
+    let faulty = case(
+        "mark delivered: reset every time",
+        json!({}),
+        |proxy| proxy.inject(mark_delivered(), Fault::Reset, 50),
+        Status::Success,
+        1,
+    )
+    .await;
+    assert!(faulty.proxy.count(&mark_delivered()) >= 1);
+}
+
+#[tokio::test]
+async fn heartbeats_throttled_while_the_provider_runs() {
+    case(
+        "heartbeat: ThrottlingException x2 during a 2.5 s provider",
+        json!({"DelayMs": "2500"}),
+        |proxy| proxy.inject(heartbeat(), Fault::dynamodb_error(400, "ThrottlingException"), 2),
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_read_back_of_an_unknown_acquire_fails_too() {
+    case(
+        "acquire: applied, reply lost; its read-back throttled",
+        json!({}),
+        |proxy| {
+            proxy.inject(acquire(), Fault::ForwardThenReset, 1);
+            proxy.inject(Match::Operation("GetItem".into()), Fault::dynamodb_error(400, "ThrottlingException"), 1);
+        },
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn change_message_visibility_fails_and_the_message_still_returns() {
+    // Every acquire in the first invocation is throttled, so the message is to be retried; the
+    // reschedule fails too, and the message comes back after the queue's visibility timeout.
+    case(
+        "acquire throttled x4, then ChangeMessageVisibility HTTP 500",
+        json!({}),
+        |proxy| {
+            proxy.inject(acquire(), Fault::dynamodb_error(400, "ThrottlingException"), 4);
+            proxy.inject(change_visibility(), Fault::sqs_error(500, "InternalError"), 1);
+        },
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn change_message_visibility_hangs_and_the_batch_still_returns() {
+    case(
+        "acquire throttled x4, then ChangeMessageVisibility hangs",
+        json!({}),
+        |proxy| {
+            proxy.inject(acquire(), Fault::dynamodb_error(400, "ThrottlingException"), 4);
+            proxy.inject(change_visibility(), Fault::Hang, 1);
+        },
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn response_put_answered_500() {
+    case("PUT: HTTP 500 x2", json!({}), |proxy| proxy.inject(Match::Put, Fault::status(500), 2), Status::Success, 1)
+        .await;
+}
+
+#[tokio::test]
+async fn response_put_answered_503() {
+    case("PUT: HTTP 503 x1", json!({}), |proxy| proxy.inject(Match::Put, Fault::status(503), 1), Status::Success, 1)
+        .await;
+}
+
+#[tokio::test]
+async fn response_put_answered_403_once() {
+    // A refusal is not retried within the invocation; the next delivery PUTs the committed
+    // bytes again, and the provider does not run again.
+    case("PUT: HTTP 403 x1", json!({}), |proxy| proxy.inject(Match::Put, Fault::status(403), 1), Status::Success, 1)
+        .await;
+}
+
+#[tokio::test]
+async fn response_put_hangs() {
+    case("PUT: hung connection", json!({}), |proxy| proxy.inject(Match::Put, Fault::Hang, 1), Status::Success, 1).await;
+}
+
+#[tokio::test]
+async fn response_put_reset_after_the_body_was_sent() {
+    // S3 stored the body; the reply was lost, so the PUT is repeated with the same bytes.
+    let faulty = case(
+        "PUT: stored, then reset",
+        json!({}),
+        |proxy| proxy.inject(Match::Put, Fault::ForwardThenReset, 1),
+        Status::Success,
+        1,
+    )
+    .await;
+    assert!(faulty.proxy.count(&Match::Put) >= 3, "the first request's PUT was repeated");
+}
+
+#[tokio::test]
+async fn the_control_item_is_read_through_faults() {
+    // The primary asks the table control first; a throttled read falls back to acting as active.
+    case(
+        "control read: ThrottlingException",
+        json!({}),
+        |proxy| {
+            let control = Match::OperationWith("GetItem".into(), "control#active".into());
+            proxy.inject(control, Fault::dynamodb_error(400, "ThrottlingException"), 1);
+        },
+        Status::Success,
+        1,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_store_during_a_long_provider_still_answers_in_time() {
+    // Every commit attempt's reply arrives too late; the handler reads the record back, finds
+    // its own commit applied, and PUTs it.
+    let faulty = Faulty::new(&[]).await;
+    faulty.proxy.inject(commit(), Fault::ForwardThenDelay(Duration::from_millis(1_500)), 1);
+    faulty.proxy.inject(Match::Operation("GetItem".into()), Fault::ForwardThenDelay(Duration::from_millis(1_500)), 1);
+    let sent = faulty.send(json!({"DelayMs": "1500"})).await;
+    faulty.drain(&sent).await;
+    faulty.report("commit and its read-back both slow");
+    faulty.answered_once(&sent, 1).await;
+    faulty.then_a_clean_request(1).await;
+}
