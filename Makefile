@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, simulate, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
+# Other targets: local, drill, simulate, fuzz, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +18,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill test simulate venv build build-tools sam-build moto fmt clippy lint-templates unit clean
+.PHONY: help demo local drill test simulate fuzz venv build build-tools sam-build moto fmt clippy lint-templates unit clean
 
 help:
 	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -71,6 +71,12 @@ fmt:
 clippy:
 	@echo "==> cargo clippy"
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## fuzz: the decoder and response-builder fuzzing with more inputs (make fuzz FUZZ_CASES=200000).
+FUZZ_CASES ?= 100000
+fuzz:
+	@echo "==> fuzzing the decoder and the response builder, $(FUZZ_CASES) inputs each"
+	CFN_ONCE_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --locked -p cfn-once-core --lib fuzz -- --nocapture
 
 ## lint-templates: cfn-lint, `sam validate --lint` and checkov on every template in infra/.
 lint-templates: venv

@@ -147,5 +147,9 @@ pub fn call_timeouts(timeout_ms: u64) -> TimeoutConfig {
 
 /// Which inputs are accepted.
 pub fn input_policy(config: &Config) -> InputPolicy {
-    InputPolicy { topic_arns: config.topic_arns.clone(), urls: UrlPolicy::new(config.response_url_allow.clone()) }
+    InputPolicy {
+        topic_arns: config.topic_arns.clone(),
+        raw_delivery: config.raw_delivery,
+        urls: UrlPolicy::new(config.response_url_allow.clone()),
+    }
 }

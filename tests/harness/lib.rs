@@ -39,10 +39,14 @@ use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 mod fake_arc;
+mod fake_runtime;
 mod fault_proxy;
+mod lambda_process;
 mod two_regions;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
+pub use fake_runtime::{Call, FakeRuntime, Posted};
 pub use fault_proxy::{Exchange, Fault, FaultProxy, Match};
+pub use lambda_process::LambdaProcess;
 pub use two_regions::{Observed, TwoRegions};
 
 /// The account moto uses.
@@ -136,6 +140,8 @@ pub struct LocalRegion {
     pub topic_arn: String,
     pub queue: QueuePair,
     pub counter: CallCounter,
+    /// How the queue was made; the handler's configuration follows it (raw delivery).
+    pub options: Options,
 }
 
 /// How a test wants its queue.
@@ -205,6 +211,7 @@ impl LocalRegion {
             topic_arn,
             queue,
             counter,
+            options,
         }
     }
 
@@ -219,6 +226,8 @@ impl LocalRegion {
             ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
             ("CFN_ONCE_LEASE_MS".into(), "3000".into()),
             ("CFN_ONCE_SKEW_MS".into(), "200".into()),
+            // The handler accepts bare requests exactly when the subscription delivers them.
+            ("CFN_ONCE_RAW_DELIVERY".into(), self.options.raw_delivery.to_string()),
         ]);
         for (name, value) in overrides {
             vars.insert((*name).into(), (*value).into());

@@ -6,10 +6,17 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use cfn_once_tests::{LocalRegion, Options};
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use cfn_once::local::esm::LocalEventSourceMapping;
+use cfn_once_tests::{FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
 use serde_json::{Value, json};
 use tracing::instrument::WithSubscriber;
 use tracing_subscriber::fmt::MakeWriter;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -81,4 +88,76 @@ async fn no_log_line_contains_a_response_url() {
         assert!(!logs.contains(signature), "a log line contains a ResponseURL's signature");
     }
     assert!(!logs.contains("X-Amz-Signature") && !logs.contains("X-Amz-Credential"), "no presigned query in logs");
+}
+
+/// The real binary under a Runtime API at `AWS_LAMBDA_LOG_LEVEL=TRACE`: lambda_runtime logs
+/// every raw event at TRACE, and a raw event carries signed ResponseURLs. Nothing it, the SDK or
+/// the HTTP stack logs may contain one, and an event that is not UTF-8 (which lambda_runtime's
+/// TRACE line cannot print) must not stop the runtime.
+#[tokio::test]
+async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes() {
+    let region = LocalRegion::new(Options::default()).await;
+    let runtime = FakeRuntime::start();
+    let env = [
+        ("AWS_LAMBDA_LOG_LEVEL", "TRACE".to_owned()),
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_ENDPOINT_URL", region.endpoint.clone()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("CFN_ONCE_ROLE", "primary".to_owned()),
+        ("CFN_ONCE_TABLE", region.table.clone()),
+        ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
+        ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", region.endpoint, region.bucket)),
+    ];
+    let mut lambda = LambdaProcess::spawn(&runtime, &env);
+    let esm = region.esm(10).await;
+
+    let first = region.request("create-echo.json").await;
+    region.publish(&first).await;
+    runtime.invoke("invocation-1", batch_of_one(&region, &esm).await, 60_000);
+    assert!(matches!(runtime.posted("invocation-1", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
+
+    // Not UTF-8: lambda_runtime cannot deserialize it and reports an error for this invocation.
+    runtime.invoke("invocation-2", b"{\"Records\": [{\"body\": \"\xff\xfe\"}]}".to_vec(), 60_000);
+    assert!(runtime.posted("invocation-2", TIMEOUT).is_some(), "{:?}", lambda.output());
+    assert!(lambda.is_running(), "the runtime stopped on bytes that are not UTF-8: {:?}", lambda.output());
+
+    let second = region.request("create-echo.json").await;
+    region.publish(&second).await;
+    runtime.invoke("invocation-3", batch_of_one(&region, &esm).await, 60_000);
+    assert!(matches!(runtime.posted("invocation-3", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
+    for sent in [&first, &second] {
+        assert_eq!(region.responses(sent).await.len(), 1, "answered once");
+    }
+
+    let output = lambda.output();
+    assert!(output.iter().any(|line| line.contains("lease acquired")), "cfn-once's own lines are there at TRACE");
+    for sent in [&first, &second] {
+        let url = sent.request["ResponseURL"].as_str().expect("url");
+        let signature = url.split("X-Amz-Signature=").nth(1).expect("signed URL");
+        let leaking: Vec<&String> = output.iter().filter(|line| line.contains(signature)).collect();
+        assert!(leaking.is_empty(), "{} log line(s) carry a signed ResponseURL: {leaking:?}", leaking.len());
+    }
+    assert!(!output.iter().any(|line| line.contains("X-Amz-Signature")), "no presigned query in any line");
+}
+
+/// One message from the region's queue, as the SQS event Lambda would hand the function.
+async fn batch_of_one(region: &LocalRegion, esm: &LocalEventSourceMapping) -> Vec<u8> {
+    loop {
+        let received = region
+            .sqs
+            .receive_message()
+            .queue_url(&region.queue.url)
+            .max_number_of_messages(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        if let Some(message) = received.messages.unwrap_or_default().first() {
+            let mut event = SqsEvent::default();
+            event.records = vec![esm.record(message)];
+            return serde_json::to_vec(&event).expect("an SQS event");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -12,6 +12,7 @@ mod e2e;
 mod emf;
 mod esm;
 mod fenced;
+mod hostile;
 mod http_sink;
 mod logs;
 mod sweeper;

@@ -205,40 +205,202 @@ fn the_function_reports_batch_item_failures_and_is_built_by_cargo_lambda() {
     assert_eq!(events[0]["Properties"]["ScalingConfig"]["MaximumConcurrency"], json!({"Ref": "MaximumConcurrency"}));
 }
 
+/// One statement of a role's inline policies.
+#[derive(Debug, PartialEq)]
+struct Grant {
+    template: String,
+    role: String,
+    /// The condition a conditional policy (`Fn::If`) depends on.
+    condition: Option<String>,
+    effect: String,
+    actions: Vec<String>,
+    resource: Value,
+}
+
+fn grant(
+    template: &str,
+    role: &str,
+    condition: Option<&str>,
+    effect: &str,
+    actions: &[&str],
+    resource: Value,
+) -> Grant {
+    Grant {
+        template: template.to_owned(),
+        role: role.to_owned(),
+        condition: condition.map(str::to_owned),
+        effect: effect.to_owned(),
+        actions: actions.iter().map(|action| (*action).to_owned()).collect(),
+        resource,
+    }
+}
+
+/// Every permission of every role in `infra/`, listed: a change to any of them fails here and
+/// must be reviewed as the least-privilege change it is (docs/security.md).
 #[test]
-fn iam_is_limited_to_item_actions_on_the_table() {
-    let template = template("regional.yaml");
-    let role = one(&template, "AWS::IAM::Role");
-    let table_arn =
+fn every_role_holds_exactly_these_permissions() {
+    let lease_table =
         json!({"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${TableName}"});
-    let item_actions = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"];
-    let mut lease_table_granted = false;
-    for (actions, resource) in statements(role) {
-        assert!(actions.iter().all(|a| !a.contains('*')), "no wildcard actions: {actions:?}");
-        assert_ne!(resource, json!("*"), "no wildcard resources for {actions:?}");
-        let service = actions[0].split(':').next().unwrap_or_default().to_owned();
-        assert!(actions.iter().all(|a| a.starts_with(&format!("{service}:"))), "one service per statement");
-        match service.as_str() {
-            "dynamodb" if resource == table_arn => {
-                assert!(
-                    actions.iter().all(|a| item_actions.contains(&a.as_str())),
-                    "only item actions on the lease table: {actions:?}"
-                );
-                lease_table_granted = true;
+    let lease_table_everywhere =
+        json!({"Fn::Sub": "arn:${AWS::Partition}:dynamodb:*:${AWS::AccountId}:table/${TableName}"});
+    let expected = vec![
+        grant(
+            "lease-table.yaml",
+            "SweeperRole",
+            None,
+            "Allow",
+            &["logs:CreateLogStream", "logs:PutLogEvents"],
+            json!({"Fn::Sub": "${SweeperLogGroup.Arn}:*"}),
+        ),
+        grant(
+            "lease-table.yaml",
+            "SweeperRole",
+            None,
+            "Allow",
+            &["dynamodb:Scan", "dynamodb:DeleteItem"],
+            json!({"Fn::GetAtt": ["LeaseTable", "Arn"]}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            None,
+            "Allow",
+            &["logs:CreateLogStream", "logs:PutLogEvents"],
+            json!({"Fn::Sub": "${FunctionLogGroup.Arn}:*"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            None,
+            "Allow",
+            &["dynamodb:GetItem", "dynamodb:UpdateItem"],
+            lease_table,
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            None,
+            "Deny",
+            &["dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"],
+            lease_table_everywhere,
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            None,
+            "Allow",
+            &[
+                "sqs:ReceiveMessage",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "sqs:ChangeMessageVisibility",
+                "sqs:GetQueueUrl",
+            ],
+            json!({"Fn::GetAtt": ["Queue", "Arn"]}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            None,
+            "Allow",
+            &["sqs:SendMessage", "sqs:GetQueueUrl"],
+            json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("HasItemTables"),
+            "Allow",
+            &["dynamodb:PutItem", "dynamodb:DeleteItem"],
+            json!({"Ref": "ItemTableArns"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("IsArc"),
+            "Allow",
+            &["route53-recovery-cluster:GetRoutingControlState"],
+            json!({"Ref": "ArcRoutingControlArn"}),
+        ),
+    ];
+    let mut found = Vec::new();
+    for name in ["arc.yaml", "customer.yaml", "example.yaml", "lease-table.yaml", "regional.yaml"] {
+        let template = template(name);
+        for (role_name, role) in resources(&template, "AWS::IAM::Role") {
+            for policy in role["Properties"]["Policies"].as_array().expect("inline policies only") {
+                // A conditional policy is `Fn::If [condition, policy, AWS::NoValue]`.
+                let (condition, policy) = match policy.get("Fn::If") {
+                    Some(branches) => (branches[0].as_str(), &branches[1]),
+                    None => (None, policy),
+                };
+                for statement in policy["PolicyDocument"]["Statement"].as_array().expect("Statement") {
+                    let actions: Vec<String> = match &statement["Action"] {
+                        Value::String(action) => vec![action.clone()],
+                        Value::Array(actions) => actions.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+                        other => panic!("unexpected Action {other}"),
+                    };
+                    assert!(actions.iter().all(|a| !a.contains('*')), "no wildcard actions: {actions:?}");
+                    assert_ne!(statement["Resource"], json!("*"), "no wildcard resources for {actions:?}");
+                    let effect = statement["Effect"].as_str().expect("Effect").to_owned();
+                    found.push(Grant {
+                        template: name.to_owned(),
+                        role: role_name.clone(),
+                        condition: condition.map(str::to_owned),
+                        effect,
+                        actions,
+                        resource: statement["Resource"].clone(),
+                    });
+                }
             }
-            "dynamodb" => {
-                assert_eq!(resource, json!({"Ref": "ItemTableArns"}), "other tables only as configured");
-                assert_eq!(actions, vec!["dynamodb:PutItem", "dynamodb:DeleteItem"]);
-            }
-            "sqs" if resource == json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]}) => {
-                assert_eq!(actions, vec!["sqs:SendMessage", "sqs:GetQueueUrl"], "it only moves messages to its DLQ")
-            }
-            "sqs" => assert_eq!(resource, json!({"Fn::GetAtt": ["Queue", "Arn"]}), "only its own queue"),
-            "logs" => assert_eq!(resource, json!({"Fn::Sub": "${FunctionLogGroup.Arn}:*"}), "only its own log group"),
-            other => panic!("unexpected service {other}"),
+            assert!(role["Properties"].get("ManagedPolicyArns").is_none(), "{name} {role_name}: no managed policies");
+        }
+        for (function_name, function) in resources(&template, "AWS::Serverless::Function") {
+            assert!(function["Properties"].get("Policies").is_none(), "{name} {function_name}: roles are explicit");
         }
     }
-    assert!(lease_table_granted);
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn raw_delivery_is_one_setting_for_the_topic_and_the_handler() {
+    let (regional, customer) = (template("regional.yaml"), template("customer.yaml"));
+    for field in ["AllowedValues", "Default"] {
+        assert_eq!(
+            regional["Parameters"]["RawMessageDelivery"][field], customer["Parameters"]["RawMessageDelivery"][field],
+            "{field}"
+        );
+    }
+    assert_eq!(customer["Parameters"]["RawMessageDelivery"]["Default"], "false", "envelopes, with their TopicArn");
+    let function = one(&regional, "AWS::Serverless::Function");
+    assert_eq!(
+        function["Properties"]["Environment"]["Variables"]["CFN_ONCE_RAW_DELIVERY"],
+        json!({"Ref": "RawMessageDelivery"})
+    );
+    // samconfig: the customer stack and both regional stacks say the same thing.
+    let samconfig = std::fs::read_to_string(workspace_root().join("samconfig.toml")).expect("samconfig.toml");
+    let settings: Vec<&str> = samconfig
+        .lines()
+        .filter(|line| line.starts_with("parameter_overrides") && line.contains("RawMessageDelivery="))
+        .map(|line| {
+            line.split("RawMessageDelivery=").nth(1).and_then(|rest| rest.split([' ', '"']).next()).unwrap_or("")
+        })
+        .collect();
+    assert_eq!(settings.len(), 3, "primary, secondary and customer each set it: {settings:?}");
+    assert!(settings.iter().all(|value| *value == settings[0]), "{settings:?}");
+}
+
+#[test]
+fn arc_control_is_granted_only_when_chosen_and_must_name_its_routing_control() {
+    let template = template("regional.yaml");
+    let variables = &one(&template, "AWS::Serverless::Function")["Properties"]["Environment"]["Variables"];
+    assert_eq!(variables["CFN_ONCE_CONTROL"], json!({"Ref": "Control"}));
+    assert_eq!(
+        variables["CFN_ONCE_ARC_ROUTING_CONTROL_ARN"],
+        json!({"Fn::If": ["IsArc", {"Ref": "ArcRoutingControlArn"}, {"Ref": "AWS::NoValue"}]})
+    );
+    let rule = &template["Rules"]["ArcNeedsItsRoutingControl"];
+    assert_eq!(rule["RuleCondition"], json!({"Fn::Equals": [{"Ref": "Control"}, "arc"]}));
+    assert_eq!(rule["Assertions"].as_array().map(Vec::len), Some(2));
 }
 
 #[test]
@@ -251,6 +413,20 @@ fn the_queue_policy_is_bound_to_the_service_topic() {
     assert_eq!(allows[0]["Principal"], json!({"Service": "sns.amazonaws.com"}));
     assert_eq!(allows[0]["Action"], "sqs:SendMessage");
     assert_eq!(allows[0]["Condition"], json!({"ArnEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArn"}}}));
+    // And every other sender is denied, whatever an IAM policy in the account grants, but for
+    // the operators who redrive.
+    let deny = statements.iter().find(|s| s["Sid"] == "NoOtherSenders").expect("a deny for other senders");
+    assert_eq!(
+        (&deny["Effect"], &deny["Principal"], &deny["Action"]),
+        (&json!("Deny"), &json!("*"), &json!("sqs:SendMessage"))
+    );
+    assert_eq!(
+        deny["Condition"],
+        json!({
+            "ArnNotEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArn"}},
+            "ArnNotLike": {"aws:PrincipalArn": {"Ref": "RedrivePrincipalArns"}}
+        })
+    );
 }
 
 #[test]

@@ -71,7 +71,10 @@ async fn a_partitioned_primary_is_taken_over_and_its_late_commit_is_rejected() {
     })
     .await;
     let mut sent = regions.request("create-echo.json").await;
-    sent.request["ResourceProperties"]["DelayMs"] = json!("6000");
+    // Longer than the lease (2 s) and the secondary's delay (2 s) plus its backoff floor (4 s,
+    // which keeps receives within maxReceiveCount): the secondary is back, and takes over,
+    // before the partitioned primary finishes.
+    sent.request["ResourceProperties"]["DelayMs"] = json!("12000");
     regions.publish(&sent).await;
     let (body, _) = regions.wait_for_answer(&sent, Instant::now(), TIMEOUT).await;
     regions.drain(TIMEOUT).await;

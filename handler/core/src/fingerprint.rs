@@ -21,6 +21,12 @@ impl Fingerprint {
         Self(hex_prefix(&Sha256::digest(canonical.as_bytes()), 16))
     }
 
+    /// The fingerprint of a request kept as text (one too deeply nested to decode): its bytes,
+    /// as sent, so every copy of one message agrees.
+    pub fn of_text(text: &str) -> Self {
+        Self(hex_prefix(&Sha256::digest(text.as_bytes()), 16))
+    }
+
     /// Wraps a fingerprint read back from storage.
     pub fn from_stored(value: String) -> Self {
         Self(value)

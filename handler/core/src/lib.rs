@@ -34,3 +34,6 @@ pub mod response_url;
 pub mod settings;
 pub mod testing;
 pub mod worker;
+
+#[cfg(test)]
+mod fuzz_tests;

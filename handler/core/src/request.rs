@@ -5,12 +5,18 @@
 //! the bare request (raw delivery on). Decoding happens in stages so that as much as possible is
 //! still answered:
 //!
-//! 1. the body must be JSON, and an envelope must come from an allow-listed TopicArn;
+//! 1. the body must be JSON, and an envelope must come from an allow-listed TopicArn; a bare
+//!    request (raw message delivery) is accepted only where raw delivery is configured, because
+//!    it carries no TopicArn and anyone allowed to send to the queue could forge one;
 //! 2. the request must name a ResponseURL, StackId, RequestId and LogicalResourceId, and the
 //!    ResponseURL must pass the [`UrlPolicy`]; otherwise nobody can be answered and the record
 //!    is [`Undeliverable`] (logged without secrets, left to the DLQ);
 //! 3. the rest must parse as aws_lambda_events' `CloudFormationCustomResourceRequest`; if it
 //!    does not, the request is still answered, with FAILED and the parse error as Reason.
+//!
+//! A request nested deeper than the JSON parser's recursion limit (128 levels) is still
+//! answered: its top-level fields are read by a shallow scan that never descends
+//! ([`top_level_fields`]), and it is answered FAILED saying so, instead of being lost to the DLQ.
 //!
 //! Nothing here panics on input.
 
@@ -78,6 +84,10 @@ pub enum Undeliverable {
     MessageNotJson(String),
     #[error("record body is neither an SNS notification nor a CloudFormation request")]
     Unrecognised,
+    #[error(
+        "record body is a bare request, but raw message delivery is not configured (CFN_ONCE_RAW_DELIVERY): only SNS notifications from CFN_ONCE_TOPIC_ARNS are accepted"
+    )]
+    RawRefused,
     #[error("request has no usable {0}, so no response can be addressed; the record goes to the DLQ")]
     Missing(&'static str),
     #[error("request's {field} is {bytes} bytes, longer than CloudFormation ever sends")]
@@ -89,9 +99,11 @@ pub enum Undeliverable {
 /// Which SNS topics may send requests, and where responses may go.
 #[derive(Debug, Clone)]
 pub struct InputPolicy {
-    /// TopicArns allowed in SNS envelopes. Raw deliveries carry no TopicArn; for them the queue
-    /// policy (`aws:SourceArn`) is the only check.
+    /// TopicArns allowed in SNS envelopes.
     pub topic_arns: Vec<String>,
+    /// Whether bare requests (SNS raw message delivery) are accepted. They carry no TopicArn,
+    /// so for them the queue policy (`aws:SourceArn`) is the only check; off by default.
+    pub raw_delivery: bool,
     pub urls: UrlPolicy,
 }
 
@@ -180,8 +192,21 @@ impl Request {
 /// Decodes one SQS record body.
 pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undeliverable> {
     let body = body.ok_or(Undeliverable::NoBody)?;
-    let outer: Value = serde_json::from_str(body).map_err(|e| Undeliverable::NotJson(describe_json_error(&e)))?;
-    let mut request = unwrap_envelope(outer, policy)?;
+    let outer: Value = match serde_json::from_str(body) {
+        Ok(outer) => outer,
+        Err(error) if too_deep(&error) => {
+            // A bare request with deep properties (an envelope itself is shallow).
+            if !policy.raw_delivery {
+                return Err(Undeliverable::RawRefused);
+            }
+            return decode_too_deep(body, policy);
+        }
+        Err(error) => return Err(Undeliverable::NotJson(describe_json_error(&error))),
+    };
+    let mut request = match unwrap_envelope(outer, policy)? {
+        Unwrapped::Request(request) => request,
+        Unwrapped::TooDeep(message) => return decode_too_deep(&message, policy),
+    };
     let fingerprint = Fingerprint::of(&request);
 
     let object = request.as_object_mut().ok_or(Undeliverable::Unrecognised)?;
@@ -212,13 +237,20 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
     Ok(Request { key, logical_resource_id, response_url, fingerprint, body })
 }
 
-/// Strips the SNS envelope, if any, checking its TopicArn.
-fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Value, Undeliverable> {
+/// What an SQS body holds once its envelope, if any, is off.
+enum Unwrapped {
+    Request(Value),
+    /// The envelope's Message, which nests deeper than the parser goes.
+    TooDeep(String),
+}
+
+/// Strips the SNS envelope, if any, checking its TopicArn; a bare request only with raw delivery.
+fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Unwrapped, Undeliverable> {
     let Value::Object(map) = &outer else {
         return Err(Undeliverable::Unrecognised);
     };
     if map.contains_key("RequestType") {
-        return Ok(outer);
+        return if policy.raw_delivery { Ok(Unwrapped::Request(outer)) } else { Err(Undeliverable::RawRefused) };
     }
     let is_notification = map.get("Type").and_then(Value::as_str) == Some("Notification");
     let (Some(Value::String(topic)), Some(Value::String(message))) = (map.get("TopicArn"), map.get("Message")) else {
@@ -230,12 +262,162 @@ fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Value, Undelive
     if !policy.topic_arns.iter().any(|allowed| allowed == topic) {
         return Err(Undeliverable::ForeignTopic(topic.clone()));
     }
-    let inner: Value =
-        serde_json::from_str(message).map_err(|e| Undeliverable::MessageNotJson(describe_json_error(&e)))?;
+    let inner: Value = match serde_json::from_str(message) {
+        Ok(inner) => inner,
+        Err(error) if too_deep(&error) => return Ok(Unwrapped::TooDeep(message.clone())),
+        Err(error) => return Err(Undeliverable::MessageNotJson(describe_json_error(&error))),
+    };
     if !inner.is_object() {
         return Err(Undeliverable::MessageNotJson("it is not an object".into()));
     }
-    Ok(inner)
+    Ok(Unwrapped::Request(inner))
+}
+
+/// Whether the parser stopped at its recursion limit (the text may be fine JSON otherwise).
+fn too_deep(error: &serde_json::Error) -> bool {
+    error.is_syntax() && error.to_string().starts_with("recursion limit exceeded")
+}
+
+/// A request too deeply nested to parse: addressed from its top-level fields and answered
+/// FAILED, since its properties cannot be read.
+fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undeliverable> {
+    let Some(fields) = top_level_fields(text) else {
+        return Err(Undeliverable::NotJson("a deeply nested value that is not a JSON object".into()));
+    };
+    let mut object = Map::new();
+    for (name, value) in fields {
+        if let Some(value) = value {
+            object.insert(name, Value::String(value));
+        }
+    }
+    if !object.contains_key("RequestType") && !object.contains_key("ResponseURL") {
+        return Err(Undeliverable::Unrecognised);
+    }
+    let key = RequestKey {
+        stack_id: required_id(&object, "StackId", STACK_ID_BYTES_MAX)?,
+        request_id: required_id(&object, "RequestId", REQUEST_ID_BYTES_MAX)?,
+    };
+    let logical_resource_id = required_id(&object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
+    let physical_resource_id = match object.get("PhysicalResourceId") {
+        Some(Value::String(id)) if !id.is_empty() => {
+            check_length(id, "PhysicalResourceId", PHYSICAL_ID_BYTES_MAX)?;
+            Some(id.clone())
+        }
+        _ => None,
+    };
+    let raw_url = match object.get_mut("ResponseURL") {
+        Some(Value::String(url)) => std::mem::take(url),
+        _ => return Err(Undeliverable::Missing("ResponseURL")),
+    };
+    let response_url = policy.urls.check(&raw_url)?;
+    let kind = object.get("RequestType").and_then(Value::as_str).and_then(RequestKind::parse);
+    let reason = format!(
+        "the request nests deeper than {DEPTH_MAX} levels, so its properties cannot be read: flatten the resource's properties"
+    );
+    Ok(Request {
+        key,
+        logical_resource_id,
+        response_url,
+        fingerprint: Fingerprint::of_text(text),
+        body: RequestBody::Malformed { reason, kind, physical_resource_id },
+    })
+}
+
+/// serde_json's recursion limit.
+const DEPTH_MAX: usize = 128;
+
+/// The top-level fields of a JSON object, read without descending into nested values: each
+/// name with its value when that is a string, `None` otherwise. `None` for anything that is not
+/// a well-formed object at the top level. Iterative, so any depth is safe to skip.
+pub fn top_level_fields(text: &str) -> Option<Vec<(String, Option<String>)>> {
+    let bytes = text.as_bytes();
+    let mut at = skip_space(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(bytes, at + 1);
+    let mut fields = Vec::new();
+    if bytes.get(at) == Some(&b'}') {
+        return (skip_space(bytes, at + 1) == bytes.len()).then_some(fields);
+    }
+    loop {
+        let key_end = string_end(bytes, at)?;
+        let name: String = serde_json::from_str(&text[at..key_end]).ok()?;
+        at = skip_space(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(bytes, at + 1);
+        let value = if bytes.get(at) == Some(&b'"') {
+            let end = string_end(bytes, at)?;
+            let value: String = serde_json::from_str(&text[at..end]).ok()?;
+            at = end;
+            Some(value)
+        } else {
+            at = value_end(bytes, at)?;
+            None
+        };
+        fields.push((name, value));
+        at = skip_space(bytes, at);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            Some(b'}') => return (skip_space(bytes, at + 1) == bytes.len()).then_some(fields),
+            _ => return None,
+        }
+    }
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// The index just past the string starting at `at` (which must be a quote).
+fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut index = at + 1;
+    while let Some(byte) = bytes.get(index) {
+        match byte {
+            b'\\' => index += 2,
+            b'"' => return Some(index + 1),
+            _ => index += 1,
+        }
+    }
+    None
+}
+
+/// The index just past the non-string value starting at `at`: a number, literal, or a nested
+/// array or object, skipped by counting brackets outside strings.
+fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut index = at;
+    while let Some(byte) = bytes.get(index) {
+        match byte {
+            b'"' => {
+                index = string_end(bytes, index)?;
+                if depth == 0 {
+                    return Some(index);
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth == 0 => return Some(index),
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(index + 1);
+                }
+            }
+            b',' if depth == 0 => return Some(index),
+            _ => {}
+        }
+        index += 1;
+    }
+    (depth == 0 && index > at).then_some(index)
 }
 
 fn required_id(object: &Map<String, Value>, field: &'static str, bytes_max: usize) -> Result<String, Undeliverable> {
@@ -311,6 +493,7 @@ mod tests {
     fn policy() -> InputPolicy {
         InputPolicy {
             topic_arns: vec![TOPIC.into()],
+            raw_delivery: true,
             urls: UrlPolicy::new(vec![AllowedPrefix::parse("http://127.0.0.1:5000/r/").expect("prefix")]),
         }
     }
@@ -403,6 +586,54 @@ mod tests {
         assert_eq!(request.service_timeout_s(), Some(120));
         let stripped = provider_properties(&with_timeout["ResourceProperties"]);
         assert_eq!(stripped, json!({"Size": "5"}));
+    }
+
+    #[test]
+    fn bare_requests_need_raw_delivery_configured() {
+        let envelopes_only = InputPolicy { raw_delivery: false, ..policy() };
+        let raw = decode(Some(&create().to_string()), &envelopes_only).map(|_| ());
+        assert_eq!(raw, Err(Undeliverable::RawRefused), "anyone who may send to the queue could forge one");
+        assert!(decode(Some(&envelope(&create(), TOPIC)), &envelopes_only).is_ok());
+    }
+
+    /// `depth` nested arrays around a string.
+    fn nested(depth: usize) -> Value {
+        let text = format!("{}\"deep\"{}", "[".repeat(depth), "]".repeat(depth));
+        serde_json::from_str::<Value>(&text).unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn a_request_nested_too_deep_to_parse_is_still_answered() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let text = create().to_string().replacen(r#""Size":"5""#, &format!(r#""Size":{deep}"#), 1);
+        assert!(serde_json::from_str::<Value>(&text).is_err(), "beyond the parser's limit");
+        for body in [text.clone(), json!({"Type": "Notification", "TopicArn": TOPIC, "Message": text}).to_string()] {
+            let request = decode(Some(&body), &policy()).expect("addressable despite the depth");
+            assert_eq!(request.key.request_id, "e3f1c1d4-0000-4000-8000-000000000001");
+            assert_eq!(request.response_url.expose_secret(), URL);
+            let RequestBody::Malformed { reason, kind, .. } = &request.body else { panic!("expected malformed") };
+            assert_eq!(kind, &Some(RequestKind::Create));
+            assert!(reason.contains("nests deeper than 128 levels"), "{reason}");
+        }
+        assert!(nested(100).is_array(), "depths within the limit parse as usual");
+    }
+
+    #[test]
+    fn the_shallow_scan_reads_top_level_fields_only() {
+        let fields = top_level_fields(r#" {"a": "x\"y", "b": [1, {"c": "]"}], "d": 5, "e": "z"} "#).expect("object");
+        assert_eq!(
+            fields,
+            vec![
+                ("a".into(), Some("x\"y".into())),
+                ("b".into(), None),
+                ("d".into(), None),
+                ("e".into(), Some("z".into()))
+            ]
+        );
+        for bad in ["", "[]", "{", r#"{"a"}"#, r#"{"a": [}"#, r#"{"a": 1} x"#, r#"{"a": "unterminated}"#] {
+            assert_eq!(top_level_fields(bad), None, "{bad:?}");
+        }
+        assert_eq!(top_level_fields("{}"), Some(vec![]));
     }
 
     #[test]

@@ -181,20 +181,73 @@ fn validate_physical_id(id: String) -> Result<String, String> {
     if id.is_empty() {
         return Err("the provider returned an empty PhysicalResourceId".into());
     }
-    if id.len() > PHYSICAL_ID_BYTES_MAX {
+    if id.chars().any(char::is_control) {
+        return Err("the provider returned a PhysicalResourceId with control characters".into());
+    }
+    // Bounded as it appears in the body: escaping can make a short id long.
+    let escaped_bytes = escaped_len(&id);
+    if escaped_bytes > PHYSICAL_ID_BYTES_MAX {
         return Err(format!(
-            "the provider returned a PhysicalResourceId of {} bytes; CloudFormation accepts at most {PHYSICAL_ID_BYTES_MAX}",
-            id.len()
+            "the provider returned a PhysicalResourceId of {escaped_bytes} bytes; CloudFormation accepts at most {PHYSICAL_ID_BYTES_MAX}"
         ));
     }
     Ok(id)
 }
 
+/// The length of `text` as a JSON string's content.
+fn escaped_len(text: &str) -> usize {
+    serde_json::to_string(text).map_or(usize::MAX, |quoted| quoted.len() - 2)
+}
+
+/// Text from outside (an SDK error, a downstream service, a provider's message) made fit for a
+/// Reason: markup tags removed, control characters and runs of whitespace turned into single
+/// spaces, and at most `chars_max` characters kept (ending in "…" when cut). CloudFormation shows
+/// a Reason in its console and event history, where an HTML error page or a dump of HTTP headers
+/// helps nobody.
+pub fn foreign_text(text: &str, chars_max: usize) -> String {
+    let mut cleaned = String::with_capacity(text.len().min(chars_max * 4));
+    let mut chars = text.chars().peekable();
+    let mut pending_space = false;
+    while let Some(c) = chars.next() {
+        let tag_starts =
+            c == '<' && chars.peek().is_some_and(|next| next.is_ascii_alphabetic() || matches!(next, '/' | '!' | '?'));
+        if tag_starts {
+            // Skip to the tag's end; an unterminated tag drops the rest, which is markup too.
+            for skipped in chars.by_ref() {
+                if skipped == '>' {
+                    break;
+                }
+            }
+            pending_space = true;
+            continue;
+        }
+        if c.is_control() || c.is_whitespace() {
+            pending_space = true;
+            continue;
+        }
+        if pending_space && !cleaned.is_empty() {
+            cleaned.push(' ');
+        }
+        pending_space = false;
+        cleaned.push(c);
+    }
+    if cleaned.chars().count() <= chars_max {
+        return cleaned;
+    }
+    let mut cut: String = cleaned.chars().take(chars_max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 /// Cuts the Reason, at a character boundary, until the body fits. Identifiers are bounded at
 /// decode time, so a body with an empty Reason always fits.
 fn shorten_reason(mut body: ResponseBody) -> Vec<u8> {
+    let bytes = to_bytes(&body);
+    if bytes.len() <= BODY_BYTES_MAX {
+        return bytes;
+    }
     let Some(reason) = body.reason.take() else {
-        return to_bytes(&body);
+        return bytes;
     };
     let chars: Vec<char> = reason.chars().collect();
     // Binary search for the longest prefix that fits: escaping makes bytes per char vary.
@@ -248,7 +301,7 @@ mod tests {
         if kind == "Update" {
             raw["OldResourceProperties"] = json!({});
         }
-        let policy = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
+        let policy = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
         decode(Some(&raw.to_string()), &policy).expect("valid request")
     }
 
@@ -321,11 +374,40 @@ mod tests {
         assert!(body.data.is_empty());
         let reason = body.reason.expect("reason");
         assert!(reason.contains("bytes of Data") && reason.contains("4096"), "{reason}");
+        assert!(!reason.ends_with(TRUNCATION_MARK), "a Reason that fits is not cut: {reason}");
         assert_eq!(
             body.physical_resource_id,
             default_physical_id(&request("Create", None)),
             "rollback must reach the provider"
         );
+    }
+
+    #[test]
+    fn physical_ids_are_bounded_as_sent() {
+        let control = parsed(&build(&request("Create", None), success(Some(&"\u{1}".repeat(1_000)), BTreeMap::new())));
+        assert_eq!(control.status, Status::Failed);
+        assert_eq!(
+            control.reason.as_deref(),
+            Some("the provider returned a PhysicalResourceId with control characters")
+        );
+        // 300 quotes are 300 bytes raw and 600 escaped: fine; 600 of them are not.
+        let quotes = parsed(&build(&request("Create", None), success(Some(&"\"".repeat(300)), BTreeMap::new())));
+        assert_eq!(quotes.status, Status::Success);
+        let too_many = parsed(&build(&request("Create", None), success(Some(&"\"".repeat(600)), BTreeMap::new())));
+        assert_eq!(too_many.status, Status::Failed);
+        assert!(too_many.reason.as_deref().is_some_and(|r| r.contains("1200 bytes")), "{too_many:?}");
+    }
+
+    #[test]
+    fn foreign_text_is_stripped_and_bounded() {
+        let check = |text: &str, max: usize, expected: &str| assert_eq!(foreign_text(text, max), expected, "{text:?}");
+        check("plain", 10, "plain");
+        check("<html><body><h1>503 Service Unavailable</h1></body></html>", 100, "503 Service Unavailable");
+        check("line\r\nInjected: header\tvalue\u{1b}[2J", 100, "line Injected: header value [2J");
+        check("x < 5 and y > 2", 100, "x < 5 and y > 2");
+        check("abcdefghij", 5, "abcd…");
+        check("<unterminated tag and the rest", 100, "");
+        assert!(foreign_text(&"é".repeat(10_000), 512).chars().count() <= 512);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 
 use url::Url;
 
+use crate::config::is_region;
+
 /// A ResponseURL that passed [`UrlPolicy::check`].
 #[derive(Clone, PartialEq, Eq)]
 pub struct ResponseUrl(Url);
@@ -169,16 +171,6 @@ fn is_dns_label(label: &str) -> bool {
         && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !label.starts_with('-')
         && !label.ends_with('-')
-}
-
-/// `us-east-1`, `ap-southeast-2`, `us-gov-west-1`, `cn-north-1`, `eu-central-2`.
-fn is_region(label: &str) -> bool {
-    let parts: Vec<&str> = label.split('-').collect();
-    parts.len() >= 3
-        && parts[0].len() == 2
-        && parts[0].bytes().all(|b| b.is_ascii_lowercase())
-        && parts[1..parts.len() - 1].iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase()))
-        && parts.last().is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Parses SigV4's `YYYYMMDDTHHMMSSZ` into epoch milliseconds.

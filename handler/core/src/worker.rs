@@ -37,12 +37,16 @@ use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::{Fence, ProviderContext, ProviderError, Router};
 use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, decode};
-use crate::response::{self, Outcome, ResponseBody, Status};
+use crate::response::{self, Outcome, ResponseBody, Status, foreign_text};
 use crate::settings::BACKOFF_FLOOR_S_MAX;
 pub use crate::settings::Settings;
 
 /// The shortest call worth starting: with less time left, a call is not made at all.
 const CALL_MS_MIN: u64 = 100;
+
+/// The longest part of a Reason that comes from a provider (often an SDK's or a downstream
+/// service's error text): enough to say what went wrong, never a page of HTML or HTTP headers.
+const PROVIDER_REASON_CHARS_MAX: usize = 512;
 
 /// The shortest provider run worth starting: with less of the invocation left after taking the
 /// lease, the message is retried instead (the lease then expires and is taken over).
@@ -529,9 +533,11 @@ impl Worker {
             match self.router.run(request, context).await {
                 Ok(outcome) => return Ok(outcome),
                 Err(ProviderError::Failed(reason)) => {
+                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
                     return Ok(Outcome::failed(format!("{label} failed: {reason}")));
                 }
                 Err(ProviderError::Transient(reason)) if attempt == attempts_max => {
+                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
                     return Ok(Outcome::failed(format!("{label} failed after {attempt} attempts: {reason}")));
                 }
                 Err(ProviderError::Transient(reason)) => {

@@ -64,7 +64,7 @@ impl Harness {
             control: Arc::new(FixedActivity(activity)),
             metrics: Arc::new(self.metrics.clone()),
         };
-        let input = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
+        let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
         Worker::new(ports, input, Settings { role, ..settings(region) })
     }
 
@@ -616,7 +616,8 @@ fn metrics_count_what_happened() {
 }
 
 fn decoded(body: &str) -> Request {
-    decode(Some(body), &InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) }).expect("valid request")
+    decode(Some(body), &InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) })
+        .expect("valid request")
 }
 
 /// The rollback Delete CloudFormation sends for a Create answered with `create_body`.

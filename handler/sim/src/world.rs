@@ -177,7 +177,7 @@ impl World {
                 control: Arc::new(SimControl { region, active: Arc::clone(&active) }),
                 metrics: Arc::new(NoMetrics),
             };
-            let input = InputPolicy { topic_arns: vec![], urls: UrlPolicy::new(vec![]) };
+            let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
             Worker::new(ports, input, parameters.settings[region.index()].clone())
         });
         let (bodies, urls) = Self::requests(&scenario);
@@ -339,7 +339,13 @@ impl World {
         match event {
             Event::Publish(index) => {
                 let plan = &self.scenario.requests[index];
-                self.shared.trace(None, || format!("CloudFormation sends request {index} (work {} ms)", plan.work_ms));
+                self.shared.trace(None, || {
+                    let deadline_s = plan.sent_at_ms / 1_000 + plan.service_timeout_s;
+                    format!(
+                        "CloudFormation sends request {index} (work {} ms, deadline at {deadline_s} s)",
+                        plan.work_ms
+                    )
+                });
                 let now_ms = self.now_ms();
                 for (region, delay_ms) in [(Region::Primary, 0), (Region::Secondary, self.scenario.secondary_delay_ms)]
                 {

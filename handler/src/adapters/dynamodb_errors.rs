@@ -3,7 +3,7 @@
 //! The one place that decides whether a failed call certainly did not happen (retry it), may
 //! have happened (read before deciding), or will never work (stop).
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
 /// How a failed DynamoDB call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +31,7 @@ where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let text = DisplayErrorContext(error).to_string();
+    let text = brief(error);
     match error {
         SdkError::ConstructionFailure(_) => Failure::Permanent(text),
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Failure::Unknown(text),
@@ -48,5 +48,36 @@ where
             }
         }
         _ => Failure::Unknown(text),
+    }
+}
+
+/// What went wrong, in a line: the service's error code and message, or the kind of transport
+/// failure and its root cause. Never the SDK's full dump (HTTP headers, HTML bodies), which would
+/// end up in a Reason.
+pub(crate) fn brief<E, R>(error: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let root = || {
+        let mut cause: &dyn std::error::Error = error;
+        while let Some(source) = cause.source() {
+            cause = source;
+        }
+        cause.to_string()
+    };
+    match error {
+        SdkError::ServiceError(service) => {
+            let code = service.err().code().unwrap_or("an unnamed error");
+            match service.err().message() {
+                Some(message) => format!("{code}: {message}"),
+                None => code.to_owned(),
+            }
+        }
+        SdkError::TimeoutError(_) => "no answer before the timeout".to_owned(),
+        SdkError::DispatchFailure(_) => format!("the request could not be sent: {}", root()),
+        SdkError::ResponseError(_) => format!("the response could not be read: {}", root()),
+        SdkError::ConstructionFailure(_) => format!("the request could not be built: {}", root()),
+        _ => root(),
     }
 }

@@ -268,16 +268,8 @@ fn detail(body: &ResponseBody) -> String {
         (None, false) => format!("Data {}", serde_json::to_string(&body.data).unwrap_or_default()),
         (None, true) => format!("PhysicalResourceId {}", body.physical_resource_id),
     };
-    shorten(&text, 64)
-}
-
-fn shorten(text: &str, chars_max: usize) -> String {
-    if text.chars().count() <= chars_max {
-        return text.to_owned();
-    }
-    let mut short: String = text.chars().take(chars_max - 1).collect();
-    short.push('…');
-    short
+    // Responses carry text from providers and requests: made safe for the terminal, and short.
+    crate::local::report::terminal_safe(&text, 64)
 }
 
 fn print_table(title: &str, rows: &[Row]) {

@@ -1,4 +1,9 @@
 //! One-line descriptions of handled records, for the local tools' output.
+//!
+//! Whatever a record carries (a LogicalResourceId, a RequestId, a refusal naming a host) comes
+//! from whoever published it, and reaches an operator's terminal: every such field goes through
+//! [`terminal_safe`], so a newline cannot forge an output line and an escape sequence cannot
+//! clear the screen or rewrite what is shown.
 
 use cfn_once_core::response::Status;
 use cfn_once_core::worker::{Disposition, Done, Handled};
@@ -9,13 +14,39 @@ pub fn line(label: &str, handled: &Handled) -> String {
         Some(request) => format!(
             "{} {} {} [{}]",
             request.request_type.map_or("?", |kind| kind.as_str()),
-            request.resource_type.as_deref().unwrap_or("?"),
-            request.logical_resource_id,
-            request.request_id
+            terminal_safe(request.resource_type.as_deref().unwrap_or("?"), FIELD_CHARS_MAX),
+            terminal_safe(&request.logical_resource_id, FIELD_CHARS_MAX),
+            terminal_safe(&request.request_id, FIELD_CHARS_MAX)
         ),
         None => "undecodable record".to_owned(),
     };
-    format!("{} {label} {what}: {}", timestamp(), outcome(&handled.disposition))
+    format!("{} {label} {what}: {}", timestamp(), terminal_safe(&outcome(&handled.disposition), LINE_CHARS_MAX))
+}
+
+/// The longest identifier shown on a line.
+const FIELD_CHARS_MAX: usize = 120;
+/// The longest outcome shown on a line.
+const LINE_CHARS_MAX: usize = 400;
+
+/// `text` made safe to print on a terminal: control characters (newlines, escape sequences, the
+/// bell) and the Unicode controls that reorder or hide text are written as `\u{..}` escapes,
+/// and at most `chars_max` characters are kept, ending in "…" when cut.
+pub fn terminal_safe(text: &str, chars_max: usize) -> String {
+    let mut safe = String::with_capacity(text.len().min(chars_max));
+    for (count, c) in text.chars().enumerate() {
+        if count == chars_max {
+            safe.push('…');
+            break;
+        }
+        let invisible =
+            matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+        if c.is_control() || invisible {
+            safe.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            safe.push(c);
+        }
+    }
+    safe
 }
 
 /// What happened to the message, in a few words.
@@ -46,4 +77,19 @@ fn timestamp() -> String {
     let ms = crate::clock::SystemClock.now_ms();
     let day_ms = ms % 86_400_000;
     format!("{:02}:{:02}:{:02}.{:03}", day_ms / 3_600_000, day_ms / 60_000 % 60, day_ms / 1000 % 60, day_ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_cannot_steer_the_terminal() {
+        assert_eq!(terminal_safe("Thing", 10), "Thing");
+        assert_eq!(terminal_safe("a\nus-east-1 primary   forged line", 200), "a\\u{a}us-east-1 primary   forged line");
+        assert_eq!(terminal_safe("\u{1b}[2J\u{1b}[H", 200), "\\u{1b}[2J\\u{1b}[H");
+        assert_eq!(terminal_safe("bell\u{7}", 200), "bell\\u{7}");
+        assert_eq!(terminal_safe("evil\u{202e}gnp.exe", 200), "evil\\u{202e}gnp.exe");
+        assert_eq!(terminal_safe(&"x".repeat(500), 5), "xxxxx…");
+    }
 }

@@ -4,10 +4,11 @@
 //! Update put the whole item, Delete removes it; every write is fenced (see `fenced`), so a
 //! stale execution of the same request cannot overwrite a newer one. Properties:
 //!
-//! * `TableName`: the table; it must be allowed by `CFN_ONCE_ITEM_TABLES` and is never the
-//!   lease table;
-//! * `Region` (optional): the table's region; by default the stack's, so whichever of the two
-//!   handler regions answers writes the same table;
+//! * `TableName`: the table, by name or ARN; it must be allowed by `CFN_ONCE_ITEM_TABLES` and is
+//!   never the lease table, however it is named (tables are compared by identity, see
+//!   `config::TableRef`);
+//! * `Region` (optional): the table's region, an AWS region name; by default the stack's (or the
+//!   ARN's), so whichever of the two handler regions answers writes the same table;
 //! * `Key`: the key attributes, e.g. `{"pk": "tenant#42"}` or `{"id": {"N": "7"}}`;
 //! * `Attributes` (optional): the other attributes.
 //!
@@ -35,7 +36,7 @@ use cfn_once_core::request::PHYSICAL_ID_BYTES_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::config::ItemTables;
+use crate::config::{ItemTables, TableRef, is_region};
 use crate::fenced::{FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE};
 
 /// The ResourceType this provider is registered under.
@@ -87,11 +88,13 @@ impl DynamoDbItem {
         FencedTable::new(client, table)
     }
 
-    fn check_table(&self, table: &str) -> Result<(), ProviderError> {
-        if self.allowed.allows(table, &self.lease_table) {
-            return Ok(());
+    fn check_table(&self, table: &str) -> Result<TableRef, ProviderError> {
+        let parsed =
+            TableRef::parse(table).map_err(|why| PropertyError::new(format!("invalid property TableName: {why}")))?;
+        if self.allowed.allows(&parsed, &self.lease_table) {
+            return Ok(parsed);
         }
-        Err(ProviderError::Failed(if table == self.lease_table {
+        Err(ProviderError::Failed(if parsed.name == self.lease_table {
             format!("TableName {table} is cfn-once's own lease table, which providers may never write")
         } else {
             format!("TableName {table} is not allowed: add it to the handler's CFN_ONCE_ITEM_TABLES")
@@ -100,6 +103,8 @@ impl DynamoDbItem {
 
     /// Where `properties` put the item: checked, but not yet checked against the allowed tables.
     fn locate(&self, ctx: &ProviderContext, properties: &ItemProperties) -> Result<Location, ProviderError> {
+        let table = TableRef::parse(&properties.table_name)
+            .map_err(|why| PropertyError::new(format!("invalid property TableName: {why}")))?;
         let key = attribute_map(&properties.key, "Key")?;
         if key.is_empty() {
             return Err(PropertyError::new("invalid property Key: name at least the table's key attributes").into());
@@ -112,14 +117,23 @@ impl DynamoDbItem {
                 .into());
             }
         }
-        let region = match properties.region.clone().or_else(|| stack_region(&ctx.stack_id)) {
-            Some(region) if !region.is_empty() && !region.contains(':') => region,
-            _ => {
-                return Err(
-                    PropertyError::new("invalid property Region: name the table's region, e.g. us-east-1").into()
-                );
-            }
-        };
+        let region =
+            match properties.region.clone().or_else(|| table.region.clone()).or_else(|| stack_region(&ctx.stack_id)) {
+                // A region the SDK turns into an endpoint: a host name here would point the
+                // handler's credentials anywhere.
+                Some(region) if is_region(&region) => region,
+                _ => {
+                    return Err(PropertyError::new(
+                        "invalid property Region: name the table's AWS region, e.g. us-east-1",
+                    )
+                    .into());
+                }
+            };
+        if table.region.as_ref().is_some_and(|arn_region| *arn_region != region) {
+            return Err(
+                PropertyError::new("invalid property Region: it differs from the region in TableName's ARN").into()
+            );
+        }
         let key_json = key_json(&properties.key)?;
         let physical_resource_id = format!("{ID_PREFIX}{region}:{}:{key_json}", properties.table_name);
         if physical_resource_id.len() > PHYSICAL_ID_BYTES_MAX {
@@ -340,10 +354,13 @@ fn stack_region(stack_id: &str) -> Option<String> {
     stack_id.split(':').nth(3).filter(|region| !region.is_empty()).map(str::to_owned)
 }
 
-/// The region, table and key an id of this provider names; `None` for any other id.
+/// The region, table and key an id of this provider names; `None` for any other id. The table
+/// may be an ARN (colons and all); the key is the JSON object after it, and neither a table name
+/// nor an ARN contains `{`.
 fn parse_physical_id(id: &str) -> Option<(String, String, HashMap<String, AttributeValue>)> {
     let (region, rest) = id.strip_prefix(ID_PREFIX)?.split_once(':')?;
-    let (table, key_json) = rest.split_once(':')?;
+    let split = rest.find(":{")?;
+    let (table, key_json) = (&rest[..split], &rest[split + 1..]);
     let key: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(key_json).ok()?;
     let mut attributes = HashMap::new();
     for (name, typed) in key {
@@ -401,6 +418,9 @@ mod tests {
         assert_eq!(parse_physical_id("demo-Thing-1A2B3C"), None, "CloudFormation-generated ids are not ours");
         assert_eq!(parse_physical_id("dynamodb-item:us-east-1:t:not json"), None);
         assert_eq!(parse_physical_id("dynamodb-item:t:{\"pk\":{\"S\":\"x\"}}"), None, "no region");
+        let arn = "arn:aws:dynamodb:eu-west-1:123456789012:table/settings";
+        let (_, table, _) = parse_physical_id(&format!("{ID_PREFIX}eu-west-1:{arn}:{key_json}")).expect("ours");
+        assert_eq!(table, arn, "a table named by ARN comes back whole, so its Delete finds it");
         assert_eq!(
             stack_region("arn:aws:cloudformation:us-east-2:123456789012:stack/s/guid").as_deref(),
             Some("us-east-2")
