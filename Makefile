@@ -51,8 +51,10 @@ drill:
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
 test: venv fmt clippy lint-templates
-	@echo "==> tests (unit, lease-store contract, end to end on moto, simulator self-checks)"
-	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked
+	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
+	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests
+	@echo "==> bounded fuzzing of the decoder and the response builder"
+	$(CARGO) test --locked -p cfn-once-core --lib fuzz_tests -- --nocapture
 	@$(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
 
 # Seeds `make test` simulates.
