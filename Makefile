@@ -52,6 +52,8 @@ drill:
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
 test: venv fmt clippy lint-templates
 	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
+	@# The logs test runs the Lambda binary itself, which `cargo test` does not build.
+	$(CARGO) build --locked --bin cfn-once
 	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests
 	@echo "==> bounded fuzzing of the decoder and the response builder"
 	$(CARGO) test --locked -p cfn-once-core --lib fuzz_tests -- --nocapture

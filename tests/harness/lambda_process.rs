@@ -21,7 +21,11 @@ impl LambdaProcess {
     /// `env` (plus Lambda's own variables and `PATH`), polling `runtime`.
     pub fn spawn(runtime: &FakeRuntime, env: &[(&str, String)]) -> Self {
         let binary = binary_path();
-        assert!(binary.exists(), "{} is not built: run the tests through `cargo test --workspace`", binary.display());
+        assert!(
+            binary.exists(),
+            "{} is not built: `cargo build --bin cfn-once` first (`make test` does)",
+            binary.display()
+        );
         let mut command = Command::new(&binary);
         command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
         for (name, value) in [
