@@ -3,25 +3,42 @@
 //! Nothing else in cfn-once reads the environment (the AWS SDK reads its own variables, such as
 //! `AWS_ENDPOINT_URL`, when the binary loads the SDK configuration). Every missing or malformed
 //! variable is reported in one error, each with what it should be. It lives in the core, beside
-//! the protocol's [`Settings`](crate::worker::Settings), so that the simulator derives its
+//! the protocol's [`Settings`], so that the simulator derives its
 //! settings from the same variables and defaults a deployed handler does (`Settings::from_config`).
 
 use crate::decision::Role;
 use crate::response_url::AllowedPrefix;
 use crate::settings::{BACKOFF_FLOOR_S_MAX, Settings};
 
-/// Defaults, named so the README and `--help` can quote them.
+/// Defaults, named so the README and `--help` can quote them. This one is `CFN_ONCE_LEASE_MS`:
+/// how long, in ms, a lease lasts without a heartbeat before another execution may take over.
 pub const LEASE_MS_DEFAULT: u64 = 30_000;
+/// Default `CFN_ONCE_SKEW_MS`: margin in ms added before a lease counts as expired, for clock
+/// skew between regions.
 pub const SKEW_MS_DEFAULT: u64 = 2_000;
+/// Default `CFN_ONCE_PUT_ATTEMPTS_MAX`: PUT attempts per delivery before the message is retried.
 pub const PUT_ATTEMPTS_MAX_DEFAULT: u32 = 5;
+/// Default `CFN_ONCE_PUT_TIMEOUT_MS`: how long one PUT attempt may take, in ms.
 pub const PUT_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Default `CFN_ONCE_STORE_TIMEOUT_MS`: how long one lease-store call may take, in ms.
 pub const STORE_TIMEOUT_MS_DEFAULT: u64 = 3_000;
+/// Default `CFN_ONCE_RETENTION_DAYS`: days a lease record is kept before the sweeper may delete it.
 pub const RETENTION_DAYS_DEFAULT: u64 = 30;
+/// Default `CFN_ONCE_RETRY_DELAY_S_MAX`: the longest backoff of a message, in seconds.
 pub const RETRY_DELAY_S_MAX_DEFAULT: u32 = 300;
+/// Default `CFN_ONCE_CONTROL_CACHE_MS`: how long, in ms, an answer of the active-region control
+/// is reused before the control is asked again.
 pub const CONTROL_CACHE_MS_DEFAULT: u64 = 5_000;
+/// Default `CFN_ONCE_STANDBY_RETRY_S`: how long, in seconds, a standby primary leaves a message
+/// before looking again.
 pub const STANDBY_RETRY_S_DEFAULT: u64 = 30;
+/// Default `CFN_ONCE_DEADLINE_CEILING_S`: the latest deadline of any request, in seconds from
+/// when it was sent (CloudFormation's longest wait).
 pub const DEADLINE_CEILING_S_DEFAULT: u64 = 3_600;
+/// Default `CFN_ONCE_DEADLINE_MARGIN_MS`: with this little left before a request's deadline, in
+/// ms, an unanswered request is answered FAILED.
 pub const DEADLINE_MARGIN_MS_DEFAULT: u64 = 20_000;
+/// Default `CFN_ONCE_SQS_TIMEOUT_MS`: how long one SQS call after a batch may take, in ms.
 pub const SQS_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 /// SQS's largest `maxReceiveCount`, which `infra/regional.yaml` sets on both queues.
 pub const MAX_RECEIVE_COUNT_DEFAULT: u32 = 1_000;
@@ -56,13 +73,16 @@ pub struct Config {
     /// `CFN_ONCE_ITEM_TABLES`: tables `Custom::DynamoDBItem` may write, comma-separated, or `*`
     /// for any table but the lease table. Empty disables writes.
     pub item_tables: ItemTables,
-    /// `CFN_ONCE_LEASE_MS` (default 30000).
+    /// `CFN_ONCE_LEASE_MS` (default 30000): how long an acquire or heartbeat holds the lease, so
+    /// a crashed holder is taken over this long (plus the skew) after its last heartbeat.
     pub lease_ms: u64,
     /// `CFN_ONCE_SKEW_MS` (default 2000): clock-skew margin before a lease counts as expired.
     pub skew_ms: u64,
-    /// `CFN_ONCE_HEARTBEAT_MS` (default a third of the lease).
+    /// `CFN_ONCE_HEARTBEAT_MS` (default a third of the lease): how often a running provider's
+    /// lease is extended; must be shorter than the lease.
     pub heartbeat_ms: u64,
-    /// `CFN_ONCE_PUT_ATTEMPTS_MAX` (default 5).
+    /// `CFN_ONCE_PUT_ATTEMPTS_MAX` (default 5): PUT attempts per delivery before the message is
+    /// retried later.
     pub put_attempts_max: u32,
     /// `CFN_ONCE_PUT_TIMEOUT_MS` (default 5000): per PUT attempt.
     pub put_timeout_ms: u64,
@@ -108,7 +128,9 @@ pub enum ControlSource {
 /// One ARC cluster endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArcEndpoint {
+    /// The region the endpoint is in, which calls to it are signed for.
     pub region: String,
+    /// The endpoint's URL: https, or plain http on loopback for local stand-ins.
     pub url: String,
 }
 
@@ -157,6 +179,7 @@ impl ItemTables {
 /// also accepts as `TableName`, and which can point into another region or account).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRef {
+    /// The table's name, from the plain name or the ARN; compared with the lease table's name.
     pub name: String,
     /// From an ARN; a plain name means the region written to.
     pub region: Option<String>,
@@ -230,13 +253,16 @@ fn is_table_name(text: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration is invalid: {}", .problems.join("; "))]
 pub struct ConfigError {
+    /// One message per missing or malformed variable, each saying what it should be.
     pub problems: Vec<String>,
 }
 
 /// What the Lambda function is: the request handler (default) or the lease-table sweeper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Answers CloudFormation requests from the SQS queue (`CFN_ONCE_MODE` unset or `handler`).
     Handler,
+    /// Deletes lease records past their retention, on a schedule (`CFN_ONCE_MODE=sweeper`).
     Sweeper,
 }
 
@@ -254,7 +280,9 @@ pub fn mode() -> Result<Mode, ConfigError> {
 /// The sweeper's configuration: `AWS_REGION` and `CFN_ONCE_TABLE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweeperConfig {
+    /// `AWS_REGION`: the region the sweeper runs in (set by Lambda).
     pub region: String,
+    /// `CFN_ONCE_TABLE`: the lease table whose expired records are deleted.
     pub table_name: String,
 }
 

@@ -24,6 +24,7 @@ pub struct ControlError(pub String);
 /// The port: is this region active?
 #[async_trait]
 pub trait ActivitySource: Send + Sync + std::fmt::Debug {
+    /// Whether this region is active right now; an error when the source could not say.
     async fn activity(&self) -> Result<Activity, ControlError>;
 }
 

@@ -10,15 +10,20 @@
 /// Which bound set the deadline; named in a FAILED Reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadlineSource {
+    /// The resource's `ServiceTimeout`, counted from when the request was sent.
     ServiceTimeout,
+    /// The expiry written into the presigned ResponseURL, after which no PUT is accepted.
     PresignedUrlExpiry,
+    /// The configured ceiling (`CFN_ONCE_DEADLINE_CEILING_S`), when nothing earlier applies.
     Ceiling,
 }
 
 /// The deadline of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestDeadline {
+    /// When the deadline falls, epoch ms.
     pub at_ms: u64,
+    /// Which bound set it, so a FAILED Reason can say why the request ran out of time.
     pub source: DeadlineSource,
 }
 

@@ -29,7 +29,9 @@ use crate::worker::Done;
 /// A regional deployment's configured role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
+    /// Does the work while active; on standby it starts no new work, except near the deadline.
     Primary,
+    /// The backup: its queue delays every copy, so it acts on whatever the primary missed.
     Secondary,
 }
 
@@ -55,7 +57,9 @@ impl Role {
 /// Whether this region is the one told to do the work right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activity {
+    /// This region starts new work.
     Active,
+    /// Another region is active; only a primary's decisions change because of it.
     Standby,
 }
 
@@ -71,26 +75,35 @@ pub enum FirstStep {
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
+    /// Try to take the lease: nothing is stored, the lease expired, or this is a new attempt.
     Acquire,
     /// Run the provider under this fence.
     Run {
+        /// The fencing token this delivery's lease holds.
         fence: u64,
     },
     /// Holding the lease near the deadline: commit FAILED without running the provider.
     /// `took_over` says an earlier execution may have run it.
     FailWithoutRunning {
+        /// The fencing token to commit the FAILED answer under.
         fence: u64,
+        /// Whether an earlier execution may have run the provider, so its rollback Delete must
+        /// still reach the provider.
         took_over: bool,
     },
     /// PUT the committed bytes and mark them delivered.
     Deliver {
+        /// The fencing token the response was committed under, needed to mark it delivered.
         fence: u64,
+        /// The committed response body, PUT byte for byte.
         response: Vec<u8>,
     },
     /// Nothing left to do for this message.
     Drop(Done),
     /// Someone holds the lease: come back when it ends.
     BackOff {
+        /// When to look again, epoch ms: the end of the holder's lease (skew included), or of
+        /// a fresh commit's delivery grace.
         until_ms: u64,
     },
     /// Standby: leave the message for the active region, and look again later.
@@ -108,9 +121,14 @@ pub fn first_step(role: Role, activity: Activity) -> FirstStep {
 /// Everything about this delivery the table looks at, besides the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Situation {
+    /// This region's configured role.
     pub role: Role,
+    /// Whether this region is active; only a standby primary holds back new work.
     pub activity: Activity,
+    /// Whether the request's deadline is within the margin: then any region answers now, and a
+    /// fresh commit is PUT without waiting for its grace.
     pub deadline_near: bool,
+    /// The current time, epoch ms, to judge whether a fresh commit's grace has ended.
     pub now_ms: u64,
     /// How long a fresh commit is left to its committer to PUT.
     pub delivery_grace_ms: u64,

@@ -24,15 +24,21 @@ pub enum PutError {
 /// The port that PUTs a body to a ResponseURL, one attempt per call.
 #[async_trait]
 pub trait ResponseSink: Send + Sync + std::fmt::Debug {
+    /// Makes one PUT attempt of `body` to `url`, classifying any failure for the retry loop.
     async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError>;
 }
 
 /// How hard to try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PutPolicy {
+    /// PUT attempts per delivery; after the last, the message is retried later.
     pub attempts_max: u32,
+    /// How long one attempt may take, in ms; also the grace a fresh commit is left to its
+    /// committer to PUT.
     pub attempt_timeout_ms: u64,
+    /// The full-jitter backoff's base, in ms, doubled per attempt up to `backoff_max_ms`.
     pub backoff_base_ms: u64,
+    /// The longest backoff between attempts, in ms.
     pub backoff_max_ms: u64,
 }
 

@@ -26,7 +26,9 @@ use crate::request::RequestKey;
 /// RUNNING while some execution holds (or held) the lease; COMMITTED once a response is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseState {
+    /// An execution holds the lease, or held it until it expired; nothing is committed yet.
     Running,
+    /// The response is stored, and only those bytes may ever be PUT (invariant S1).
     Committed,
 }
 
@@ -52,13 +54,18 @@ impl LeaseState {
 /// One request's record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
+    /// The request this record is for.
     pub key: RequestKey,
     /// Strictly increasing per key (S3).
     pub fence: u64,
     /// The execution that took the current fence: region, invocation and a nonce.
     pub owner: String,
+    /// When the lease ends unless a heartbeat extends it, epoch ms on the holder's clock.
     pub lease_until_ms: u64,
+    /// Heartbeats written under the current fence (each acquire resets it), for anyone
+    /// inspecting the table; the protocol does not read it.
     pub heartbeat: u64,
+    /// Whether a response has been committed yet.
     pub state: LeaseState,
     /// The fingerprint of the attempt that took the current fence.
     pub fingerprint: Fingerprint,
@@ -69,8 +76,13 @@ pub struct LeaseRecord {
     pub sent_ms: u64,
     /// The exact bytes to PUT, once COMMITTED.
     pub response: Option<Vec<u8>>,
+    /// Whether the committed response was PUT, so later deliveries drop their message instead
+    /// of PUTting it again.
     pub delivered: bool,
+    /// When the record was first written, epoch ms; kept across takeovers and new attempts.
     pub created_ms: u64,
+    /// When the record was last written, epoch ms; while COMMITTED and undelivered, the commit
+    /// time that the delivery grace counts from.
     pub updated_ms: u64,
     /// When the sweeper may delete the record (MRSC tables have no TTL).
     pub expires_ms: u64,
@@ -79,16 +91,22 @@ pub struct LeaseRecord {
 /// Everything an acquire needs; times are the caller's clock.
 #[derive(Debug, Clone)]
 pub struct AcquireRequest {
+    /// The request whose lease is wanted.
     pub key: RequestKey,
+    /// The attempt acquiring; a different fingerprint on a COMMITTED record is a new attempt.
     pub fingerprint: Fingerprint,
     /// When this attempt was sent.
     pub sent_ms: u64,
+    /// Who acquires (region, invocation and a nonce), so a lost reply can be recognised later
+    /// as this execution's own acquire.
     pub owner: String,
+    /// The caller's current time, epoch ms: judges expiry and stamps the record.
     pub now_ms: u64,
     /// The lease end this acquire writes.
     pub lease_until_ms: u64,
     /// A RUNNING lease counts as expired only when `lease_until_ms < now_ms - skew_ms`.
     pub skew_ms: u64,
+    /// When the sweeper may delete the record, epoch ms: now plus the retention.
     pub expires_ms: u64,
 }
 
@@ -102,7 +120,9 @@ impl AcquireRequest {
 /// The answer to an acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
+    /// The condition held: the caller now holds the lease, RUNNING, under a new fence.
     Acquired {
+        /// The new fencing token, one above the record's previous one (1 for a new record).
         fence: u64,
         /// The lease was taken from an earlier execution of the same attempt, whose provider
         /// may have run (and written) before it stopped.
@@ -115,6 +135,7 @@ pub enum Acquire {
 /// The answer to a heartbeat, commit or mark-delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conditional {
+    /// The caller's fence still held and the state matched: the write was applied.
     Applied,
     /// The condition failed; the record as it was (`None` if it is gone).
     Refused(Option<Box<LeaseRecord>>),
@@ -146,6 +167,8 @@ impl StoreError {
 /// The lease store port.
 #[async_trait]
 pub trait LeaseStore: Send + Sync + std::fmt::Debug {
+    /// Takes the lease under a new fence if the record admits `request` (see [`admits`]);
+    /// otherwise returns the record as it was.
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError>;
 
     /// Extends the lease to `lease_until_ms`, if `fence` still holds it.
@@ -179,7 +202,10 @@ pub enum Seen {
     /// Nothing stored yet.
     Absent,
     /// Someone holds a live lease until `until_ms` (skew margin included).
-    Held { until_ms: u64 },
+    Held {
+        /// When the lease counts as expired, epoch ms: where a backoff aims.
+        until_ms: u64,
+    },
     /// RUNNING, but the lease expired past the skew margin: free to take over.
     Expired,
     /// A finished attempt with another fingerprint: this delivery is a new attempt (a reused
@@ -188,10 +214,24 @@ pub enum Seen {
     /// This execution holds it: it acquired, or an acquire whose reply was lost turned out to
     /// be its own. `took_over` is true unless no earlier execution of this attempt can have run
     /// its provider (only then may a failed Create skip the provider on its rollback Delete).
-    Mine { fence: u64, took_over: bool },
+    Mine {
+        /// The fencing token this execution holds.
+        fence: u64,
+        /// Whether an earlier execution of this attempt may have run its provider.
+        took_over: bool,
+    },
     /// Answered at `committed_ms` (the committer's clock): PUT the stored bytes unless already
     /// delivered.
-    Committed { fence: u64, response: Vec<u8>, delivered: bool, committed_ms: u64 },
+    Committed {
+        /// The fencing token the response was committed under.
+        fence: u64,
+        /// The committed response body, to PUT byte for byte.
+        response: Vec<u8>,
+        /// Whether it was already PUT: then the message is a duplicate.
+        delivered: bool,
+        /// When it was committed, epoch ms on the committer's clock.
+        committed_ms: u64,
+    },
     /// A newer attempt with the same RequestId exists: this delivery is stale.
     Superseded,
 }
@@ -199,8 +239,11 @@ pub enum Seen {
 /// A delivery looking at a record: the attempt it carries, when that was sent, and who looks.
 #[derive(Debug, Clone, Copy)]
 pub struct Viewer<'a> {
+    /// The attempt this delivery carries; a different one on the record is another attempt.
     pub fingerprint: &'a Fingerprint,
+    /// When that attempt was sent, epoch ms: one sent before the record's attempt is stale.
     pub sent_ms: u64,
+    /// This execution's owner string, to recognise a lease it already holds.
     pub owner: &'a str,
 }
 

@@ -11,11 +11,19 @@ use crate::response::Status;
 pub enum MetricEvent {
     /// This execution took the lease with `fence`; a fence above 1 means it took over from an
     /// earlier execution (an expired lease, or a new attempt).
-    LeaseAcquired { fence: u64 },
+    LeaseAcquired {
+        /// The fence taken.
+        fence: u64,
+    },
     /// Another execution held the lease; the message backs off.
     LeaseContended,
     /// A response was PUT. `latency_ms` runs from when the request was sent, if known.
-    ResponseSent { status: Status, latency_ms: Option<u64> },
+    ResponseSent {
+        /// Whether the body said SUCCESS or FAILED.
+        status: Status,
+        /// Time from the request's SentTimestamp to the PUT, in ms; `None` when unknown.
+        latency_ms: Option<u64>,
+    },
     /// A heartbeat or commit found a newer fence: this execution lost its lease.
     FenceConflict,
     /// A record that can only end in the DLQ: nobody can be answered, or the ResponseURL
@@ -25,6 +33,7 @@ pub enum MetricEvent {
 
 /// The metrics port.
 pub trait MetricsSink: Send + Sync + std::fmt::Debug {
+    /// Records one event; infallible, so metrics never change what the protocol does.
     fn record(&self, event: MetricEvent);
 }
 

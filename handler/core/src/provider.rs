@@ -31,17 +31,25 @@ use crate::response::{Outcome, is_failed_create_id};
 /// accepted before (invariant S2). `scope` is a short digest of StackId and RequestId.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
+    /// What fenced writes are compared within: one scope per request.
     pub scope: String,
+    /// The fencing token: a write carrying a lower value than one already accepted is stale.
     pub value: u64,
 }
 
 /// What a provider gets besides its properties.
 #[derive(Debug, Clone)]
 pub struct ProviderContext {
+    /// The fence to attach to the provider's own writes, so a store can refuse those of an
+    /// execution that lost its lease.
     pub fence: Fence,
+    /// The stack the resource belongs to (CloudFormation's StackId ARN).
     pub stack_id: String,
+    /// CloudFormation's id for this request, shared by its copies in both regions.
     pub request_id: String,
+    /// The resource's logical id in the template.
     pub logical_resource_id: String,
+    /// The ResourceType that routed the request here, e.g. `Custom::Echo`.
     pub resource_type: String,
     /// When the provider must have returned (epoch ms); after it the run is abandoned and
     /// answered FAILED.
@@ -94,6 +102,8 @@ impl ProviderContext {
 pub struct ProviderOutput {
     /// `None` keeps the default: a derived id on Create, the current id on Update.
     pub physical_resource_id: Option<String>,
+    /// The resource's attributes, readable in the template with `Fn::GetAtt`; they must fit in
+    /// the 4096-byte response body.
     pub data: BTreeMap<String, Value>,
     /// Ask CloudFormation to mask `data` in its console and API output.
     pub no_echo: bool,
@@ -123,6 +133,8 @@ pub trait Provider: Send + Sync + 'static {
     /// are removed before deserializing.
     type Properties: DeserializeOwned + Send + Sync + 'static;
 
+    /// Creates the resource. It may run again for the same request after a takeover, so it must
+    /// tolerate finding its own earlier work.
     async fn create(
         &self,
         ctx: &ProviderContext,

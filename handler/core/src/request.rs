@@ -39,15 +39,20 @@ pub const PHYSICAL_ID_BYTES_MAX: usize = 1024;
 /// What identifies one request: CloudFormation's StackId and RequestId.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestKey {
+    /// CloudFormation's StackId: the stack's ARN.
     pub stack_id: String,
+    /// CloudFormation's RequestId, which it may reuse when it retries a failed deployment.
     pub request_id: String,
 }
 
 /// Create, Update or Delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
+    /// The resource is new to the stack (or replaces another).
     Create,
+    /// The resource's properties changed.
     Update,
+    /// The resource leaves the stack, including when a failed Create is rolled back.
     Delete,
 }
 
@@ -74,24 +79,41 @@ impl RequestKind {
 /// Where decoding stopped for a record that cannot be answered at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Undeliverable {
+    /// The SQS record carried no body.
     #[error("record has no body")]
     NoBody,
+    /// The body is not JSON; holds the parser's category and position, never the text.
     #[error("record body is not JSON ({0})")]
     NotJson(String),
+    /// An SNS envelope from a topic not in `CFN_ONCE_TOPIC_ARNS`; holds its TopicArn.
     #[error("SNS notification from topic {0} refused: it is not in CFN_ONCE_TOPIC_ARNS")]
     ForeignTopic(String),
+    /// The envelope's Message is not a JSON object; holds why, never the text.
     #[error("SNS notification's Message is not a JSON object ({0})")]
     MessageNotJson(String),
+    /// The body is JSON but neither an SNS notification nor a CloudFormation request.
     #[error("record body is neither an SNS notification nor a CloudFormation request")]
     Unrecognised,
+    /// A bare request arrived where raw message delivery is not configured, so its sender is
+    /// unverified.
     #[error(
         "record body is a bare request, but raw message delivery is not configured (CFN_ONCE_RAW_DELIVERY): only SNS notifications from CFN_ONCE_TOPIC_ARNS are accepted"
     )]
     RawRefused,
+    /// A field the answer is addressed with (ResponseURL, StackId, RequestId or
+    /// LogicalResourceId) is absent, empty or not a string; holds its name.
     #[error("request has no usable {0}, so no response can be addressed; the record goes to the DLQ")]
     Missing(&'static str),
+    /// An identifier is longer than CloudFormation ever sends, so an answer echoing it might not
+    /// fit in the 4096-byte body.
     #[error("request's {field} is {bytes} bytes, longer than CloudFormation ever sends")]
-    TooLong { field: &'static str, bytes: usize },
+    TooLong {
+        /// The field's name.
+        field: &'static str,
+        /// Its length as serialized JSON, in bytes.
+        bytes: usize,
+    },
+    /// The ResponseURL failed the [`UrlPolicy`], so nothing may be sent to it.
     #[error("{0}; nothing was sent")]
     Url(#[from] UrlRefused),
 }
@@ -104,16 +126,22 @@ pub struct InputPolicy {
     /// Whether bare requests (SNS raw message delivery) are accepted. They carry no TopicArn,
     /// so for them the queue policy (`aws:SourceArn`) is the only check; off by default.
     pub raw_delivery: bool,
+    /// Which ResponseURLs may be answered; a request naming any other is undeliverable.
     pub urls: UrlPolicy,
 }
 
 /// A decoded request that can be answered.
 #[derive(Debug, Clone)]
 pub struct Request {
+    /// StackId and RequestId: the key of the request's lease record.
     pub key: RequestKey,
+    /// The resource's logical id in the template, echoed in the response.
     pub logical_resource_id: String,
+    /// Where the answer is PUT; validated, and never printed.
     pub response_url: ResponseUrl,
+    /// Tells this attempt apart from another that reuses its RequestId.
     pub fingerprint: Fingerprint,
+    /// The parsed request, or why it could not be parsed.
     pub body: RequestBody,
 }
 
@@ -123,9 +151,14 @@ pub enum RequestBody {
     /// The parsed request. Its `response_url` field is blanked: the URL lives only in
     /// [`Request::response_url`], where it cannot be printed.
     Valid(Box<CloudFormationCustomResourceRequest>),
+    /// Addressable but not parseable (or nested too deeply to read): answered FAILED without
+    /// running a provider.
     Malformed {
+        /// Why it could not be parsed: the FAILED answer's Reason.
         reason: String,
+        /// The RequestType, if readable; it decides the answer's PhysicalResourceId.
         kind: Option<RequestKind>,
+        /// The PhysicalResourceId sent, if readable, so the FAILED answer keeps it.
         physical_resource_id: Option<String>,
     },
 }

@@ -30,25 +30,36 @@ const TRUNCATION_MARK: &str = " [truncated]";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
+    /// The operation succeeded: CloudFormation carries on with the stack.
     Success,
+    /// The operation failed: CloudFormation shows the Reason and rolls the stack back.
     Failed,
 }
 
 /// What a run decided, before it is shaped into a body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
+    /// SUCCESS: the provider did its work, or there was nothing to delete.
     Success {
         /// A new PhysicalResourceId, or `None` to keep the default (see module docs).
         physical_resource_id: Option<String>,
+        /// Attributes the template reads with `Fn::GetAtt`.
         data: BTreeMap<String, Value>,
+        /// Whether CloudFormation should mask `data` in its console and API output.
         no_echo: bool,
     },
     /// FAILED after the provider ran, or may have run (it failed, timed out, or an execution
     /// taken over may have started it).
-    Failed { reason: String },
+    Failed {
+        /// Why, for the FAILED Reason.
+        reason: String,
+    },
     /// FAILED and provably no provider ran for this request: bad properties, no provider for
     /// the type, a malformed request, or a deadline nobody could meet before anyone started.
-    Refused { reason: String },
+    Refused {
+        /// Why, for the FAILED Reason.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -67,14 +78,22 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ResponseBody {
+    /// SUCCESS or FAILED.
     pub status: Status,
+    /// Why the request FAILED; always present then, omitted on SUCCESS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The resource's id; a new one on Update makes CloudFormation replace the resource.
     pub physical_resource_id: String,
+    /// Echoed from the request, so CloudFormation can match the answer to it.
     pub stack_id: String,
+    /// Echoed from the request, so CloudFormation can match the answer to it.
     pub request_id: String,
+    /// Echoed from the request, so CloudFormation can match the answer to it.
     pub logical_resource_id: String,
+    /// Whether CloudFormation masks `Data` in its console and API output.
     pub no_echo: bool,
+    /// Attributes the template reads with `Fn::GetAtt`; omitted when empty.
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub data: BTreeMap<String, Value>,
 }

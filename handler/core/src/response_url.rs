@@ -52,16 +52,21 @@ impl std::fmt::Debug for ResponseUrl {
 /// Why a ResponseURL was refused. The messages never contain the URL's path or query.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlRefused {
+    /// Not an absolute URL at all.
     #[error("ResponseURL is not a valid absolute URL")]
     Unparsable,
+    /// A scheme other than https, and no allow-listed prefix matched; holds the scheme.
     #[error(
         "ResponseURL uses scheme {0}; only https is accepted (allow-list a local endpoint with CFN_ONCE_RESPONSE_URL_ALLOW)"
     )]
     Scheme(String),
+    /// Carries a user name or password, which CloudFormation never sends.
     #[error("ResponseURL carries a user name or password; CloudFormation never sends one")]
     Userinfo,
+    /// A port other than 443, and no allow-listed prefix matched; holds the port.
     #[error("ResponseURL uses port {0}; only 443 is accepted")]
     Port(u16),
+    /// A host that is not an S3 endpoint, and no allow-listed prefix matched; holds the host.
     #[error("ResponseURL host {0} is not an Amazon S3 endpoint and is not allow-listed in CFN_ONCE_RESPONSE_URL_ALLOW")]
     Host(String),
 }

@@ -41,20 +41,31 @@ pub const BACKOFF_FLOOR_S_MAX: u32 = 60;
 pub struct Settings {
     /// This deployment's region, recorded in the lease owner.
     pub region: String,
+    /// This region's role; only a primary asks the control whether it is active.
     pub role: Role,
+    /// How far ahead an acquire or heartbeat sets the lease's end.
     pub lease_ms: u64,
     /// Margin added before a lease counts as expired, for clock skew between regions.
     pub skew_ms: u64,
+    /// How often a running provider's lease is extended; shorter than `lease_ms`.
     pub heartbeat_ms: u64,
+    /// Attempts of one lease-store operation (acquire, read, commit) before the message is
+    /// retried later.
     pub store_attempts_max: u32,
     /// One lease-store call, start to answer (the SDK client makes one attempt per call; the
     /// worker retries).
     pub store_call_timeout_ms: u64,
+    /// Full-jitter backoff base between lease-store attempts, doubled per attempt.
     pub store_backoff_base_ms: u64,
+    /// The longest backoff between lease-store attempts.
     pub store_backoff_max_ms: u64,
+    /// Runs of a provider that fails transiently before the answer is FAILED.
     pub provider_attempts_max: u32,
+    /// Full-jitter backoff base between provider runs, doubled per attempt.
     pub provider_backoff_base_ms: u64,
+    /// The longest backoff between provider runs.
     pub provider_backoff_max_ms: u64,
+    /// How the response is PUT; its attempt timeout is also the delivery grace of a fresh commit.
     pub put: PutPolicy,
     /// One SQS call after the batch (ChangeMessageVisibility, or moving a message to the DLQ).
     pub queue_call_timeout_ms: u64,

@@ -71,6 +71,7 @@ pub struct Invocation {
 /// One SQS record, as far as the protocol cares.
 #[derive(Debug, Clone, Copy)]
 pub struct Delivery<'a> {
+    /// The record's body: an SNS envelope or a bare request; `None` dead-letters the record.
     pub body: Option<&'a str>,
     /// SQS's ApproximateReceiveCount, 1 on first delivery.
     pub receive_count: u32,
@@ -84,16 +85,22 @@ pub struct Delivery<'a> {
 pub struct Handled {
     /// `None` when the record could not be decoded.
     pub request: Option<RequestSummary>,
+    /// What to do with the message.
     pub disposition: Disposition,
 }
 
 /// The identifying parts of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestSummary {
+    /// CloudFormation's StackId.
     pub stack_id: String,
+    /// CloudFormation's RequestId.
     pub request_id: String,
+    /// The resource's logical id in the template.
     pub logical_resource_id: String,
+    /// Create, Update or Delete; `None` when the request did not say in a readable way.
     pub request_type: Option<RequestKind>,
+    /// The ResourceType, e.g. `Custom::Echo`; `None` when the request could not be parsed.
     pub resource_type: Option<String>,
 }
 
@@ -103,21 +110,38 @@ pub enum Disposition {
     /// The request needs nothing more from this message: delete it.
     Done(Done),
     /// Make the message visible again after `delay_s` and report it failed.
-    Retry { delay_s: u32, why: String },
+    Retry {
+        /// The visibility timeout to set, in seconds: within SQS's limit, and bounded by the
+        /// backoff floor and the request's deadline.
+        delay_s: u32,
+        /// Why the message comes back, for the logs.
+        why: String,
+    },
     /// Move the message to the dead-letter queue now: nobody can be answered (no usable
     /// ResponseURL, a refused sender), or the request's deadline has passed unanswered. Only
     /// these ever reach the DLQ before its deadline; SQS's own `maxReceiveCount` is a backstop
     /// (see `settings`).
-    DeadLetter { why: String },
+    DeadLetter {
+        /// Why the message cannot be answered, for the logs.
+        why: String,
+    },
 }
 
 /// Why a message is finished with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Done {
     /// This delivery ran the provider, committed and PUT.
-    Answered { fence: u64, status: Status },
+    Answered {
+        /// The fencing token the answer was committed under.
+        fence: u64,
+        /// Whether the answer was SUCCESS or FAILED.
+        status: Status,
+    },
     /// An earlier execution committed; this delivery PUT the stored bytes.
-    Replayed { fence: u64 },
+    Replayed {
+        /// The fencing token the stored answer was committed under.
+        fence: u64,
+    },
     /// Committed and delivered before: a duplicate, dropped.
     Duplicate,
     /// A newer attempt with the same RequestId exists: a stale delivery, dropped.
@@ -127,13 +151,19 @@ pub enum Done {
 /// Everything the protocol reaches the world through.
 #[derive(Debug, Clone)]
 pub struct Ports {
+    /// Where each request's lease record lives (DynamoDB, or in memory).
     pub store: Arc<dyn LeaseStore>,
+    /// What PUTs committed responses to their ResponseURLs.
     pub sink: Arc<dyn ResponseSink>,
+    /// The providers, by ResourceType.
     pub router: Arc<Router>,
+    /// Time for leases, deadlines, timeouts and sleeps; a manual clock in tests.
     pub clock: Arc<dyn Clock>,
+    /// Jitter and owner nonces; seeded in tests and the simulator.
     pub random: Arc<dyn Random>,
     /// Asked only by a primary; a secondary's decisions do not depend on it.
     pub control: Arc<dyn ActivitySource>,
+    /// Where protocol events are counted.
     pub metrics: Arc<dyn MetricsSink>,
 }
 
