@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, simulate, fuzz, build, sam-build, venv, moto, fmt, clippy, lint-templates, unit, clean.
+# Other targets: local, drill, simulate, fuzz, build, sam-build, venv, moto, fmt, clippy, doc, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +18,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill test simulate fuzz venv build build-tools sam-build moto fmt clippy lint-templates unit clean
+.PHONY: help demo local drill test simulate fuzz venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
@@ -36,24 +36,24 @@ $(VENV)/.installed: requirements-dev.txt
 ## demo: start moto, provision, send events/ through SNS -> SQS -> handler -> S3, print a table.
 demo: venv
 	@echo "==> building cfn-once"
-	$(CARGO) build --quiet --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once demo --python $(PY) --events events
 
 ## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
 local: venv
-	$(CARGO) build --quiet --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once local --python $(PY)
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:
-	$(CARGO) build --quiet --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
-test: venv fmt clippy lint-templates
+test: venv fmt clippy doc lint-templates
 	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
 	@# The logs test runs the Lambda binary itself, which `cargo test` does not build.
-	$(CARGO) build --locked --bin cfn-once
+	$(CARGO) build --locked --workspace --bins
 	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests
 	@echo "==> bounded fuzzing of the decoder and the response builder"
 	$(CARGO) test --locked -p cfn-once-core --lib fuzz_tests -- --nocapture
@@ -66,7 +66,7 @@ SEEDS ?= 10000
 ## simulate: the deterministic simulator over SEEDS seeds (make simulate SEEDS=1000000).
 simulate:
 	@echo "==> simulating $(SEEDS) seeds"
-	$(CARGO) run --quiet --release --locked -p cfn-once-sim -- --seeds $(SEEDS)
+	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS)
 
 fmt:
 	@echo "==> cargo fmt --check"
@@ -75,6 +75,11 @@ fmt:
 clippy:
 	@echo "==> cargo clippy"
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+## doc: the library's documentation, which must build without a warning (missing docs, broken links).
+doc:
+	@echo "==> cargo doc (cfn-once, cfn-once-core)"
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --locked -p cfn-once -p cfn-once-core --features cfn-once/testing
 
 ## fuzz: the decoder and response-builder fuzzing with more inputs (make fuzz FUZZ_CASES=200000).
 FUZZ_CASES ?= 100000
@@ -100,12 +105,13 @@ build-tools: venv
 		$(PY) -m pip install --quiet --requirement requirements-build.txt; \
 	fi
 
-## build: the release Lambda binary for $(ARCH), zipped; prints its size.
+## build: the stock Lambda function (cfn-once-lambda) for $(ARCH), zipped; prints its size.
+## FEATURES=arc builds it with the ARC control.
 build: build-tools
-	@echo "==> cargo lambda build --release ($(ARCH))"
-	PATH="$(TOOLS_PATH)" $(CARGO) lambda build --release --bin cfn-once --output-format zip \
-		$(if $(filter x86_64,$(ARCH)),--x86-64,--arm64)
-	@ls -l target/lambda/cfn-once/bootstrap.zip | awk '{ printf "target/lambda/cfn-once/bootstrap.zip: %d bytes (%.1f MB)\n", $$5, $$5 / 1048576 }'
+	@echo "==> cargo lambda build --release --bin cfn-once-lambda ($(ARCH)$(if $(FEATURES), features $(FEATURES)))"
+	PATH="$(TOOLS_PATH)" $(CARGO) lambda build --release -p cfn-once --bin cfn-once-lambda --output-format zip \
+		$(if $(FEATURES),--features $(FEATURES)) $(if $(filter x86_64,$(ARCH)),--x86-64,--arm64)
+	@ls -l target/lambda/cfn-once-lambda/bootstrap.zip | awk '{ printf "target/lambda/cfn-once-lambda/bootstrap.zip: %d bytes (%.2f MB)\n", $$5, $$5 / 1048576 }'
 
 ## sam-build: `sam build` of the lease-table and regional templates with the venv's cargo-lambda,
 ## offline (cargo may not touch the network; the crates it needs are already fetched).
@@ -120,7 +126,7 @@ unit:
 
 ## moto: a moto server on a free loopback port (or PORT=n), in the foreground; prints its URL.
 moto: venv
-	$(PY) handler/src/local/moto_server.py $(PORT)
+	$(PY) handler/cli/src/local/moto_server.py $(PORT)
 
 clean:
 	$(CARGO) clean

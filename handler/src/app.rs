@@ -9,12 +9,12 @@ use aws_config::timeout::TimeoutConfig;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
+use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
 use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::worker::{Handled, Ports, Settings, Worker};
 
-use crate::adapters::arc::{ArcCluster, ArcControl};
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
@@ -22,7 +22,6 @@ use crate::adapters::sqs_queue::{MessageQueue, SqsQueue};
 use crate::clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
 use crate::metrics::{EmfMetrics, MetricsFlush};
-use crate::providers::standard_router;
 
 /// The longest TCP and TLS connect an SDK call waits for; an AWS endpoint answers in milliseconds.
 const CONNECT_TIMEOUT_MS_MAX: u64 = 2_000;
@@ -33,8 +32,11 @@ pub type Observer = Arc<dyn Fn(&Handled) + Send + Sync>;
 /// Everything a batch needs: the protocol worker, the queue it settles messages on, and an
 /// optional observer.
 pub struct App {
+    /// The protocol for one delivery.
     pub worker: Worker,
+    /// Where records are rescheduled or dead-lettered after the batch.
     pub queue: Arc<dyn MessageQueue>,
+    /// Told about every record's result (the local tools print it).
     pub observer: Option<Observer>,
     /// Where the metrics of each batch are flushed from, when a collector is installed.
     pub metrics: Option<MetricsFlush>,
@@ -48,15 +50,16 @@ impl std::fmt::Debug for App {
 
 impl App {
     /// Production wiring: DynamoDB lease store, HTTPS sink, SQS backoff, system clock, the
-    /// configured active-region control.
-    pub fn from_config(config: &Config, sdk: &SdkConfig) -> anyhow::Result<Self> {
-        Self::from_config_with(config, sdk, |ports| ports)
+    /// configured active-region control, and `router`'s providers.
+    pub fn from_config(config: &Config, sdk: &SdkConfig, router: Router) -> anyhow::Result<Self> {
+        Self::from_config_with(config, sdk, router, |ports| ports)
     }
 
     /// The production wiring with some ports replaced by `customize` (tests inject faults).
     pub fn from_config_with(
         config: &Config,
         sdk: &SdkConfig,
+        router: Router,
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<Self> {
         let dynamodb = dynamodb_client(sdk, config.store_timeout_ms, &config.table_region);
@@ -64,10 +67,10 @@ impl App {
         let ports = Ports {
             store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
-            router: Arc::new(standard_router(config, sdk)),
+            router: Arc::new(router),
             clock: Arc::clone(&clock),
             random: Arc::new(SplitMix64::new(random_seed())),
-            control: control(config, sdk, dynamodb, clock),
+            control: control(config, sdk, dynamodb, clock)?,
             metrics: Arc::new(EmfMetrics),
         };
         Ok(Self::new(Worker::new(customize(ports), input_policy(config), Settings::from_config(config)), sdk))
@@ -98,20 +101,29 @@ impl App {
 }
 
 /// The configured active-region control behind its cache. A primary without an answer acts as
-/// active; a secondary never asks.
+/// active; a secondary never asks. The ARC control needs the crate's `arc` feature.
 pub fn control(
     config: &Config,
     sdk: &SdkConfig,
     dynamodb: aws_sdk_dynamodb::Client,
     clock: Arc<dyn Clock>,
-) -> Arc<dyn ActivitySource> {
+) -> anyhow::Result<Arc<dyn ActivitySource>> {
     let source: Arc<dyn ActivitySource> = match &config.control {
         ControlSource::Table => Arc::new(TableControl::new(dynamodb, &config.table_name, &config.region)),
+        #[cfg(feature = "arc")]
         ControlSource::Arc { endpoints, routing_control_arn } => {
+            use crate::adapters::arc::{ArcCluster, ArcControl};
             Arc::new(ArcControl::new(ArcCluster::new(sdk, endpoints), routing_control_arn))
         }
+        #[cfg(not(feature = "arc"))]
+        ControlSource::Arc { .. } => {
+            let _ = sdk;
+            anyhow::bail!(
+                "CFN_ONCE_CONTROL is arc, but this function was built without cfn-once's `arc` feature: build it with `--features arc`"
+            )
+        }
     };
-    Arc::new(CachedActivity::new(source, clock, config.control_cache_ms, Activity::Active))
+    Ok(Arc::new(CachedActivity::new(source, clock, config.control_cache_ms, Activity::Active)))
 }
 
 /// A DynamoDB client in `region` that makes one attempt per call and gives it up after

@@ -41,11 +41,21 @@ pub struct FencedTable {
 pub enum FencedWriteError {
     /// A newer execution of the same request already wrote this item.
     #[error("a newer execution of this request already wrote the item; this stale write (fence {fence}) was refused")]
-    FencedOut { fence: u64 },
+    FencedOut {
+        /// The refused write's fence.
+        fence: u64,
+    },
+    /// The table does not exist (in the client's region).
     #[error("table {table} does not exist")]
-    NoSuchTable { table: String },
+    NoSuchTable {
+        /// The table named.
+        table: String,
+    },
+    /// Throttled, or the outcome is unknown: the write may be retried (a repeated write under
+    /// the same fence is accepted).
     #[error("DynamoDB is unavailable: {0}")]
     Transient(String),
+    /// Refused for good (access denied, invalid item).
     #[error("DynamoDB refused the write: {0}")]
     Permanent(String),
 }

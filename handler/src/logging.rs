@@ -50,7 +50,8 @@ where
 /// (reqwest, among others) through it, under the same filter. `level` comes from
 /// `config::log_level`.
 pub fn init_json(level: LevelFilter) {
-    json_subscriber(level, std::io::stdout).init();
+    // A second call (a second handler in one process) keeps the first subscriber.
+    let _ = json_subscriber(level, std::io::stdout).try_init();
 }
 
 #[cfg(test)]

@@ -15,12 +15,19 @@ pub const NAMESPACE: &str = "cfn-once";
 
 /// Metric names, as they appear in CloudWatch (and in the alarms of `infra/regional.yaml`).
 pub mod names {
+    /// Leases taken, any fence.
     pub const LEASES_ACQUIRED: &str = "LeasesAcquired";
+    /// Deliveries that found the lease held by another execution and backed off.
     pub const LEASES_CONTENDED: &str = "LeasesContended";
+    /// Leases taken from an expired holder (fence above 1).
     pub const LEASES_TAKEN_OVER: &str = "LeasesTakenOver";
+    /// Responses PUT, by `Status`.
     pub const RESPONSES_SENT: &str = "ResponsesSent";
+    /// Milliseconds from the request being sent to its response being PUT.
     pub const RESPONSE_LATENCY: &str = "ResponseLatency";
+    /// Commits or heartbeats refused because a newer fence holds the lease.
     pub const FENCE_CONFLICTS: &str = "FenceConflicts";
+    /// Messages nobody can be answered for (they go to the DLQ).
     pub const DLQ_BOUND_FAILURES: &str = "DlqBoundFailures";
 }
 

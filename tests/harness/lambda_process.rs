@@ -1,4 +1,4 @@
-//! The real `cfn-once` binary, run as Lambda runs it: against a Runtime API (here
+//! The real `cfn-once-lambda` binary, run as Lambda runs it: against a Runtime API (here
 //! [`FakeRuntime`]), configured by environment variables, its stdout (the JSON log lines) kept
 //! for the test to read.
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::fake_runtime::FakeRuntime;
 
-/// A running `cfn-once` process; killed when dropped.
+/// A running `cfn-once-lambda` process; killed when dropped.
 #[derive(Debug)]
 pub struct LambdaProcess {
     child: Child,
@@ -17,13 +17,13 @@ pub struct LambdaProcess {
 }
 
 impl LambdaProcess {
-    /// Starts the binary built beside this test binary (`target/<profile>/cfn-once`) with only
+    /// Starts the binary built beside this test binary (`target/<profile>/cfn-once-lambda`) with only
     /// `env` (plus Lambda's own variables and `PATH`), polling `runtime`.
     pub fn spawn(runtime: &FakeRuntime, env: &[(&str, String)]) -> Self {
         let binary = binary_path();
         assert!(
             binary.exists(),
-            "{} is not built: `cargo build --bin cfn-once` first (`make test` does)",
+            "{} is not built: `cargo build --bin cfn-once-lambda` first (`make test` does)",
             binary.display()
         );
         let mut command = Command::new(&binary);
@@ -81,10 +81,10 @@ impl Drop for LambdaProcess {
     }
 }
 
-/// `cfn-once` in the same target directory as the running test binary.
+/// `cfn-once-lambda` in the same target directory as the running test binary.
 pub fn binary_path() -> PathBuf {
     let test_binary = std::env::current_exe().expect("the test binary's path");
-    // target/<profile>/deps/it-<hash> -> target/<profile>/cfn-once
+    // target/<profile>/deps/it-<hash> -> target/<profile>/cfn-once-lambda
     let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).expect("a target directory");
-    profile_dir.join(format!("cfn-once{}", std::env::consts::EXE_SUFFIX))
+    profile_dir.join(format!("cfn-once-lambda{}", std::env::consts::EXE_SUFFIX))
 }

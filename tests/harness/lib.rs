@@ -23,10 +23,10 @@ use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::{App, input_policy};
 use cfn_once::clock::SystemClock;
 use cfn_once::config::Config;
-use cfn_once::local::esm::{EsmSettings, LocalEventSourceMapping};
-use cfn_once::local::moto::MotoServer;
-use cfn_once::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once::providers::standard_router;
+use cfn_once_cli::local::esm::{EsmSettings, LocalEventSourceMapping};
+use cfn_once_cli::local::moto::MotoServer;
+use cfn_once_cli::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once_core::control::FixedActivity;
 use cfn_once_core::decision::Activity;
 use cfn_once_core::delivery::ResponseSink;
@@ -275,8 +275,7 @@ impl LocalRegion {
     /// and `router`'s providers.
     pub async fn app_behind(&self, proxy: &FaultProxy, config: &Config, router: Router) -> App {
         let sdk = provision::sdk_config(&proxy.url(), REGION).await;
-        let router = Arc::new(router);
-        App::from_config_with(config, &sdk, |ports| Ports { router, ..ports }).expect("the app")
+        App::from_config(config, &sdk, router).expect("the app")
     }
 
     /// Points the request's ResponseURL at `endpoint` (a proxy in front of moto) instead of moto.

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cfn_once::app::Observer;
-use cfn_once::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
-use cfn_once::local::pair::RegionPair;
-use cfn_once::local::provision;
-use cfn_once::local::worker::RegionalWorker;
+use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
+use cfn_once_cli::local::pair::RegionPair;
+use cfn_once_cli::local::provision;
+use cfn_once_cli::local::worker::RegionalWorker;
 use cfn_once_core::decision::Role;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::worker::{Disposition, Done, Handled, Ports};
@@ -78,7 +78,7 @@ impl TwoRegions {
             secondary_delay_s,
             visibility_timeout_s: 10,
             // The deployed limit, which the handler's configuration assumes.
-            max_receive_count: cfn_once::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+            max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         };
         let env = LocalEnvironment::provision(moto(), &options).await.expect("environment");

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use cfn_once::adapters::arc::{ArcCluster, ArcControl};
 use cfn_once::clock::SystemClock;
-use cfn_once::local::drill::{self, DrillControl, DrillOptions, DrillTarget};
-use cfn_once::local::provision;
+use cfn_once_cli::local::drill::{self, DrillControl, DrillOptions, DrillTarget};
+use cfn_once_cli::local::provision;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
 use cfn_once_tests::{EndpointMode, FakeArcCluster, TwoRegions, moto};

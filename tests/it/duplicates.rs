@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::App;
-use cfn_once::local::esm::LocalEventSourceMapping;
-use cfn_once::local::provision::queue_depth;
 use cfn_once::providers::standard_router;
+use cfn_once_cli::local::esm::LocalEventSourceMapping;
+use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::testing::CountingEcho;

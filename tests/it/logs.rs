@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
-use cfn_once::local::esm::LocalEventSourceMapping;
+use cfn_once_cli::local::esm::LocalEventSourceMapping;
 use cfn_once_tests::{FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
 use serde_json::{Value, json};
 use tracing::instrument::WithSubscriber;

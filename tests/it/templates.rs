@@ -195,7 +195,7 @@ fn the_function_reports_batch_item_failures_and_is_built_by_cargo_lambda() {
         (Some("provided.al2023"), &json!(["arm64"]))
     );
     assert_eq!(function["Metadata"]["BuildMethod"], "rust-cargolambda");
-    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "cfn-once");
+    assert_eq!(function["Metadata"]["BuildProperties"]["Binary"], "cfn-once-lambda");
     assert_eq!(properties["LoggingConfig"]["LogFormat"], "JSON");
     let events: Vec<&Value> = properties["Events"].as_object().expect("Events").values().collect();
     assert_eq!(events.len(), 1);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cfn_once::local::drill::{self, DrillOptions, DrillTarget};
+use cfn_once_cli::local::drill::{self, DrillOptions, DrillTarget};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::testing::{Fault, FaultyStore, Op, PutFault, RecordingSink};

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use cfn_once::app::App;
-use cfn_once::local::provision::queue_depth;
+use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::echo::{ECHO_TYPE, Echo};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;

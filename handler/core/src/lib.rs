@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! cfn-once-core: the part of cfn-once that does no I/O.
 //!
 //! Request decoding, the lease protocol and its decision rules, provider routing and response
@@ -22,6 +23,7 @@ pub mod decision;
 pub mod delivery;
 pub mod echo;
 pub mod fingerprint;
+pub mod kit;
 pub mod lease;
 pub mod memory_store;
 pub mod metrics;

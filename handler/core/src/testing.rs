@@ -30,10 +30,15 @@ use crate::response_url::ResponseUrl;
 /// A store operation, for aiming faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
+    /// [`LeaseStore::acquire`].
     Acquire,
+    /// [`LeaseStore::heartbeat`].
     Heartbeat,
+    /// [`LeaseStore::commit`].
     Commit,
+    /// [`LeaseStore::mark_delivered`].
     MarkDelivered,
+    /// [`LeaseStore::read`].
     Read,
 }
 
@@ -48,6 +53,9 @@ pub enum Fault {
     LostReply,
     /// Applied; the call then never returns (a process frozen mid-call).
     Hang,
+    /// Not applied; the call never returns (a process frozen, or killed, before the call
+    /// reached the store).
+    Stall,
 }
 
 /// A [`LeaseStore`] that misbehaves on cue.
@@ -89,6 +97,7 @@ impl FaultyStore {
                 apply.await?;
                 std::future::pending().await
             }
+            Some(Fault::Stall) => std::future::pending().await,
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Adapters: the ports of `cfn_once_core` implemented on AWS services and HTTP.
+//! Adapters: the ports of `cfn_once_core` implemented on AWS services and HTTP (and on Route 53
+//! ARC's data plane, with the `arc` feature).
 
+#[cfg(feature = "arc")]
 pub mod arc;
 pub mod control_table;
 mod dynamodb_errors;

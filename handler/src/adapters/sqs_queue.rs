@@ -53,12 +53,16 @@ pub trait MessageQueue: Send + Sync + std::fmt::Debug {
 /// message is rescheduled and moved on a later receive.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// The record lacks a field the call needs.
     #[error("record has no {0}")]
     Missing(&'static str),
+    /// The record's queue ARN cannot be read.
     #[error("eventSourceARN {0:?} is not an SQS queue ARN")]
     BadArn(String),
+    /// The queue has no dead-letter queue to move a message to.
     #[error("queue {0} has no redrive policy naming a dead-letter queue")]
     NoDeadLetterQueue(String),
+    /// SQS refused the call or did not answer.
     #[error("SQS call failed: {0}")]
     Sqs(String),
 }

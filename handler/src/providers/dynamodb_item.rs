@@ -59,10 +59,14 @@ pub struct DynamoDbItem {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct ItemProperties {
+    /// The table, by name or ARN.
     pub table_name: String,
+    /// The item's key attributes.
     pub key: Map<String, Value>,
+    /// The item's other attributes.
     #[serde(default)]
     pub attributes: Map<String, Value>,
+    /// The table's region; by default the ARN's, else the stack's.
     pub region: Option<String>,
 }
 

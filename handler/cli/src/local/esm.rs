@@ -19,7 +19,7 @@ use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
 use lambda_runtime::{Context as LambdaContext, LambdaEvent};
 
-use crate::clock::SystemClock;
+use cfn_once::clock::SystemClock;
 use cfn_once_core::clock::Clock;
 
 /// Pause after a failed poll before trying again.

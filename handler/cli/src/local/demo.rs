@@ -24,14 +24,14 @@ use cfn_once_core::request::RequestKey;
 use cfn_once_core::response::ResponseBody;
 use serde_json::Value;
 
-use crate::adapters::dynamodb_lease::DynamoLeaseStore;
-use crate::clock::random_seed;
 use crate::local::drill::{self, DrillOptions, DrillTarget};
 use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
 use crate::local::moto::MotoServer;
 use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
 use crate::local::provision;
 use crate::local::report::status_name;
+use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
+use cfn_once::clock::random_seed;
 
 /// The sample requests, in the order a stack's life would send them.
 pub const SAMPLE_EVENTS: [&str; 6] = [

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use cfn_once_core::decision::Role;
 use cfn_once_core::worker::Ports;
 
-use crate::app::{App, Observer};
 use crate::local::environment::LocalEnvironment;
 use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
 use crate::local::worker::RegionalWorker;
+use cfn_once::app::{App, Observer};
 
 /// The local event source mapping's settings: batches of 10, a 1 s long poll, a 60 s function
 /// timeout.
@@ -72,7 +72,9 @@ impl RegionPair {
     ) -> anyhow::Result<RegionalWorker> {
         let config = env.config(role, overrides)?;
         let sdk = env.sdk(env.region(role)).await;
-        let mut app = App::from_config_with(&config, &sdk, customize)?;
+        // What the stock function serves (handler/src/main.rs).
+        let router = cfn_once::providers::standard_router(&config, &sdk);
+        let mut app = App::from_config_with(&config, &sdk, router, customize)?;
         if let Some(observer) = observer {
             app = app.observed(observer);
         }

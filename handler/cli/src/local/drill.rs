@@ -23,13 +23,13 @@ use cfn_once_core::response::{ResponseBody, Status};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::adapters::arc::ArcCluster;
-use crate::adapters::control_table::TableControl;
-use crate::adapters::dynamodb_lease::DynamoLeaseStore;
-use crate::clock::{SystemClock, random_seed};
-use crate::config::ArcEndpoint;
 use crate::local::environment::{EnvFile, s3_client};
 use crate::local::provision;
+use cfn_once::adapters::arc::ArcCluster;
+use cfn_once::adapters::control_table::TableControl;
+use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
+use cfn_once::clock::{SystemClock, random_seed};
+use cfn_once::config::ArcEndpoint;
 
 /// What to drill.
 #[derive(Debug, Clone)]

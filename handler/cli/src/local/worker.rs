@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::app::App;
 use crate::local::esm::LocalEventSourceMapping;
+use cfn_once::app::App;
 
 /// A regional worker.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl RegionalWorker {
         let (stop, stopped) = oneshot::channel::<()>();
         let (app, esm) = (Arc::clone(&self.app), self.esm.clone());
         let task = tokio::spawn(async move {
-            let handler = |event| crate::lambda::handle(&app, event);
+            let handler = |event| cfn_once::lambda::handle(&app, event);
             esm.run(handler, async { drop(stopped.await) }, |report| {
                 if let Err(error) = report {
                     tracing::warn!(error = format!("{error:#}"), "event source mapping poll failed");

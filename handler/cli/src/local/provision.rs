@@ -11,7 +11,7 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::types::{BucketVersioningStatus, ObjectVersion, VersioningConfiguration};
 use aws_sdk_sqs::types::QueueAttributeName;
 
-use crate::adapters::dynamodb_lease::KEY_ATTRIBUTES;
+use cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
 
 /// SDK configuration for a local endpoint: fixed test credentials, the given region.
 pub async fn sdk_config(endpoint_url: &str, region: &str) -> SdkConfig {

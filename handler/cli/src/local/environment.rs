@@ -15,8 +15,8 @@ use aws_sdk_dynamodb::types::KeyType;
 use cfn_once_core::decision::Role;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
 use crate::local::provision::{self, QueuePair, QueueSettings};
+use cfn_once::config::Config;
 
 /// Where the customer's stack (and the ServiceToken topic) lives.
 pub const CUSTOMER_REGION: &str = "us-east-2";

@@ -1,0 +1,308 @@
+//! The `cfn-once` command line: the tools around the Lambda function (which is the separate,
+//! lean `cfn-once-lambda` binary). `cfn-once local`, `cfn-once demo` and `cfn-once drill` run the
+//! same handler on local AWS and exercise failover; the drill also runs against deployed stacks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use cfn_once::config::ArcEndpoint;
+use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
+use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
+use cfn_once_cli::local::moto::MotoServer;
+use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cfn-once",
+    version,
+    about = "CloudFormation custom resources answered exactly once, from whichever of two regions is alive"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run both regions on local AWS (moto) until stopped, printing a line per request handled
+    ///
+    /// Provisions the ServiceToken topic (customer region us-east-2), a queue and DLQ in the
+    /// primary (us-east-1) and the secondary (us-west-2, delayed) region, the lease table and a
+    /// response bucket; runs one handler per region behind a local event source mapping; and
+    /// writes the environment to --env-file so tests, `cfn-once drill` or the AWS CLI can send
+    /// events. Stop it with Ctrl-C.
+    Local(LocalArgs),
+    /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
+    /// primary outage
+    ///
+    /// Starts moto (unless --endpoint-url is given), provisions both regions, sends the sample
+    /// requests as CloudFormation would (published to the topic, with presigned ResponseURLs),
+    /// shows which region answered each and how fast, runs a drill, stops the primary's worker
+    /// and times the secondary's takeover. Exits 0 only if every request was answered exactly
+    /// once and the DLQs are empty.
+    Demo(DemoArgs),
+    /// Fail over to the secondary region and back, through the real path, and report
+    ///
+    /// Flips the active-region control (the control#active item in the lease table, or ARC
+    /// routing controls) to the secondary, sends a probe custom resource through the topic and
+    /// checks which region answered and how fast; flips back and checks again. Works on the
+    /// local environment (--env) or on deployed stacks (the target flags). Exits 0 only if both
+    /// probes were answered once by the expected region.
+    Drill(Box<DrillArgs>),
+}
+
+#[derive(Debug, Args)]
+struct MotoArgs {
+    /// Use the moto server at this URL instead of starting one.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
+    /// The Python interpreter with moto[server] installed (`make venv` creates it).
+    #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
+    python: PathBuf,
+    /// The secondary queue's DelaySeconds: how long the primary has before the secondary acts.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    secondary_delay_s: u32,
+}
+
+#[derive(Debug, Args)]
+struct LocalArgs {
+    #[command(flatten)]
+    moto: MotoArgs,
+    /// Where to write the environment's description.
+    #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
+    env_file: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    #[command(flatten)]
+    moto: MotoArgs,
+    /// Where the sample requests are.
+    #[arg(long, value_name = "DIR", default_value = "events")]
+    events: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct DrillArgs {
+    /// Drill the local environment described by this file (written by `cfn-once local`).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["topic_arn", "table"])]
+    env: Option<PathBuf>,
+    /// The ServiceToken topic.
+    #[arg(long, value_name = "ARN")]
+    topic_arn: Option<String>,
+    /// The region of the topic (the customer's stack region).
+    #[arg(long, value_name = "REGION")]
+    customer_region: Option<String>,
+    /// The primary handler region.
+    #[arg(long, value_name = "REGION")]
+    primary_region: Option<String>,
+    /// The secondary handler region.
+    #[arg(long, value_name = "REGION")]
+    secondary_region: Option<String>,
+    /// The lease table.
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
+    /// The region of the table replica to use (default: the primary region).
+    #[arg(long, value_name = "REGION")]
+    table_region: Option<String>,
+    /// An S3 bucket the drill may write probe responses to.
+    #[arg(long, value_name = "NAME")]
+    response_bucket: Option<String>,
+    /// The bucket's region (default: the customer region).
+    #[arg(long, value_name = "REGION")]
+    bucket_region: Option<String>,
+    /// A local AWS endpoint, for a hand-made local target.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
+    /// How to flip the active region: the table's control item, or ARC routing controls.
+    #[arg(long, value_name = "table|arc", default_value = "table")]
+    control: String,
+    /// ARC cluster endpoints, region=url, comma-separated (with --control arc).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    arc_endpoints: Vec<String>,
+    /// The primary region's routing control (with --control arc).
+    #[arg(long, value_name = "ARN")]
+    primary_routing_control: Option<String>,
+    /// The secondary region's routing control (with --control arc).
+    #[arg(long, value_name = "ARN")]
+    secondary_routing_control: Option<String>,
+    /// Wait after each flip, at least the handlers' CFN_ONCE_CONTROL_CACHE_MS (default: 1500
+    /// with --env, else 6000).
+    #[arg(long, value_name = "MS")]
+    settle_ms: Option<u64>,
+    /// How long a probe may take to be answered (it includes the secondary queue's delay).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    timeout_s: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Local(args) => run_local(args).await,
+        Command::Demo(args) => run_demo(args).await,
+        Command::Drill(args) => run_drill(*args).await,
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("cfn-once: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Only problems reach the terminal: the local tools print their own progress.
+fn init_terminal_logging() {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A moto at `--endpoint-url`, or a new one (kept alive by the returned handle).
+fn moto(args: &MotoArgs) -> anyhow::Result<(Option<MotoServer>, String)> {
+    match &args.endpoint_url {
+        Some(endpoint) => Ok((None, endpoint.clone())),
+        None => {
+            let server = MotoServer::start(&args.python)?;
+            let endpoint = server.endpoint().to_owned();
+            Ok((Some(server), endpoint))
+        }
+    }
+}
+
+async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let (_moto, endpoint) = moto(&args.moto)?;
+    let options = EnvironmentOptions {
+        name: format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
+        secondary_delay_s: args.moto.secondary_delay_s,
+        visibility_timeout_s: cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
+        max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+        raw_delivery: false,
+    };
+    let env = LocalEnvironment::provision(&endpoint, &options).await?;
+    env.file.write(&args.env_file)?;
+    let mut pair =
+        RegionPair::start(&env, &LOCAL_SETTINGS, |role| Some(printing_observer(env.region(role), role))).await?;
+    let file = &env.file;
+    println!("cfn-once local: two regions on {endpoint}");
+    println!("  ServiceToken topic   {}", file.topic_arn);
+    println!("  primary   {}  queue {}", file.primary_region, file.queues.primary);
+    println!(
+        "  secondary {}  queue {} (delay {} s)",
+        file.secondary_region, file.queues.secondary, env.secondary_delay_s
+    );
+    println!("  lease table {}, response bucket {}", file.table_name, file.response_bucket);
+    println!(
+        "  environment written to {}; try `cfn-once drill --env {}`",
+        args.env_file.display(),
+        args.env_file.display()
+    );
+    println!("handling requests; Ctrl-C to stop");
+    shutdown_signal().await;
+    println!("stopping");
+    pair.stop().await;
+    let _ = std::fs::remove_file(&args.env_file);
+    Ok(true)
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => return drop(interrupt.await),
+        };
+        tokio::select! {
+            _ = interrupt => {},
+            _ = terminate.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    drop(interrupt.await);
+}
+
+async fn run_demo(args: DemoArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let options = cfn_once_cli::local::demo::DemoOptions {
+        endpoint_url: args.moto.endpoint_url,
+        python: args.moto.python,
+        events_dir: args.events,
+        secondary_delay_s: args.moto.secondary_delay_s,
+    };
+    cfn_once_cli::local::demo::run(options).await
+}
+
+async fn run_drill(args: DrillArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let (target, default_settle_ms) = drill_target(&args)?;
+    let options = DrillOptions {
+        settle_ms: args.settle_ms.unwrap_or(default_settle_ms),
+        answer_timeout_ms: args.timeout_s * 1000,
+    };
+    let quiet = args.json;
+    let report = cfn_once_cli::local::drill::run(&target, options, |line| {
+        if !quiet {
+            eprintln!(".. {line}");
+        }
+    })
+    .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(report.passed)
+}
+
+fn drill_target(args: &DrillArgs) -> anyhow::Result<(DrillTarget, u64)> {
+    let (mut target, settle_ms) = match &args.env {
+        Some(path) => (DrillTarget::from_env_file(&EnvFile::read(path)?), LOCAL_SETTLE_MS),
+        None => {
+            let required = |value: &Option<String>, flag: &str| {
+                value.clone().ok_or_else(|| anyhow::anyhow!("{flag} is required without --env"))
+            };
+            let customer_region = required(&args.customer_region, "--customer-region")?;
+            let primary_region = required(&args.primary_region, "--primary-region")?;
+            let target = DrillTarget {
+                topic_arn: required(&args.topic_arn, "--topic-arn")?,
+                secondary_region: required(&args.secondary_region, "--secondary-region")?,
+                table_name: required(&args.table, "--table")?,
+                table_region: args.table_region.clone().unwrap_or_else(|| primary_region.clone()),
+                response_bucket: required(&args.response_bucket, "--response-bucket")?,
+                bucket_region: args.bucket_region.clone().unwrap_or_else(|| customer_region.clone()),
+                endpoint_url: args.endpoint_url.clone(),
+                control: DrillControl::Table,
+                customer_region,
+                primary_region,
+            };
+            (target, cfn_once::config::CONTROL_CACHE_MS_DEFAULT + 1_000)
+        }
+    };
+    target.control = match args.control.as_str() {
+        "table" => DrillControl::Table,
+        "arc" => DrillControl::Arc {
+            endpoints: ArcEndpoint::parse_list(&args.arc_endpoints).map_err(anyhow::Error::msg)?,
+            primary_routing_control_arn: args
+                .primary_routing_control
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("--primary-routing-control is required with --control arc"))?,
+            secondary_routing_control_arn: args
+                .secondary_routing_control
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("--secondary-routing-control is required with --control arc"))?,
+        },
+        other => anyhow::bail!("--control is {other:?}: expected table or arc"),
+    };
+    Ok((target, settle_ms))
+}

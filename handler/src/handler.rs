@@ -1,0 +1,158 @@
+//! The entry point of a Lambda function built on cfn-once: one builder, providers registered by
+//! ResourceType, then [`Handler::run`], in the shape of `lambda_runtime::run(service_fn(..))`.
+//!
+//! [`Handler::from_env`] installs the JSON logs, reads the configuration once (naming every
+//! missing or malformed variable in one error), and [`Handler::run`] loads the AWS SDK
+//! configuration once, builds the clients once and serves SQS batches until Lambda stops the
+//! process. The same entry serves the lease table's sweeper: with `CFN_ONCE_MODE=sweeper` the
+//! function sweeps instead, and needs only `AWS_REGION` and `CFN_ONCE_TABLE`.
+
+use aws_config::SdkConfig;
+use cfn_once_core::provider::{Provider, Router};
+use lambda_runtime::{LambdaEvent, service_fn};
+
+use crate::app::App;
+use crate::config::{self, Config, ConfigError, Mode, SweeperConfig};
+
+/// Why a function built on cfn-once could not start or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The environment does not configure the function; the message names every problem.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Something the function needs at start could not be set up (the metrics recorder, the
+    /// HTTP client).
+    #[error("cannot start: {0}")]
+    Setup(String),
+    /// The Lambda runtime stopped: the Runtime API failed, or the function was misconfigured.
+    #[error("the Lambda runtime stopped: {0}")]
+    Runtime(String),
+}
+
+/// A registration applied to the router when the function starts, in the order given, with the
+/// AWS SDK configuration the function loaded.
+type Registration = Box<dyn FnOnce(Router, &SdkConfig) -> Router + Send>;
+
+/// What the function is: the request handler or the sweeper, each with its configuration.
+enum Role {
+    Requests(Box<Config>),
+    Sweeper(SweeperConfig),
+}
+
+/// The function: its configuration and the providers it serves.
+///
+/// ```no_run
+/// use cfn_once::Handler;
+///
+/// # async fn start() -> Result<(), cfn_once::Error> {
+/// Handler::from_env()?.with_standard_providers().run().await
+/// # }
+/// ```
+pub struct Handler {
+    role: Role,
+    standard: bool,
+    registrations: Vec<Registration>,
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let role = match &self.role {
+            Role::Requests(_) => "requests",
+            Role::Sweeper(_) => "sweeper",
+        };
+        f.debug_struct("Handler")
+            .field("role", &role)
+            .field("standard_providers", &self.standard)
+            .field("providers", &self.registrations.len())
+            .finish()
+    }
+}
+
+impl Handler {
+    /// Installs the JSON logs (level from `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then INFO)
+    /// and reads the configuration from the environment: the `CFN_ONCE_*` variables, or with
+    /// `CFN_ONCE_MODE=sweeper` the sweeper's. Every problem is logged and named in the error.
+    pub fn from_env() -> Result<Self, Error> {
+        crate::logging::init_json(config::log_level());
+        let role = match config::mode() {
+            Ok(Mode::Sweeper) => SweeperConfig::from_env().map(Role::Sweeper),
+            Ok(Mode::Handler) => Config::from_env().map(|config| Role::Requests(Box::new(config))),
+            Err(error) => Err(error),
+        }
+        .inspect_err(|error| tracing::error!(%error, "cannot start"))?;
+        Ok(Self { role, standard: false, registrations: Vec::new() })
+    }
+
+    /// A handler for requests with `config`, as [`Handler::from_env`] would read it (tests and
+    /// tools that configure the function themselves).
+    pub fn with_config(config: Config) -> Self {
+        Self { role: Role::Requests(Box::new(config)), standard: false, registrations: Vec::new() }
+    }
+
+    /// Serves `resource_type` (for example `Custom::BucketPolicy`) with `provider`. A later
+    /// registration of the same type replaces an earlier one, a standard provider included.
+    pub fn provider<P: Provider>(self, resource_type: &str, provider: P) -> Self {
+        self.provider_with(resource_type, move |_| provider)
+    }
+
+    /// Serves `resource_type` with the provider `make` builds from the AWS SDK configuration the
+    /// function loads once at start (region, credentials), for providers that call AWS.
+    pub fn provider_with<P: Provider>(
+        mut self,
+        resource_type: &str,
+        make: impl FnOnce(&SdkConfig) -> P + Send + 'static,
+    ) -> Self {
+        let resource_type = resource_type.to_owned();
+        self.registrations
+            .push(Box::new(move |router: Router, sdk: &SdkConfig| router.register(&resource_type, make(sdk))));
+        self
+    }
+
+    /// Also serves the providers cfn-once ships: `Custom::Echo`, and `Custom::DynamoDBItem`
+    /// (which writes only the tables `CFN_ONCE_ITEM_TABLES` allows; none by default).
+    pub fn with_standard_providers(mut self) -> Self {
+        self.standard = true;
+        self
+    }
+
+    /// The providers this handler serves, on `sdk`'s AWS configuration.
+    pub fn router(self, config: &Config, sdk: &SdkConfig) -> Router {
+        let router = if self.standard { crate::providers::standard_router(config, sdk) } else { Router::new() };
+        self.registrations.into_iter().fold(router, |router, register| register(router, sdk))
+    }
+
+    /// Loads the AWS SDK configuration (region, credentials, endpoint) and serves Lambda
+    /// invocations until the runtime stops.
+    pub async fn run(self) -> Result<(), Error> {
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let config = match &self.role {
+            Role::Sweeper(config) => return run_sweeper(config, &sdk).await,
+            Role::Requests(config) => Config::clone(config),
+        };
+        let metrics = crate::metrics::install(&config.region, config.role.as_str())
+            .map_err(|error| Error::Setup(error.to_string()))?;
+        let router = self.router(&config, &sdk);
+        let app = App::from_config(&config, &sdk, router).map_err(|error| Error::Setup(format!("{error:#}")))?;
+        let app = &app.with_metrics(metrics);
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle(app, event)))
+            .await
+            .map_err(|error| Error::Runtime(error.to_string()))
+    }
+}
+
+/// The scheduled sweeper: one sweep per invocation, within the invocation's time.
+async fn run_sweeper(config: &SweeperConfig, sdk: &SdkConfig) -> Result<(), Error> {
+    use cfn_once_core::clock::Clock;
+    let client = aws_sdk_dynamodb::Client::new(sdk);
+    let (client, table) = (&client, config.table_name.as_str());
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
+        // Keep 10 s of the invocation to finish the page in hand and report.
+        let left_ms = event.context.deadline.saturating_sub(crate::clock::SystemClock.now_ms());
+        let stop_at = std::time::Instant::now() + std::time::Duration::from_millis(left_ms.saturating_sub(10_000));
+        let report = crate::sweeper::sweep(client, table, crate::clock::SystemClock.now_ms(), stop_at).await?;
+        tracing::info!(?report, "sweep done");
+        Ok::<_, lambda_runtime::Error>(serde_json::to_value(report)?)
+    }))
+    .await
+    .map_err(|error| Error::Runtime(error.to_string()))
+}
