@@ -4,7 +4,7 @@
 //! A provider author's whole `main.rs`:
 //!
 //! ```no_run
-//! use cfn_once::{Provider, ProviderContext, ProviderError, ProviderOutput, async_trait};
+//! use cfn_once::{Provider, ProviderContext, ProviderError, ProviderOutput, Step, async_trait};
 //! use serde::Deserialize;
 //!
 //! #[derive(Deserialize)]
@@ -19,8 +19,9 @@
 //! impl Provider for BucketPolicy {
 //!     type Properties = Properties;
 //!
-//!     async fn create(&self, _ctx: &ProviderContext, props: Properties) -> Result<ProviderOutput, ProviderError> {
-//!         Ok(ProviderOutput { physical_resource_id: Some(format!("policy-{}", props.bucket_name)), ..Default::default() })
+//!     async fn create(&self, _ctx: &ProviderContext, props: Properties) -> Result<Step, ProviderError> {
+//!         let id = format!("policy-{}", props.bucket_name);
+//!         Ok(ProviderOutput { physical_resource_id: Some(id), ..Default::default() }.into())
 //!     }
 //!
 //!     async fn update(
@@ -29,12 +30,12 @@
 //!         _id: &str,
 //!         props: Properties,
 //!         _old: Option<Properties>,
-//!     ) -> Result<ProviderOutput, ProviderError> {
+//!     ) -> Result<Step, ProviderError> {
 //!         self.create(ctx, props).await
 //!     }
 //!
-//!     async fn delete(&self, _ctx: &ProviderContext, _id: &str, _props: Properties) -> Result<(), ProviderError> {
-//!         Ok(())
+//!     async fn delete(&self, _ctx: &ProviderContext, _id: &str, _props: Properties) -> Result<Step<()>, ProviderError> {
+//!         Ok(Step::Done(()))
 //!     }
 //! }
 //!
@@ -51,7 +52,8 @@
 //! Build it with `cargo lambda build --release --arm64` and deploy it with the templates in
 //! `infra/` (the README's "Write your own provider"). With the `testing` feature,
 //! [`testing::ProviderTest`](cfn_once_core::kit::ProviderTest) runs a provider through the real protocol in memory, in
-//! microseconds: duplicates, a takeover mid-run, Delete after a failed Create.
+//! microseconds: duplicates, a takeover mid-run, Delete after a failed Create, and a provider
+//! that answers [`Step::InProgress`] followed through its polls.
 //!
 //! This crate is the shell around `cfn_once_core`, which does no I/O: [`config`] reads the
 //! environment once, [`handler`] is the entry ([`Handler`]), [`app`] wires the adapters,
@@ -82,7 +84,7 @@ pub mod testing;
 pub use async_trait::async_trait;
 pub use cfn_once_core as core;
 pub use cfn_once_core::properties::{PropertyError, from_properties};
-pub use cfn_once_core::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput};
+pub use cfn_once_core::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
 pub use fenced::{FencedTable, FencedWriteError};
 pub use handler::{Error, Handler};
 

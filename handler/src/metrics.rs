@@ -19,8 +19,12 @@ pub mod names {
     pub const LEASES_ACQUIRED: &str = "LeasesAcquired";
     /// Deliveries that found the lease held by another execution and backed off.
     pub const LEASES_CONTENDED: &str = "LeasesContended";
-    /// Leases taken from an expired holder (fence above 1).
+    /// Leases taken from an expired holder or for a new attempt (fence above 1, not a poll).
     pub const LEASES_TAKEN_OVER: &str = "LeasesTakenOver";
+    /// Leases taken to poll a provider's work in progress.
+    pub const POLLS: &str = "Polls";
+    /// Providers' in-progress answers stored, each releasing the lease until the next poll.
+    pub const WAITS: &str = "Waits";
     /// Responses PUT, by `Status`.
     pub const RESPONSES_SENT: &str = "ResponsesSent";
     /// Milliseconds from the request being sent to its response being PUT.
@@ -63,6 +67,8 @@ pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
         names::LEASES_ACQUIRED,
         names::LEASES_CONTENDED,
         names::LEASES_TAKEN_OVER,
+        names::POLLS,
+        names::WAITS,
         names::RESPONSES_SENT,
         names::FENCE_CONFLICTS,
         names::DLQ_BOUND_FAILURES,
@@ -80,12 +86,15 @@ pub struct EmfMetrics;
 impl MetricsSink for EmfMetrics {
     fn record(&self, event: MetricEvent) {
         match event {
-            MetricEvent::LeaseAcquired { fence } => {
+            MetricEvent::LeaseAcquired { fence, poll } => {
                 metrics::counter!(names::LEASES_ACQUIRED).increment(1);
-                if fence > 1 {
+                if poll {
+                    metrics::counter!(names::POLLS).increment(1);
+                } else if fence > 1 {
                     metrics::counter!(names::LEASES_TAKEN_OVER).increment(1);
                 }
             }
+            MetricEvent::Waiting => metrics::counter!(names::WAITS).increment(1),
             MetricEvent::LeaseContended => metrics::counter!(names::LEASES_CONTENDED).increment(1),
             MetricEvent::ResponseSent { status, latency_ms } => {
                 let status = match status {

@@ -16,30 +16,39 @@ use cfn_once_core::worker::{Disposition, Done, Handled, Ports};
 
 use crate::{Sent, live_request, moto, unique};
 
-/// What one region's worker did, in order.
+/// What one region's worker did, in order, with when it finished each record.
 #[derive(Debug, Clone, Default)]
-pub struct Observed(Arc<Mutex<Vec<Handled>>>);
+pub struct Observed(Arc<Mutex<Vec<(Instant, Handled)>>>);
 
 impl Observed {
     fn observer(&self) -> Observer {
         let log = Arc::clone(&self.0);
-        Arc::new(move |handled: &Handled| log.lock().expect("observed").push(handled.clone()))
+        Arc::new(move |handled: &Handled| log.lock().expect("observed").push((Instant::now(), handled.clone())))
     }
 
     /// How many requests this worker answered (committed and PUT).
     pub fn answered(&self) -> usize {
         let log = self.0.lock().expect("observed");
-        log.iter().filter(|handled| matches!(handled.disposition, Disposition::Done(Done::Answered { .. }))).count()
+        log.iter()
+            .filter(|(_, handled)| matches!(handled.disposition, Disposition::Done(Done::Answered { .. })))
+            .count()
     }
 
     /// Every disposition for `sent`'s request, in order.
     pub fn dispositions(&self, sent: &Sent) -> Vec<Disposition> {
+        self.timeline(sent).into_iter().map(|(_, disposition)| disposition).collect()
+    }
+
+    /// Every disposition for `sent`'s request, with when it was reached, in order.
+    pub fn timeline(&self, sent: &Sent) -> Vec<(Instant, Disposition)> {
         self.0
             .lock()
             .expect("observed")
             .iter()
-            .filter(|handled| handled.request.as_ref().is_some_and(|r| r.request_id == sent.request_key.request_id))
-            .map(|handled| handled.disposition.clone())
+            .filter(|(_, handled)| {
+                handled.request.as_ref().is_some_and(|r| r.request_id == sent.request_key.request_id)
+            })
+            .map(|(at, handled)| (*at, handled.disposition.clone()))
             .collect()
     }
 }

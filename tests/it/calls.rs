@@ -79,3 +79,63 @@ async fn a_batch_of_ten_on_a_cold_cache_reads_the_control_once() {
     println!("control reads for a 10-record batch on a cold cache: {control_reads}");
     assert_eq!(control_reads, 1, "one read, shared by the batch's ten records");
 }
+
+/// A provider that answers in progress costs, per poll, two conditional writes (the acquire of
+/// the due poll and the wait that stores the next state and releases the lease), one
+/// ChangeMessageVisibility that brings the message back at the next poll, and one receive; no
+/// reads and no heartbeats. The last poll commits and marks delivered as a short request does.
+/// Counted on the wire, through a proxy in front of every AWS call the handler makes; receives
+/// are the event source mapping's, counted by its batches.
+#[tokio::test]
+async fn a_long_running_request_costs_two_writes_and_one_visibility_change_per_poll() {
+    let region = LocalRegion::new(Options::default()).await;
+    let proxy = FaultProxy::start(&region.endpoint);
+    let app = region.app_behind(&proxy, &region.config(&[]), Router::new().register(ECHO_TYPE, Echo)).await;
+    let esm = region.esm(10).await;
+    let mut sent = region.request("create-echo-long.json").await;
+    // Polled at the backoff floor (4 s) for 8 s: two polls.
+    sent.request["ResourceProperties"]["InProgressForS"] = "8".into();
+    sent.request["ResourceProperties"]["PollIntervalS"] = "1".into();
+    region.publish(&sent).await;
+    let started = std::time::Instant::now();
+    let mut receives = 0;
+    let answer = loop {
+        receives += esm.poll_once(&handler(&app)).await.expect("poll").received;
+        if let Some(first) = region.responses(&sent).await.into_iter().next() {
+            break first;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no answer within a minute");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let body = cfn_once_core::response::ResponseBody::parse(&answer).expect("a response");
+    let polls: usize = body.data["Polls"].as_str().and_then(|p| p.parse().ok()).expect("Polls in Data");
+    let count = |operation: &str, text: &str| proxy.count(&Match::OperationWith(operation.into(), text.into()));
+    let acquires = count("UpdateItem", "ADD #fence");
+    let waits = count("UpdateItem", "#poll_state = :poll_state");
+    let commits = count("UpdateItem", "#response = :response");
+    let delivered = count("UpdateItem", "#delivered = :true");
+    let visibility = proxy.count(&Match::Operation("ChangeMessageVisibility".into()));
+    let control_reads = count("GetItem", "control#active");
+    let record_reads = proxy.count(&Match::Operation("GetItem".into())) - control_reads;
+    let everything = proxy.count(&Match::Any);
+    println!(
+        "a request in progress for 8 s, {polls} polls: {acquires} acquires, {waits} waits, {commits} commit, \
+         {delivered} mark delivered, {visibility} ChangeMessageVisibility, {receives} receives, \
+         {control_reads} control reads (cached {} s), {everything} calls in all (PUT included)",
+        cfn_once_core::config::CONTROL_CACHE_MS_DEFAULT / 1000
+    );
+    println!(
+        "per poll: 2 conditional writes (acquire + wait), 1 ChangeMessageVisibility, 1 receive; \
+         the last poll: acquire + commit + mark delivered"
+    );
+    assert_eq!(polls, 2, "polls at 4 s and 8 s");
+    assert_eq!((acquires, waits, commits, delivered), (1 + polls, polls, 1, 1));
+    assert_eq!(visibility, polls, "each wait brings its message back once");
+    assert_eq!(receives, 1 + polls);
+    assert_eq!(record_reads, 0, "no reads of the lease record");
+    assert!(control_reads <= receives, "the primary's control reads are cached: {control_reads}");
+    assert_eq!(count("UpdateItem", "ADD #heartbeat"), 0, "nobody heartbeats a wait");
+    // Every call the handler made: the writes, the visibility changes, the control reads and
+    // the one PUT.
+    assert_eq!(everything, acquires + waits + commits + delivered + visibility + control_reads + 1);
+}

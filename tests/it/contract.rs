@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use cfn_once_core::fingerprint::Fingerprint;
-use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, Viewer, admits};
+use cfn_once_core::lease::{
+    Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, PollRecord, Seen, Viewer, admits,
+};
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
 use cfn_once_tests::{LocalRegion, Options, unique};
@@ -40,6 +42,18 @@ fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_m
         lease_until_ms: now_ms + LEASE_MS,
         skew_ms: SKEW_MS,
         expires_ms: now_ms + 86_400_000,
+        poll_lag_ms: 0,
+    }
+}
+
+/// Work in progress of attempt `fingerprint`, due at `poll_at_ms`.
+fn poll(fingerprint: &str, poll_at_ms: u64, polls: u32) -> PollRecord {
+    PollRecord {
+        fingerprint: fp(fingerprint),
+        state: format!(r#"{{"operation":"op-{polls}","note":"ünïcode \"quoted\""}}"#),
+        poll_at_ms,
+        waiting_since_ms: T0,
+        polls,
     }
 }
 
@@ -206,6 +220,64 @@ async fn concurrent_acquires_grant_one_lease(store: Arc<dyn LeaseStore>) {
     assert_eq!(granted, vec![1], "exactly one racer wins");
 }
 
+async fn a_wait_stores_the_state_releases_the_lease_and_is_fenced(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    let first = poll("a", T0 + 30_000, 0);
+    assert_eq!(store.wait(&key, 1, &first, T0 + 1_000).await.expect("wait"), Conditional::Applied);
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.state, record.fence, record.lease_until_ms), (LeaseState::Waiting, 1, T0 + 1_000));
+    assert_eq!(record.poll.as_ref(), Some(&first), "the state is stored exactly");
+    // Waiting is not running: no heartbeat, commit or second wait under the old fence.
+    assert!(matches!(store.heartbeat(&key, 1, T0 + 9_000, T0 + 2_000).await.expect("hb"), Conditional::Refused(_)));
+    assert!(matches!(store.commit(&key, 1, b"x", T0 + 2_000).await.expect("commit"), Conditional::Refused(_)));
+    assert!(matches!(store.wait(&key, 1, &first, T0 + 2_000).await.expect("wait"), Conditional::Refused(_)));
+    // Not due: refused, with the record. Due: a new fence, and the state to poll with.
+    match store.acquire(&acquire(&key, "a", "west/1", T0 + 29_999)).await.expect("acquire") {
+        Acquire::Refused(refused) => assert_eq!(*refused, record),
+        other => panic!("a poll not due was granted: {other:?}"),
+    }
+    let lagging = AcquireRequest { poll_lag_ms: 5_000, ..acquire(&key, "a", "west/1", T0 + 34_999) };
+    assert!(matches!(store.acquire(&lagging).await.expect("acquire"), Acquire::Refused(_)), "not past the lag");
+    match store.acquire(&acquire(&key, "a", "west/1", T0 + 30_000)).await.expect("acquire") {
+        Acquire::Acquired { fence, took_over, poll } => {
+            assert_eq!((fence, took_over, poll), (2, true, Some(first.clone())))
+        }
+        other => panic!("a due poll was refused: {other:?}"),
+    }
+    let polling = store.read(&key).await.expect("read").expect("record");
+    assert_eq!(
+        (polling.state, polling.poll.as_ref()),
+        (LeaseState::Running, Some(&first)),
+        "kept for a crash mid-poll"
+    );
+    // S2: the stale holder cannot store its state over the poller's.
+    let stale = poll("a", T0 + 99_000, 7);
+    assert!(matches!(store.wait(&key, 1, &stale, T0 + 31_000).await.expect("wait"), Conditional::Refused(_)));
+    let second = poll("a", T0 + 60_000, 1);
+    assert_eq!(store.wait(&key, 2, &second, T0 + 31_000).await.expect("wait"), Conditional::Applied);
+    assert_eq!(store.read(&key).await.expect("read").expect("record").poll, Some(second.clone()));
+    // The last poll commits; the commit clears the work in progress.
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/2", T0 + 60_000)).await;
+    assert_eq!(store.commit(&key, 3, b"done", T0 + 61_000).await.expect("commit"), Conditional::Applied);
+    let done = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((done.state, done.poll, done.response), (LeaseState::Committed, None, Some(b"done".to_vec())));
+}
+
+async fn a_new_attempt_replaces_a_wait_at_once(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    store.wait(&key, 1, &poll("a", T0 + 600_000, 0), T0).await.expect("wait");
+    // CloudFormation gave up on attempt a and retried the deployment: b need not wait for a's poll.
+    match store.acquire(&sent_at(&key, "b", "east/2", T0 + 1_000, T0 + 1_000)).await.expect("acquire") {
+        Acquire::Acquired { fence, took_over, poll } => assert_eq!((fence, took_over, poll), (2, false, None)),
+        other => panic!("{other:?}"),
+    }
+    let record = store.read(&key).await.expect("read").expect("record");
+    let viewer = Viewer { fingerprint: &fp("a"), sent_ms: T0, owner: "east/9" };
+    assert_eq!(record.seen_by(&viewer, T0 + 700_000, SKEW_MS), Seen::Superseded, "a's poll is dropped");
+}
+
 async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
     // Reachable states, built through the store's own operations.
     async fn state(store: &dyn LeaseStore, which: &str) -> RequestKey {
@@ -218,6 +290,10 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
             "committed a" => {
                 fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
                 store.commit(&key, 1, b"a", T0).await.expect("commit");
+            }
+            "waiting a" => {
+                fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
+                store.wait(&key, 1, &poll("a", T0 + LEASE_MS + SKEW_MS, 0), T0).await.expect("wait");
             }
             "running b after a" | "committed b after a" => {
                 fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
@@ -232,19 +308,21 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
         key
     }
     let mut checked = 0;
-    for which in ["absent", "running a", "committed a", "running b after a", "committed b after a"] {
+    let states = ["absent", "running a", "committed a", "waiting a", "running b after a", "committed b after a"];
+    for which in states {
         for fingerprint in ["a", "b", "c"] {
             for now in [T0 + 1, T0 + LEASE_MS + SKEW_MS, T0 + LEASE_MS + SKEW_MS + 1] {
-                for sent in [T0 - 1, T0] {
+                for (sent, lag) in [(T0 - 1, 0), (T0 - 1, 1), (T0, 0), (T0, 1)] {
                     let key = state(store.as_ref(), which).await;
-                    let request = sent_at(&key, fingerprint, "racer/1", now, sent);
+                    let request =
+                        AcquireRequest { poll_lag_ms: lag, ..sent_at(&key, fingerprint, "racer/1", now, sent) };
                     let before = store.read(&key).await.expect("read");
                     let expected = admits(before.as_ref(), &request);
                     let granted = fence_of(store.as_ref(), &request).await.is_some();
                     assert_eq!(
                         granted,
                         expected,
-                        "state {which:?}, fingerprint {fingerprint}, now {}, sent {sent}",
+                        "state {which:?}, fingerprint {fingerprint}, now {}, sent {sent}, poll lag {lag}",
                         now - T0
                     );
                     checked += 1;
@@ -252,7 +330,7 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
             }
         }
     }
-    assert_eq!(checked, 90);
+    assert_eq!(checked, 216);
 }
 
 macro_rules! contract {
@@ -288,5 +366,7 @@ contract!(
     an_older_attempt_never_takes_over_a_newer_one,
     s3_fences_strictly_increase,
     concurrent_acquires_grant_one_lease,
+    a_wait_stores_the_state_releases_the_lease_and_is_fenced,
+    a_new_attempt_replaces_a_wait_at_once,
     the_store_decides_as_admits_says,
 );

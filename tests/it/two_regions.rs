@@ -288,3 +288,129 @@ async fn storm_of_200_requests_with_the_primary_killed_and_restarted_midway() {
     assert_eq!(regions.dead_letters().await, 0, "the DLQs are empty");
     regions.stop().await;
 }
+
+/// One change of the lease record as a watcher saw it: when, who wrote it, what it said.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    at: Instant,
+    region: String,
+    fence: u64,
+    state: LeaseState,
+    polls: Option<u32>,
+}
+
+/// Reads the record every 100 ms until stopped and keeps each change.
+fn watch_record(regions: &TwoRegions, sent: &Sent) -> (Arc<std::sync::Mutex<Vec<Seen>>>, tokio::task::JoinHandle<()>) {
+    let store = cfn_once::adapters::dynamodb_lease::DynamoLeaseStore::new(
+        regions.dynamodb.clone(),
+        &regions.env.file.table_name,
+    );
+    let key = sent.request_key.clone();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
+    let log = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        use cfn_once_core::lease::LeaseStore;
+        loop {
+            if let Ok(Some(record)) = store.read(&key).await {
+                let now = Seen {
+                    at: Instant::now(),
+                    region: record.owner.split('/').next().unwrap_or_default().to_owned(),
+                    fence: record.fence,
+                    state: record.state,
+                    polls: record.poll.as_ref().map(|poll| poll.polls),
+                };
+                let mut log = log.lock().expect("watch log");
+                let changed = log.last().is_none_or(|last| (last.fence, last.state) != (now.fence, now.state));
+                if changed {
+                    log.push(now);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (seen, task)
+}
+
+#[tokio::test]
+async fn a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_primary_dies() {
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    let (primary, secondary) = (regions.env.file.primary_region.clone(), regions.env.file.secondary_region.clone());
+    // Custom::Echo in progress for 20 s, polled every 5 s.
+    let sent = regions.request("create-echo-long.json").await;
+    let (seen, watcher) = watch_record(&regions, &sent);
+    let published = Instant::now();
+    regions.publish(&sent).await;
+
+    // The primary answers in progress and polls once; then its region dies mid-wait.
+    loop {
+        let polled =
+            seen.lock().expect("watch log").iter().any(|s| s.state == LeaseState::Waiting && s.polls >= Some(1));
+        if polled {
+            break;
+        }
+        assert!(published.elapsed() < TIMEOUT, "the primary never polled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    regions.kill_primary().await;
+    let killed = Instant::now();
+
+    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(90)).await;
+    watcher.abort();
+    let parsed = ResponseBody::parse(&body).expect("body");
+    let record = regions.record(&sent).await.expect("record");
+
+    // The timeline: the record's changes and each region's dispositions, in order.
+    let mut timeline: Vec<(Instant, String)> = seen
+        .lock()
+        .expect("watch log")
+        .iter()
+        .map(|s| {
+            let what = match (s.state, s.polls) {
+                (LeaseState::Running, Some(polls)) => format!("took the poll after {polls} (RUNNING)"),
+                (LeaseState::Running, None) => "took the lease, runs the Create (RUNNING)".to_owned(),
+                (LeaseState::Waiting, Some(0)) => "answered in progress; lease released (WAITING)".to_owned(),
+                (LeaseState::Waiting, polls) => format!("poll {}: still in progress (WAITING)", polls.unwrap_or(0)),
+                (LeaseState::Committed, _) => "committed the answer".to_owned(),
+            };
+            (s.at, format!("record    {:<9}  fence {}  {what}", s.region, s.fence))
+        })
+        .collect();
+    for (region, observed) in [(&primary, &regions.primary_observed), (&secondary, &regions.secondary_observed)] {
+        for (at, disposition) in observed.timeline(&sent) {
+            timeline
+                .push((at, format!("delivery  {region:<9}  {}", cfn_once_cli::local::report::outcome(&disposition))));
+        }
+    }
+    timeline.push((killed, format!("--------  {primary:<9}  region killed (its worker and pollers)")));
+    timeline.sort_by_key(|(at, _)| *at);
+    println!("timeline of a wait that outlived its primary:");
+    for (at, line) in &timeline {
+        println!("  +{:>6.2} s  {line}", at.duration_since(published).as_secs_f64());
+    }
+    println!(
+        "answered {:?} by {} after {took:?}, Polls {}",
+        parsed.status,
+        answered_by(&regions, &record),
+        parsed.data["Polls"]
+    );
+
+    assert_eq!(parsed.status, Status::Success);
+    assert_eq!(answered_by(&regions, &record), secondary, "the secondary finished the wait");
+    let log = seen.lock().expect("watch log").clone();
+    let first_wait = log.iter().find(|s| s.state == LeaseState::Waiting).expect("a wait");
+    assert_eq!(first_wait.region, primary, "the wait began in the primary");
+    assert!(
+        log.iter().any(|s| s.at > killed && s.region == secondary && s.state == LeaseState::Running),
+        "the secondary took a poll after the kill: {log:?}"
+    );
+    assert!(took >= Duration::from_secs(20), "not before the provider's 20 s: {took:?}");
+    let polls: u32 = parsed.data["Polls"].as_str().and_then(|p| p.parse().ok()).expect("Polls");
+    assert!((3..=5).contains(&polls), "about one poll per 5 s of the 20 s: {polls}");
+
+    // The primary comes back, finds its copy answered and drops it; nothing reaches the DLQ.
+    regions.primary.start();
+    regions.drain(TIMEOUT).await;
+    assert_eq!(regions.responses(&sent).await.len(), 1, "answered once");
+    assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}

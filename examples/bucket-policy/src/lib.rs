@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use cfn_once::{Fence, FencedTable, Provider, ProviderContext, ProviderError, ProviderOutput, async_trait};
+use cfn_once::{Fence, FencedTable, Provider, ProviderContext, ProviderError, ProviderOutput, Step, async_trait};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -84,8 +84,8 @@ impl BucketPolicy<DynamoPolicyStore> {
 impl<S: PolicyStore> Provider for BucketPolicy<S> {
     type Properties = Properties;
 
-    async fn create(&self, ctx: &ProviderContext, properties: Properties) -> Result<ProviderOutput, ProviderError> {
-        self.put(ctx, properties).await
+    async fn create(&self, ctx: &ProviderContext, properties: Properties) -> Result<Step, ProviderError> {
+        self.put(ctx, properties).await.map(Step::Done)
     }
 
     async fn update(
@@ -94,9 +94,9 @@ impl<S: PolicyStore> Provider for BucketPolicy<S> {
         _physical_resource_id: &str,
         properties: Properties,
         _old_properties: Option<Properties>,
-    ) -> Result<ProviderOutput, ProviderError> {
+    ) -> Result<Step, ProviderError> {
         // Another bucket gives another id: CloudFormation then deletes the old policy itself.
-        self.put(ctx, properties).await
+        self.put(ctx, properties).await.map(Step::Done)
     }
 
     async fn delete(
@@ -104,11 +104,11 @@ impl<S: PolicyStore> Provider for BucketPolicy<S> {
         ctx: &ProviderContext,
         physical_resource_id: &str,
         properties: Properties,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<Step<()>, ProviderError> {
         // Our id names the bucket; any other id is the rollback of a Create that failed after
         // it may have written, and the properties name the bucket then.
         let bucket = physical_resource_id.strip_prefix(ID_PREFIX).unwrap_or(&properties.bucket_name);
-        self.store.delete(&ctx.fence, bucket).await
+        self.store.delete(&ctx.fence, bucket).await.map(Step::Done)
     }
 }
 

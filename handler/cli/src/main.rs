@@ -39,7 +39,8 @@ enum Command {
     ///
     /// Starts moto (unless --endpoint-url is given), provisions both regions, sends the sample
     /// requests as CloudFormation would (published to the topic, with presigned ResponseURLs),
-    /// shows which region answered each and how fast, runs a drill, stops the primary's worker
+    /// shows which region answered each and how fast (and each poll of the long-running one,
+    /// create-echo-long.json), runs a drill, stops the primary's worker
     /// and times the secondary's takeover. Exits 0 only if every request was answered exactly
     /// once and the DLQs are empty.
     Demo(DemoArgs),

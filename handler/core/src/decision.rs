@@ -9,21 +9,30 @@
 //! | COMMITTED, not delivered | PUT stored bytes¹   | PUT stored bytes¹    | PUT stored bytes¹   |
 //! | COMMITTED and delivered  | drop                | drop                 | drop                |
 //! | COMMITTED, other attempt | acquire and run     | as for none          | acquire and run     |
+//! | WAITING, poll due²       | acquire and poll    | leave the message    | acquire and poll    |
+//! | WAITING, poll not due    | back off to the poll| leave the message    | back off to the poll|
 //!
 //! ¹ Unless it was committed less than the delivery grace ago: the committer is most likely
 //! PUTting it right now, so come back when the grace ends (or at once near the deadline). A
 //! committer that crashed between commit and PUT is thus replaced after the grace, and the
 //! common case costs no second PUT.
 //!
+//! ² A provider answered in progress: nobody holds the lease between polls. A poll is due for
+//! this delivery `poll_lag_ms` after its time: no lag for the primary, a few seconds for the
+//! secondary, so that the primary polls unless it missed the poll; no lag near the deadline,
+//! where any region takes the lease to answer (FAILED with the last state, if still waiting).
+//! A WAITING record of another attempt is one CloudFormation gave up on: as for none.
+//!
 //! A standby secondary acts as an active region: its queue delays every copy, so a copy that
 //! finds no record means the primary missed it. A standby primary starts no new work, except
 //! that near the deadline any region answers FAILED rather than let the request time out. A
-//! lease this delivery holds (`Mine`) is run, or, near the deadline, answered FAILED at once.
+//! lease this delivery holds (`Mine`) is run (polled, if its attempt is waiting), or, near the
+//! deadline, answered FAILED at once.
 //! Only a standby primary needs to read the record before acting; everyone else tries to
 //! acquire and learns the record from the refusal, so no delivery both reads and acquires when
 //! one will do.
 
-use crate::lease::Seen;
+use crate::lease::{PollRecord, Seen};
 use crate::worker::Done;
 
 /// A regional deployment's configured role.
@@ -77,10 +86,13 @@ pub enum FirstStep {
 pub enum Action {
     /// Try to take the lease: nothing is stored, the lease expired, or this is a new attempt.
     Acquire,
-    /// Run the provider under this fence.
+    /// Run the provider under this fence: poll its work in progress if there is some, or call
+    /// it afresh.
     Run {
         /// The fencing token this delivery's lease holds.
         fence: u64,
+        /// The work in progress to poll.
+        poll: Option<PollRecord>,
     },
     /// Holding the lease near the deadline: commit FAILED without running the provider.
     /// `took_over` says an earlier execution may have run it.
@@ -90,6 +102,8 @@ pub enum Action {
         /// Whether an earlier execution may have run the provider, so its rollback Delete must
         /// still reach the provider.
         took_over: bool,
+        /// The work still in progress, for the Reason.
+        poll: Option<PollRecord>,
     },
     /// PUT the committed bytes and mark them delivered.
     Deliver {
@@ -104,6 +118,12 @@ pub enum Action {
     BackOff {
         /// When to look again, epoch ms: the end of the holder's lease (skew included), or of
         /// a fresh commit's delivery grace.
+        until_ms: u64,
+    },
+    /// The provider's work is in progress: come back when the next poll is due for this
+    /// delivery.
+    AwaitPoll {
+        /// When the poll is due for this delivery, epoch ms.
         until_ms: u64,
     },
     /// Standby: leave the message for the active region, and look again later.
@@ -132,21 +152,30 @@ pub struct Situation {
     pub now_ms: u64,
     /// How long a fresh commit is left to its committer to PUT.
     pub delivery_grace_ms: u64,
+    /// How long past its time a poll must be before this delivery takes it (see the table's
+    /// note ²); the acquire carries the same lag.
+    pub poll_lag_ms: u64,
 }
 
 /// The decision table.
 pub fn decide(seen: &Seen, situation: &Situation) -> Action {
-    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms } = *situation;
+    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms } = *situation;
     let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
     match seen {
         Seen::Absent | Seen::NewAttempt if starts_new_work => Action::Acquire,
         Seen::Absent | Seen::NewAttempt => Action::Leave,
         Seen::Held { until_ms } => Action::BackOff { until_ms: *until_ms },
         Seen::Expired => Action::Acquire,
-        Seen::Mine { fence, took_over } if deadline_near => {
-            Action::FailWithoutRunning { fence: *fence, took_over: *took_over }
+        Seen::Mine { fence, took_over, poll } if deadline_near => {
+            Action::FailWithoutRunning { fence: *fence, took_over: *took_over, poll: poll.clone() }
         }
-        Seen::Mine { fence, .. } => Action::Run { fence: *fence },
+        Seen::Mine { fence, poll, .. } => Action::Run { fence: *fence, poll: poll.clone() },
+        Seen::Waiting { .. } if deadline_near => Action::Acquire,
+        Seen::Waiting { .. } if !starts_new_work => Action::Leave,
+        Seen::Waiting { poll_at_ms } => {
+            let due_ms = poll_at_ms.saturating_add(poll_lag_ms);
+            if now_ms >= due_ms { Action::Acquire } else { Action::AwaitPoll { until_ms: due_ms } }
+        }
         Seen::Committed { delivered: false, committed_ms, .. }
             if !deadline_near && now_ms < committed_ms.saturating_add(delivery_grace_ms) =>
         {
@@ -171,11 +200,19 @@ mod tests {
 
     const NOW_MS: u64 = 100_000;
     const GRACE_MS: u64 = 5_000;
+    const LAG_MS: u64 = 8_000;
 
     /// One row of the table: the seen record, then the action for each column in `COLUMNS`.
     fn row(seen: Seen, deadline_near: bool, expected: [Action; 4]) {
         for ((role, activity), expected) in COLUMNS.into_iter().zip(expected) {
-            let situation = Situation { role, activity, deadline_near, now_ms: NOW_MS, delivery_grace_ms: GRACE_MS };
+            let situation = Situation {
+                role,
+                activity,
+                deadline_near,
+                now_ms: NOW_MS,
+                delivery_grace_ms: GRACE_MS,
+                poll_lag_ms: if role == Secondary && !deadline_near { LAG_MS } else { 0 },
+            };
             assert_eq!(
                 decide(&seen, &situation),
                 expected,
@@ -204,7 +241,54 @@ mod tests {
         row(committed(true, NOW_MS - 1), false, all(Drop(Done::Duplicate)));
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
         row(Seen::Superseded, false, all(Drop(Done::Superseded)));
-        row(Seen::Mine { fence: 3, took_over: true }, false, all(Run { fence: 3 }));
+        row(Seen::Mine { fence: 3, took_over: true, poll: None }, false, all(Run { fence: 3, poll: None }));
+        let poll = Some(waiting());
+        row(
+            Seen::Mine { fence: 4, took_over: true, poll: poll.clone() },
+            false,
+            all(Run { fence: 4, poll: poll.clone() }),
+        );
+    }
+
+    fn waiting() -> PollRecord {
+        PollRecord {
+            fingerprint: crate::fingerprint::Fingerprint::from_stored("a".into()),
+            state: "{}".into(),
+            poll_at_ms: NOW_MS,
+            waiting_since_ms: 0,
+            polls: 2,
+        }
+    }
+
+    #[test]
+    fn a_wait_is_polled_when_due_and_the_primary_goes_first() {
+        use Action::*;
+        // Due now: the primary polls; the secondary gives it the lag first.
+        row(
+            Seen::Waiting { poll_at_ms: NOW_MS },
+            false,
+            [Acquire, AwaitPoll { until_ms: NOW_MS + LAG_MS }, Leave, AwaitPoll { until_ms: NOW_MS + LAG_MS }],
+        );
+        // Due for everybody.
+        row(Seen::Waiting { poll_at_ms: NOW_MS - LAG_MS }, false, [Acquire, Acquire, Leave, Acquire]);
+        // Not due yet.
+        row(
+            Seen::Waiting { poll_at_ms: NOW_MS + 1 },
+            false,
+            [
+                AwaitPoll { until_ms: NOW_MS + 1 },
+                AwaitPoll { until_ms: NOW_MS + 1 + LAG_MS },
+                Leave,
+                AwaitPoll { until_ms: NOW_MS + 1 + LAG_MS },
+            ],
+        );
+        // Near the deadline anyone takes it, due or not, to answer.
+        row(Seen::Waiting { poll_at_ms: NOW_MS + 60_000 }, true, all(Acquire));
+        row(
+            Seen::Mine { fence: 5, took_over: true, poll: Some(waiting()) },
+            true,
+            all(FailWithoutRunning { fence: 5, took_over: true, poll: Some(waiting()) }),
+        );
     }
 
     #[test]
@@ -212,8 +296,16 @@ mod tests {
         use Action::*;
         row(Seen::Absent, true, all(Acquire));
         row(Seen::NewAttempt, true, all(Acquire));
-        row(Seen::Mine { fence: 3, took_over: true }, true, all(FailWithoutRunning { fence: 3, took_over: true }));
-        row(Seen::Mine { fence: 1, took_over: false }, true, all(FailWithoutRunning { fence: 1, took_over: false }));
+        row(
+            Seen::Mine { fence: 3, took_over: true, poll: None },
+            true,
+            all(FailWithoutRunning { fence: 3, took_over: true, poll: None }),
+        );
+        row(
+            Seen::Mine { fence: 1, took_over: false, poll: None },
+            true,
+            all(FailWithoutRunning { fence: 1, took_over: false, poll: None }),
+        );
         // A live holder answers by the deadline itself: its run is bounded by it.
         row(Seen::Held { until_ms: 9 }, true, all(BackOff { until_ms: 9 }));
         row(Seen::Superseded, true, all(Drop(Done::Superseded)));

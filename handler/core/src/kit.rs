@@ -5,8 +5,11 @@
 //! A provider author tests what CloudFormation and two regions will do to their provider:
 //! Create, Update and Delete with CloudFormation's stringly properties, the Delete that follows a
 //! failed Create, the same request delivered twice at once, and a takeover after a crash
-//! between the provider's run and its answer. [`FencedMap`] stands in for a fenced table
-//! (`cfn_once::FencedTable`) in the provider's own fakes.
+//! between the provider's run and its answer. A provider that answers in progress is followed
+//! through its polls: each delivery that leaves the request waiting brings the message back when
+//! the worker asked, on the manual clock, until it is answered ([`ProviderTest::provider_polls`]
+//! counts the polls). [`FencedMap`] stands in for a fenced table (`cfn_once::FencedTable`) in
+//! the provider's own fakes.
 //!
 //! ```
 //! use cfn_once_core::echo::Echo;
@@ -23,6 +26,11 @@
 //! assert_eq!(kit.provider_runs(), 2, "one run for each request, not for each copy");
 //! assert_eq!(kit.puts(&request).len(), 1, "one answer for the duplicated request");
 //! # let _ = both;
+//!
+//! // In progress for a minute, polled every 10 s: followed through its polls to the answer.
+//! let waited = kit.create("Custom::Echo", json!({"InProgressForS": "60", "PollIntervalS": "10"}));
+//! assert_eq!(waited.status(), Status::Success);
+//! assert_eq!((waited.data()["Polls"].clone(), kit.provider_polls()), (json!("6"), 6));
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,9 +44,10 @@ use crate::clock::{Clock, ManualClock};
 use crate::config::Config;
 use crate::control::FixedActivity;
 use crate::decision::{Activity, Role};
+use crate::lease::{LeaseState, LeaseStore};
 use crate::memory_store::MemoryLeaseStore;
 use crate::metrics::NoMetrics;
-use crate::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput, Router};
+use crate::provider::{Fence, Provider, ProviderContext, ProviderError, Router, Step};
 use crate::random::SplitMix64;
 use crate::request::{InputPolicy, RequestKind};
 use crate::response::{ResponseBody, Status};
@@ -63,9 +72,13 @@ pub struct ProviderTest {
     store: Arc<FaultyStore>,
     sink: Arc<RecordingSink>,
     runs: Arc<AtomicU32>,
+    polls: Arc<AtomicU32>,
     requests: u32,
     function_timeout_ms: u64,
 }
+
+/// Deliveries [`ProviderTest::deliver`] makes of one request while it waits for polls.
+const WAITING_DELIVERIES_MAX: u32 = 1_000;
 
 impl Default for ProviderTest {
     fn default() -> Self {
@@ -138,6 +151,7 @@ impl ProviderTest {
             store: Arc::new(FaultyStore::new(Arc::new(MemoryLeaseStore::new()))),
             sink: Arc::new(RecordingSink::new()),
             runs: Arc::new(AtomicU32::new(0)),
+            polls: Arc::new(AtomicU32::new(0)),
             requests: 0,
             function_timeout_ms: FUNCTION_TIMEOUT_MS,
         }
@@ -145,7 +159,7 @@ impl ProviderTest {
 
     /// Serves `resource_type` with `provider`; every call to it is counted.
     pub fn provider<P: Provider>(mut self, resource_type: &str, provider: P) -> Self {
-        let counted = Counted { inner: provider, runs: Arc::clone(&self.runs) };
+        let counted = Counted { inner: provider, runs: Arc::clone(&self.runs), polls: Arc::clone(&self.polls) };
         // No worker outlives a delivery, so the kit holds the only reference here.
         let router = Arc::try_unwrap(self.router).unwrap_or_else(|_| unreachable!("no delivery is running"));
         self.router = Arc::new(router.register(resource_type, counted));
@@ -161,6 +175,11 @@ impl ProviderTest {
     /// How many times any provider's create, update or delete ran.
     pub fn provider_runs(&self) -> u32 {
         self.runs.load(Ordering::SeqCst)
+    }
+
+    /// How many times any provider's poll ran.
+    pub fn provider_polls(&self) -> u32 {
+        self.polls.load(Ordering::SeqCst)
     }
 
     /// Moves the kit's clock forward.
@@ -236,14 +255,35 @@ impl ProviderTest {
         self.deliver(&request)
     }
 
-    /// One delivery of `request` to the primary region, run to its end.
+    /// A delivery of `request` to the primary region, run to its end; while the provider's work
+    /// is in progress, the message comes back when the worker asked (the clock moves on) and is
+    /// delivered again, until the request is answered or the message is given up.
     pub fn deliver(&mut self, request: &TestRequest) -> Answer {
         let worker = self.worker(Role::Primary, "us-east-1");
         let body = request.request.to_string();
-        let invocation = self.invocation();
-        let delivery = Delivery { body: Some(&body), receive_count: 1, sent_ms: Some(self.clock.now_ms()) };
-        let disposition = drive(&self.clock, worker.handle(delivery, &invocation));
-        self.answer(request, disposition)
+        let sent_ms = Some(self.clock.now_ms());
+        for receive_count in 1..=WAITING_DELIVERIES_MAX {
+            let invocation = self.invocation();
+            let delivery = Delivery { body: Some(&body), receive_count, sent_ms };
+            let disposition = drive(&self.clock, worker.handle(delivery, &invocation));
+            match &disposition {
+                Disposition::Retry { delay_s, .. } if self.waiting(request) => {
+                    self.clock.advance_ms(u64::from(*delay_s) * 1000);
+                }
+                _ => return self.answer(request, disposition),
+            }
+        }
+        panic!("the request was still in progress after {WAITING_DELIVERIES_MAX} deliveries")
+    }
+
+    /// Whether `request`'s record says its provider's work is in progress.
+    fn waiting(&self, request: &TestRequest) -> bool {
+        let key = crate::request::RequestKey {
+            stack_id: STACK_ID.to_owned(),
+            request_id: request.request["RequestId"].as_str().unwrap_or_default().to_owned(),
+        };
+        let record = drive(&self.clock, self.store.read(&key));
+        matches!(record, Ok(Some(record)) if record.state == LeaseState::Waiting)
     }
 
     /// `copies` deliveries of `request` at the same moment, in both regions (SQS delivers at
@@ -343,17 +383,18 @@ fn settings(role: Role, region: &str) -> Settings {
     }
 }
 
-/// A provider wrapped to count its runs.
+/// A provider wrapped to count its runs and polls.
 struct Counted<P> {
     inner: P,
     runs: Arc<AtomicU32>,
+    polls: Arc<AtomicU32>,
 }
 
 #[async_trait]
 impl<P: Provider> Provider for Counted<P> {
     type Properties = P::Properties;
 
-    async fn create(&self, ctx: &ProviderContext, properties: P::Properties) -> Result<ProviderOutput, ProviderError> {
+    async fn create(&self, ctx: &ProviderContext, properties: P::Properties) -> Result<Step, ProviderError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         self.inner.create(ctx, properties).await
     }
@@ -364,7 +405,7 @@ impl<P: Provider> Provider for Counted<P> {
         physical_resource_id: &str,
         properties: P::Properties,
         old_properties: Option<P::Properties>,
-    ) -> Result<ProviderOutput, ProviderError> {
+    ) -> Result<Step, ProviderError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         self.inner.update(ctx, physical_resource_id, properties, old_properties).await
     }
@@ -374,9 +415,14 @@ impl<P: Provider> Provider for Counted<P> {
         ctx: &ProviderContext,
         physical_resource_id: &str,
         properties: P::Properties,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<Step<()>, ProviderError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         self.inner.delete(ctx, physical_resource_id, properties).await
+    }
+
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        self.inner.poll(ctx, state).await
     }
 }
 

@@ -7,13 +7,18 @@
 //! answers, and nothing else. The rules the store must enforce atomically:
 //!
 //! * **acquire** succeeds when the record is absent, or RUNNING with `lease_until_ms` earlier
-//!   than `now - skew`, or COMMITTED for a different fingerprint; never for an attempt the
+//!   than `now - skew`, or COMMITTED for a different fingerprint, or WAITING for a different
+//!   fingerprint or with its poll due (`poll_at_ms <= now - poll lag`); never for an attempt the
 //!   record supersedes (one that held the lease before, or one sent before the record's own
 //!   attempt). It adds 1 to `fence` (S3), records the fingerprint among `attempts` and its
-//!   `sent_ms`, and returns the new fence; on refusal it returns the record as it was, so no
-//!   second read is needed;
+//!   `sent_ms`, keeps the poll fields, and returns the new fence with the poll fields as they
+//!   were (if they belong to the acquiring attempt); on refusal it returns the record as it was,
+//!   so no second read is needed;
 //! * **heartbeat** and **commit** succeed only while `fence` is the caller's and the state is
-//!   RUNNING; commit is the single commit point (S1);
+//!   RUNNING; commit is the single commit point (S1) and clears the poll fields;
+//! * **wait** succeeds only while `fence` is the caller's and the state is RUNNING: it stores a
+//!   provider's state and next poll time and releases the lease (state WAITING), so a stale
+//!   poller can never overwrite newer state (S2);
 //! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED.
 
 use std::collections::BTreeSet;
@@ -23,11 +28,15 @@ use async_trait::async_trait;
 use crate::fingerprint::Fingerprint;
 use crate::request::RequestKey;
 
-/// RUNNING while some execution holds (or held) the lease; COMMITTED once a response is stored.
+/// RUNNING while some execution holds (or held) the lease; WAITING between polls of a provider
+/// that answered in progress; COMMITTED once a response is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseState {
     /// An execution holds the lease, or held it until it expired; nothing is committed yet.
     Running,
+    /// The provider answered in progress: its state and next poll time are stored, and nobody
+    /// holds the lease until the poll is due.
+    Waiting,
     /// The response is stored, and only those bytes may ever be PUT (invariant S1).
     Committed,
 }
@@ -37,6 +46,7 @@ impl LeaseState {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Running => "RUNNING",
+            Self::Waiting => "WAITING",
             Self::Committed => "COMMITTED",
         }
     }
@@ -45,10 +55,26 @@ impl LeaseState {
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "RUNNING" => Some(Self::Running),
+            "WAITING" => Some(Self::Waiting),
             "COMMITTED" => Some(Self::Committed),
             _ => None,
         }
     }
+}
+
+/// A provider's work in progress, as stored in the lease record between polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollRecord {
+    /// The attempt that is waiting: a record's poll fields belong to this attempt only.
+    pub fingerprint: Fingerprint,
+    /// The provider's state, as JSON text (at most `provider::STATE_BYTES_MAX` bytes).
+    pub state: String,
+    /// When the next poll is due, epoch ms on the waiter's clock.
+    pub poll_at_ms: u64,
+    /// When the provider first answered in progress, epoch ms.
+    pub waiting_since_ms: u64,
+    /// Polls that have answered so far (0 after the first in-progress answer).
+    pub polls: u32,
 }
 
 /// One request's record, as stored.
@@ -86,6 +112,9 @@ pub struct LeaseRecord {
     pub updated_ms: u64,
     /// When the sweeper may delete the record (MRSC tables have no TTL).
     pub expires_ms: u64,
+    /// The provider's work in progress, if it answered in progress: kept by acquires (a poller
+    /// that crashes leaves it for the next), replaced by waits, cleared by the commit.
+    pub poll: Option<PollRecord>,
 }
 
 /// Everything an acquire needs; times are the caller's clock.
@@ -108,12 +137,21 @@ pub struct AcquireRequest {
     pub skew_ms: u64,
     /// When the sweeper may delete the record, epoch ms: now plus the retention.
     pub expires_ms: u64,
+    /// How long past its time a poll must be before this caller takes it: 0 for the primary,
+    /// a few seconds for the secondary (so the primary polls unless it missed the poll), 0 for
+    /// anyone near the deadline.
+    pub poll_lag_ms: u64,
 }
 
 impl AcquireRequest {
     /// The latest `lease_until_ms` that counts as expired for this caller.
     pub fn expired_before_ms(&self) -> u64 {
         self.now_ms.saturating_sub(self.skew_ms)
+    }
+
+    /// The latest `poll_at_ms` that counts as due for this caller.
+    pub fn poll_due_before_ms(&self) -> u64 {
+        self.now_ms.saturating_sub(self.poll_lag_ms)
     }
 }
 
@@ -127,6 +165,9 @@ pub enum Acquire {
         /// The lease was taken from an earlier execution of the same attempt, whose provider
         /// may have run (and written) before it stopped.
         took_over: bool,
+        /// The acquiring attempt's work in progress, as the record held it: poll it rather
+        /// than call the provider afresh.
+        poll: Option<PollRecord>,
     },
     /// The condition failed; the record as it was.
     Refused(Box<LeaseRecord>),
@@ -189,6 +230,16 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Conditional, StoreError>;
 
+    /// Stores a provider's work in progress and releases the lease (state WAITING), if `fence`
+    /// still holds it.
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError>;
+
     /// Records that the committed response under `fence` was PUT.
     async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError>;
 
@@ -219,6 +270,14 @@ pub enum Seen {
         fence: u64,
         /// Whether an earlier execution of this attempt may have run its provider.
         took_over: bool,
+        /// The attempt's work in progress: poll it instead of calling the provider afresh.
+        poll: Option<PollRecord>,
+    },
+    /// The provider answered in progress; nobody holds the lease until the poll at
+    /// `poll_at_ms` (the waiter's clock).
+    Waiting {
+        /// When the next poll is due, epoch ms.
+        poll_at_ms: u64,
     },
     /// Answered at `committed_ms` (the committer's clock): PUT the stored bytes unless already
     /// delivered.
@@ -255,6 +314,16 @@ impl Seen {
 }
 
 impl LeaseRecord {
+    /// The work in progress stored for `fingerprint`'s attempt, if any.
+    pub fn poll_for(&self, fingerprint: &Fingerprint) -> Option<PollRecord> {
+        self.poll.as_ref().filter(|poll| poll.fingerprint == *fingerprint).cloned()
+    }
+
+    /// When the stored poll is due (0 if a WAITING record lost its poll fields: due now).
+    fn poll_at_ms(&self) -> u64 {
+        self.poll.as_ref().map_or(0, |poll| poll.poll_at_ms)
+    }
+
     /// Whether this record's attempt is newer than the attempt `fingerprint`, sent at `sent_ms`:
     /// that attempt held the lease before, or was sent before this one. CloudFormation retries a
     /// deployment (reusing the RequestId) only after the earlier one failed, so the later-sent
@@ -273,7 +342,8 @@ impl LeaseRecord {
         }
         if self.fingerprint != *fingerprint {
             return match self.state {
-                LeaseState::Committed => Seen::NewAttempt,
+                // A newer attempt replaces one that is waiting: CloudFormation gave up on it.
+                LeaseState::Committed | LeaseState::Waiting => Seen::NewAttempt,
                 LeaseState::Running if expired => Seen::Expired,
                 LeaseState::Running => held(),
             };
@@ -289,13 +359,14 @@ impl LeaseRecord {
                     committed_ms: self.updated_ms,
                 }
             }
+            (LeaseState::Waiting, _) => Seen::Waiting { poll_at_ms: self.poll_at_ms() },
             // A COMMITTED record always carries its response; without one, treat it as running
             // so that nobody replays an empty answer.
             (LeaseState::Committed, None) | (LeaseState::Running, _) => {
                 if self.owner == owner {
                     // Whether this acquire took over from someone is not known here; only the
                     // first fence a record ever granted is certainly not a takeover.
-                    Seen::Mine { fence: self.fence, took_over: self.fence > 1 }
+                    Seen::Mine { fence: self.fence, took_over: self.fence > 1, poll: self.poll_for(fingerprint) }
                 } else if expired {
                     Seen::Expired
                 } else {
@@ -319,6 +390,7 @@ pub fn admits(record: Option<&LeaseRecord>, request: &AcquireRequest) -> bool {
     }
     match record.state {
         LeaseState::Running => record.lease_until_ms < request.expired_before_ms(),
+        LeaseState::Waiting => !same_attempt || record.poll_at_ms() <= request.poll_due_before_ms(),
         LeaseState::Committed => !same_attempt,
     }
 }
@@ -348,6 +420,21 @@ mod tests {
             created_ms: 0,
             updated_ms: 0,
             expires_ms: 0,
+            poll: None,
+        }
+    }
+
+    /// A record waiting for a poll at `poll_at_ms`, stored by attempt "a".
+    fn waiting(poll_at_ms: u64) -> LeaseRecord {
+        LeaseRecord {
+            poll: Some(PollRecord {
+                fingerprint: fp("a"),
+                state: "{}".into(),
+                poll_at_ms,
+                waiting_since_ms: 0,
+                polls: 1,
+            }),
+            ..record(LeaseState::Waiting, "a", 0, &["a"])
         }
     }
 
@@ -365,6 +452,7 @@ mod tests {
             lease_until_ms: now_ms + 30_000,
             skew_ms: 1_000,
             expires_ms: now_ms + 1,
+            poll_lag_ms: 0,
         }
     }
 
@@ -402,6 +490,33 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_admits_its_due_poll_and_newer_attempts_only() {
+        let lagging = |now_ms, lag_ms| AcquireRequest { poll_lag_ms: lag_ms, ..acquire("a", now_ms) };
+        let cases = [
+            ("poll not due", waiting(5_000), acquire("a", 4_999), false),
+            ("poll due", waiting(5_000), acquire("a", 5_000), true),
+            ("poll due, but not past the caller's lag", waiting(5_000), lagging(12_999, 8_000), false),
+            ("poll due past the caller's lag", waiting(5_000), lagging(13_000, 8_000), true),
+            ("a newer attempt, poll not due", waiting(5_000), acquire("b", 1), true),
+            ("an older attempt", waiting(5_000), sent_at("b", 99_000, 99), false),
+        ];
+        for (name, record, request, expected) in cases {
+            assert_eq!(admits(Some(&record), &request), expected, "{name}");
+        }
+        let me = Viewer { fingerprint: &fp("a"), sent_ms: 100, owner: "us-west-2/inv/2" };
+        assert_eq!(waiting(5_000).seen_by(&me, 1, 1_000), Seen::Waiting { poll_at_ms: 5_000 });
+        let newer = Viewer { fingerprint: &fp("b"), sent_ms: 100, owner: "us-west-2/inv/2" };
+        assert_eq!(waiting(5_000).seen_by(&newer, 1, 1_000), Seen::NewAttempt);
+        // The poll fields belong to their attempt: a newer attempt that took the lease over
+        // starts afresh, the same attempt after a crash mid-poll polls again.
+        let running = LeaseRecord { state: LeaseState::Running, owner: "us-west-2/inv/2".into(), ..waiting(5_000) };
+        assert!(matches!(running.seen_by(&me, 1, 1_000), Seen::Mine { poll: Some(_), .. }));
+        let replaced = LeaseRecord { fingerprint: fp("b"), ..running };
+        let newer_mine = Viewer { fingerprint: &fp("b"), ..me };
+        assert!(matches!(replaced.seen_by(&newer_mine, 1, 1_000), Seen::Mine { poll: None, .. }));
+    }
+
+    #[test]
     fn seen_by_table() {
         use LeaseState::*;
         let me = "us-west-2/inv/2";
@@ -417,7 +532,7 @@ mod tests {
             "a",
             "us-east-1/inv/1",
             5_000,
-            Seen::Mine { fence: 3, took_over: true },
+            Seen::Mine { fence: 3, took_over: true, poll: None },
         );
         check(
             record(Committed, "a", 0, &["a"]),

@@ -10,7 +10,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, StoreError, admits};
+use crate::lease::{
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError, admits,
+};
 use crate::request::RequestKey;
 
 /// The in-memory lease store.
@@ -85,11 +87,12 @@ impl LeaseStore for MemoryLeaseStore {
             let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
             return Ok(Acquire::Refused(Box::new(record)));
         }
-        let (fence, created_ms, mut attempts) = match existing {
-            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone()),
-            None => (1, request.now_ms, BTreeSet::new()),
+        let (fence, created_ms, mut attempts, poll) = match existing {
+            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone(), record.poll.clone()),
+            None => (1, request.now_ms, BTreeSet::new(), None),
         };
         let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
+        let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
         attempts.insert(request.fingerprint.clone());
         records.insert(
             request.key.clone(),
@@ -108,9 +111,10 @@ impl LeaseStore for MemoryLeaseStore {
                 created_ms,
                 updated_ms: request.now_ms,
                 expires_ms: request.expires_ms,
+                poll,
             },
         );
-        Ok(Acquire::Acquired { fence, took_over })
+        Ok(Acquire::Acquired { fence, took_over, poll: mine })
     }
 
     async fn heartbeat(
@@ -145,6 +149,26 @@ impl LeaseStore for MemoryLeaseStore {
             |record| {
                 record.state = LeaseState::Committed;
                 record.response = Some(response.to_vec());
+                record.updated_ms = now_ms;
+                record.poll = None;
+            },
+        ))
+    }
+
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        Ok(self.conditional(
+            key,
+            |record| record.fence == fence && record.state == LeaseState::Running,
+            |record| {
+                record.state = LeaseState::Waiting;
+                record.poll = Some(poll.clone());
+                record.lease_until_ms = now_ms;
                 record.updated_ms = now_ms;
             },
         ))

@@ -10,10 +10,12 @@ use crate::response::Status;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricEvent {
     /// This execution took the lease with `fence`; a fence above 1 means it took over from an
-    /// earlier execution (an expired lease, or a new attempt).
+    /// earlier execution (an expired lease, or a new attempt), or took a due poll.
     LeaseAcquired {
         /// The fence taken.
         fence: u64,
+        /// Taken to poll a provider's work in progress: a fence above 1 is then no takeover.
+        poll: bool,
     },
     /// Another execution held the lease; the message backs off.
     LeaseContended,
@@ -24,6 +26,9 @@ pub enum MetricEvent {
         /// Time from the request's SentTimestamp to the PUT, in ms; `None` when unknown.
         latency_ms: Option<u64>,
     },
+    /// A provider answered in progress: its state was stored and the lease released until the
+    /// next poll.
+    Waiting,
     /// A heartbeat or commit found a newer fence: this execution lost its lease.
     FenceConflict,
     /// A record that can only end in the DLQ: nobody can be answered, or the ResponseURL

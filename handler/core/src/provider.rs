@@ -3,7 +3,14 @@
 //! A provider implements [`Provider`] with its own typed `Properties` (deserialized with
 //! CloudFormation's strings coerced, see `properties`), and receives a [`ProviderContext`] with
 //! the request's fence, its deadline and a heartbeat-aware lease flag. It returns a
-//! [`ProviderOutput`] or a [`ProviderError`] that becomes a FAILED Reason.
+//! [`Step`]: [`Step::Done`] with a [`ProviderOutput`], or [`Step::InProgress`] with a small state
+//! of its own and when to look again; or a [`ProviderError`] that becomes a FAILED Reason.
+//!
+//! A provider that answers in progress (the CDK's onEvent/isComplete, crhelper's poll_*) is
+//! called back with [`Provider::poll`] and its state, in whichever region's delivery finds the
+//! poll due, until it answers [`Step::Done`], fails, or the request's deadline nears (then the
+//! answer is FAILED with how long it waited and its last state). Between polls nothing runs and
+//! nobody holds the lease: the state is committed to the lease record under the fence.
 //!
 //! The [`Router`] applies the rules every provider would otherwise have to repeat: a Delete
 //! always succeeds for a resource whose Create was refused before any provider ran, for a type
@@ -21,7 +28,7 @@ use serde_json::Value;
 
 use crate::clock::Clock;
 use crate::properties::{PropertyError, from_properties};
-use crate::request::{Request, RequestBody, provider_properties};
+use crate::request::{Request, RequestBody, RequestKind, provider_properties};
 use crate::response::{Outcome, is_failed_create_id};
 
 /// The fencing token of one execution of one request.
@@ -51,6 +58,8 @@ pub struct ProviderContext {
     pub logical_resource_id: String,
     /// The ResourceType that routed the request here, e.g. `Custom::Echo`.
     pub resource_type: String,
+    /// Create, Update or Delete: what a [`Provider::poll`] is finishing.
+    pub request_type: RequestKind,
     /// When the provider must have returned (epoch ms); after it the run is abandoned and
     /// answered FAILED.
     pub deadline_ms: u64,
@@ -74,6 +83,8 @@ impl ProviderContext {
             request_id: request.key.request_id.clone(),
             logical_resource_id: request.logical_resource_id.clone(),
             resource_type: resource_type.to_owned(),
+            // Providers only ever run for requests that parsed, which always have a type.
+            request_type: request.kind().unwrap_or(RequestKind::Create),
             deadline_ms,
             clock,
             lease_lost,
@@ -83,6 +94,11 @@ impl ProviderContext {
     /// Milliseconds left before the deadline.
     pub fn remaining_ms(&self) -> u64 {
         self.deadline_ms.saturating_sub(self.clock.now_ms())
+    }
+
+    /// The current time, epoch ms, on the injected clock (virtual in tests and the simulator).
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Sleeps on the injected clock.
@@ -109,6 +125,56 @@ pub struct ProviderOutput {
     pub no_echo: bool,
 }
 
+/// What a provider's call came to: done, or still in progress.
+///
+/// `Ok(output.into())` is `Ok(Step::Done(output))`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step<T = ProviderOutput> {
+    /// Finished: for Create and Update the resource's id and attributes, for Delete `()`.
+    Done(T),
+    /// Not finished: call [`Provider::poll`] with this state later.
+    InProgress(Waiting),
+}
+
+impl<T> From<T> for Step<T> {
+    fn from(done: T) -> Self {
+        Self::Done(done)
+    }
+}
+
+impl<T> Step<T> {
+    /// In progress with `state` (serialized to JSON), polled again after `poll_after`.
+    pub fn in_progress(state: impl serde::Serialize, poll_after: std::time::Duration) -> Result<Self, ProviderError> {
+        Ok(Self::InProgress(Waiting { state: serde_json::to_value(state)?, poll_after }))
+    }
+
+    /// Maps a finished value, leaving work in progress as it is.
+    pub fn map<U>(self, done: impl FnOnce(T) -> U) -> Step<U> {
+        match self {
+            Self::Done(value) => Step::Done(done(value)),
+            Self::InProgress(waiting) => Step::InProgress(waiting),
+        }
+    }
+}
+
+/// A provider's work in progress: the state it wants back, and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    /// Whatever the provider needs to look again (an operation id, a target, a count). It is
+    /// stored in the lease record, so it must stay small: over [`STATE_BYTES_MAX`] bytes of JSON
+    /// the request is answered FAILED. Never put secrets in it.
+    pub state: Value,
+    /// How long to wait before the next poll. Polls come no sooner than the handler's backoff
+    /// floor (4 s with the template's defaults, see `settings`), and the last one comes before
+    /// the request's deadline margin.
+    pub poll_after: std::time::Duration,
+}
+
+/// The largest state a provider may ask to be polled with, in bytes of JSON: it lives in the
+/// lease record (DynamoDB items are at most 400 KB, and every write of the record costs one write
+/// unit per KB).
+pub const STATE_BYTES_MAX: usize = 16 * 1024;
+
 /// Why a provider did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
@@ -126,6 +192,13 @@ impl From<PropertyError> for ProviderError {
     }
 }
 
+impl From<serde_json::Error> for ProviderError {
+    /// A state that does not (de)serialize: a bug in the provider, answered FAILED.
+    fn from(error: serde_json::Error) -> Self {
+        Self::Failed(format!("the provider's state does not (de)serialize: {error}"))
+    }
+}
+
 /// The resource logic for one ResourceType.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
@@ -135,11 +208,7 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Creates the resource. It may run again for the same request after a takeover, so it must
     /// tolerate finding its own earlier work.
-    async fn create(
-        &self,
-        ctx: &ProviderContext,
-        properties: Self::Properties,
-    ) -> Result<ProviderOutput, ProviderError>;
+    async fn create(&self, ctx: &ProviderContext, properties: Self::Properties) -> Result<Step, ProviderError>;
 
     /// `old_properties` is `None` when the old properties no longer deserialize.
     async fn update(
@@ -148,16 +217,37 @@ pub trait Provider: Send + Sync + 'static {
         physical_resource_id: &str,
         properties: Self::Properties,
         old_properties: Option<Self::Properties>,
-    ) -> Result<ProviderOutput, ProviderError>;
+    ) -> Result<Step, ProviderError>;
 
     /// Must succeed for ids this provider never issued (CloudFormation generates one when a
-    /// Create got no answer) and for resources that are already gone.
+    /// Create got no answer) and for resources that are already gone, including one whose
+    /// Create was still in progress when it was answered FAILED at the deadline.
     async fn delete(
         &self,
         ctx: &ProviderContext,
         physical_resource_id: &str,
         properties: Self::Properties,
-    ) -> Result<(), ProviderError>;
+    ) -> Result<Step<()>, ProviderError>;
+
+    /// Looks again at work a create, update, delete or earlier poll answered
+    /// [`Step::InProgress`] with `state` (`ctx.request_type` says which operation). It may run
+    /// in either region, and again with the same state after a takeover, so it must be
+    /// idempotent. For a Delete, a [`Step::Done`] output is ignored.
+    ///
+    /// The default refuses: a provider that never answers in progress need not implement it.
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        let _ = (ctx, state);
+        Err(ProviderError::Failed("the provider answered in progress but does not implement Provider::poll".into()))
+    }
+}
+
+/// Where a provider's call left the request: answered, or waiting for a poll.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// The answer to commit.
+    Finished(Outcome),
+    /// In progress: store this and poll later.
+    InProgress(Waiting),
 }
 
 /// The operation to run, with untyped properties.
@@ -171,27 +261,41 @@ enum Call<'a> {
 trait ErasedProvider: Send + Sync {
     /// Runs `call`; properties that do not deserialize are refused (no provider code runs), with
     /// a Reason starting with `label`.
-    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Outcome, ProviderError>;
+    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Progress, ProviderError>;
+
+    /// Polls work in progress.
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Progress, ProviderError>;
+}
+
+fn success(output: ProviderOutput) -> Outcome {
+    Outcome::Success { physical_resource_id: output.physical_resource_id, data: output.data, no_echo: output.no_echo }
+}
+
+fn deleted() -> Outcome {
+    Outcome::Success { physical_resource_id: None, data: BTreeMap::new(), no_echo: false }
+}
+
+fn progress<T>(step: Step<T>, done: impl FnOnce(T) -> Outcome) -> Progress {
+    match step {
+        Step::Done(output) => Progress::Finished(done(output)),
+        Step::InProgress(waiting) => Progress::InProgress(waiting),
+    }
 }
 
 struct Typed<P>(P);
 
 #[async_trait]
 impl<P: Provider> ErasedProvider for Typed<P> {
-    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Outcome, ProviderError> {
-        let success = |output: ProviderOutput| Outcome::Success {
-            physical_resource_id: output.physical_resource_id,
-            data: output.data,
-            no_echo: output.no_echo,
-        };
-        let refused = |error: PropertyError| Ok(Outcome::refused(format!("{label} failed: {error}")));
+    async fn call(&self, ctx: &ProviderContext, call: Call<'_>, label: &str) -> Result<Progress, ProviderError> {
+        let refused =
+            |error: PropertyError| Ok(Progress::Finished(Outcome::refused(format!("{label} failed: {error}"))));
         match call {
             Call::Create(properties) => {
                 let properties = match from_properties(&provider_properties(properties)) {
                     Ok(properties) => properties,
                     Err(error) => return refused(error),
                 };
-                self.0.create(ctx, properties).await.map(success)
+                self.0.create(ctx, properties).await.map(|step| progress(step, success))
             }
             Call::Update { physical_resource_id, properties, old_properties } => {
                 let properties = match from_properties(&provider_properties(properties)) {
@@ -205,19 +309,31 @@ impl<P: Provider> ErasedProvider for Typed<P> {
                         None
                     }
                 };
-                self.0.update(ctx, physical_resource_id, properties, old).await.map(success)
+                self.0.update(ctx, physical_resource_id, properties, old).await.map(|step| progress(step, success))
             }
             Call::Delete { physical_resource_id, properties } => {
                 match from_properties(&provider_properties(properties)) {
-                    Ok(properties) => self.0.delete(ctx, physical_resource_id, properties).await?,
+                    Ok(properties) => self
+                        .0
+                        .delete(ctx, physical_resource_id, properties)
+                        .await
+                        .map(|step| progress(step, |()| deleted())),
                     // A Create with these properties could not have succeeded, so nothing exists.
                     Err(error) => {
-                        tracing::warn!(%error, "Delete with properties that never deserialized: nothing to delete")
+                        tracing::warn!(%error, "Delete with properties that never deserialized: nothing to delete");
+                        Ok(Progress::Finished(deleted()))
                     }
                 }
-                Ok(Outcome::Success { physical_resource_id: None, data: BTreeMap::new(), no_echo: false })
             }
         }
+    }
+
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Progress, ProviderError> {
+        let step = self.0.poll(ctx, state).await?;
+        Ok(match ctx.request_type {
+            RequestKind::Delete => progress(step, |_| deleted()),
+            RequestKind::Create | RequestKind::Update => progress(step, success),
+        })
     }
 }
 
@@ -250,15 +366,26 @@ impl Router {
         self.providers.keys().map(String::as_str).collect()
     }
 
+    /// Polls the provider of the request's ResourceType with the `state` (JSON) it stored.
+    pub async fn poll(&self, request: &Request, ctx: &ProviderContext, state: &str) -> Result<Progress, ProviderError> {
+        let resource_type = request.resource_type().unwrap_or_default();
+        let Some(provider) = self.providers.get(resource_type) else {
+            return Err(ProviderError::Failed(format!(
+                "no provider serves ResourceType {resource_type} any more; its work in progress cannot be polled"
+            )));
+        };
+        let state = serde_json::from_str(state)?;
+        provider.poll(ctx, state).await
+    }
+
     /// Runs the request's operation. `Err` is only ever [`ProviderError::Transient`] or a
     /// provider's own [`ProviderError::Failed`]; every rule-based answer is an [`Outcome`].
-    pub async fn run(&self, request: &Request, ctx: &ProviderContext) -> Result<Outcome, ProviderError> {
+    pub async fn run(&self, request: &Request, ctx: &ProviderContext) -> Result<Progress, ProviderError> {
         let parsed = match &request.body {
             RequestBody::Valid(parsed) => parsed.as_ref(),
-            RequestBody::Malformed { reason, .. } => return Ok(Outcome::refused(reason.clone())),
+            RequestBody::Malformed { reason, .. } => return Ok(Progress::Finished(Outcome::refused(reason.clone()))),
         };
-        let delete_succeeds =
-            Ok(Outcome::Success { physical_resource_id: None, data: BTreeMap::new(), no_echo: false });
+        let delete_succeeds = Ok(Progress::Finished(deleted()));
         let (resource_type, call) = match parsed {
             CloudFormationCustomResourceRequest::Create(create) => {
                 (create.resource_type.as_str(), Call::Create(&create.resource_properties))
@@ -286,17 +413,17 @@ impl Router {
                     },
                 )
             }
-            _ => return Ok(Outcome::refused("RequestType is not one of Create, Update, Delete")),
+            _ => return Ok(Progress::Finished(Outcome::refused("RequestType is not one of Create, Update, Delete"))),
         };
         let Some(provider) = self.providers.get(resource_type) else {
             if matches!(call, Call::Delete { .. }) {
                 tracing::warn!(resource_type, "Delete for a type no provider serves: nothing of ours can exist");
                 return delete_succeeds;
             }
-            return Ok(Outcome::refused(format!(
+            return Ok(Progress::Finished(Outcome::refused(format!(
                 "no provider serves ResourceType {resource_type}; this deployment serves {}",
                 self.resource_types().join(", ")
-            )));
+            ))));
         };
         let kind = match call {
             Call::Create(_) => "Create",

@@ -135,6 +135,21 @@ impl Settings {
         self.answer_ms() + self.batch_tail_ms()
     }
 
+    /// The longest jitter added to a backoff, spreading messages that would come back together.
+    pub fn jitter_ms_max(&self) -> u64 {
+        self.heartbeat_ms.min(5_000)
+    }
+
+    /// How long past its time a provider's poll waits before this region takes it: none for
+    /// the primary; for the secondary, the primary's jitter and one store call, so the primary
+    /// polls unless it missed the poll (down, drained, or its message lost to a crash).
+    pub fn poll_lag_ms(&self) -> u64 {
+        match self.role {
+            Role::Primary => 0,
+            Role::Secondary => self.jitter_ms_max() + self.store_call_timeout_ms,
+        }
+    }
+
     /// When the delivery's own calls must all have ended, for an invocation killed at
     /// `invocation_deadline_ms`.
     pub fn work_end_ms(&self, invocation_deadline_ms: u64) -> u64 {

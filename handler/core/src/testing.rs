@@ -20,10 +20,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use crate::clock::ManualClock;
 use crate::delivery::{PutError, ResponseSink};
 use crate::echo::Echo;
-use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, StoreError};
+use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, PollRecord, StoreError};
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::properties::PropertyMap;
-use crate::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
+use crate::provider::{Provider, ProviderContext, ProviderError, Step};
 use crate::request::RequestKey;
 use crate::response_url::ResponseUrl;
 
@@ -36,6 +36,8 @@ pub enum Op {
     Heartbeat,
     /// [`LeaseStore::commit`].
     Commit,
+    /// [`LeaseStore::wait`].
+    Wait,
     /// [`LeaseStore::mark_delivered`].
     MarkDelivered,
     /// [`LeaseStore::read`].
@@ -126,6 +128,16 @@ impl LeaseStore for FaultyStore {
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
         self.call(Op::Commit, self.inner.commit(key, fence, response, now_ms)).await
+    }
+
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.call(Op::Wait, self.inner.wait(key, fence, poll, now_ms)).await
     }
 
     async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
@@ -248,7 +260,7 @@ impl CountingEcho {
 impl Provider for CountingEcho {
     type Properties = PropertyMap;
 
-    async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<ProviderOutput, ProviderError> {
+    async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<Step, ProviderError> {
         self.run()?;
         Echo.create(ctx, properties).await
     }
@@ -259,14 +271,24 @@ impl Provider for CountingEcho {
         id: &str,
         properties: PropertyMap,
         old: Option<PropertyMap>,
-    ) -> Result<ProviderOutput, ProviderError> {
+    ) -> Result<Step, ProviderError> {
         self.run()?;
         Echo.update(ctx, id, properties, old).await
     }
 
-    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: PropertyMap) -> Result<(), ProviderError> {
+    async fn delete(
+        &self,
+        ctx: &ProviderContext,
+        id: &str,
+        properties: PropertyMap,
+    ) -> Result<Step<()>, ProviderError> {
         self.run()?;
         Echo.delete(ctx, id, properties).await
+    }
+
+    async fn poll(&self, ctx: &ProviderContext, state: serde_json::Value) -> Result<Step, ProviderError> {
+        self.run()?;
+        Echo.poll(ctx, state).await
     }
 }
 

@@ -14,6 +14,11 @@
 //!   request's deadline (less a reserve for commit and PUT) is abandoned and answered FAILED with
 //!   a Reason that says so; storage and network failures end in a retry, never in silence.
 //!
+//! A provider that answers in progress has its state stored under its fence (`LeaseStore::wait`,
+//! which releases the lease) and its message brought back when the next poll is due; the last
+//! poll comes before the deadline margin, and work still in progress then is answered FAILED
+//! with how long it waited, how many polls it took and its last state.
+//!
 //! A write whose outcome is unknown (a timeout after the store applied it, or an SDK-internal
 //! retry that met its own earlier success) is resolved by the record itself: the owner or fence
 //! in it tells whether the write was ours.
@@ -32,9 +37,11 @@ use crate::deadline::RequestDeadline;
 use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, first_step};
 use crate::delivery::{PutError, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
-use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, Seen, StoreError, Viewer};
+use crate::lease::{
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, Seen, StoreError, Viewer,
+};
 use crate::metrics::{MetricEvent, MetricsSink};
-use crate::provider::{Fence, ProviderContext, ProviderError, Router};
+use crate::provider::{Fence, Progress, ProviderContext, ProviderError, Router, STATE_BYTES_MAX, Waiting};
 use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, decode};
 use crate::response::{self, Outcome, ResponseBody, Status, foreign_text};
@@ -58,6 +65,13 @@ pub const VISIBILITY_S_MAX: u32 = 43_200;
 /// Decisions one delivery may take before it gives up and retries later: acquire, see the
 /// record change under it, decide again.
 const DECISIONS_MAX: u32 = 4;
+
+/// The last poll of a wait is scheduled this long before the deadline margin begins, so that
+/// its message, brought back on a whole second, still finds the deadline not near.
+const LAST_POLL_EARLY_MS: u64 = 1_000;
+
+/// The longest part of a provider's last state quoted in a FAILED Reason.
+const STATE_REASON_CHARS_MAX: usize = 256;
 
 /// The Lambda invocation a delivery runs in.
 #[derive(Debug, Clone)]
@@ -184,13 +198,8 @@ pub struct Worker {
 /// How a supervised provider run ended.
 enum Run {
     Finished(Outcome),
+    InProgress(Waiting),
     LeaseLost,
-}
-
-/// Whether a commit took.
-enum Committed {
-    Yes(Vec<u8>),
-    Lost,
 }
 
 impl Worker {
@@ -309,23 +318,29 @@ impl Worker {
                 Err(error) => return self.retry(&job, format!("could not reach the lease store: {error}")),
             };
             let now_ms = self.clock.now_ms();
+            let deadline_near = job.deadline.is_near(now_ms, settings.deadline_margin_ms);
             let situation = Situation {
                 role: settings.role,
                 activity,
-                deadline_near: job.deadline.is_near(now_ms, settings.deadline_margin_ms),
+                deadline_near,
                 now_ms,
                 delivery_grace_ms: settings.put.attempt_timeout_ms,
+                poll_lag_ms: job.poll_lag_ms(settings, now_ms),
             };
             match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(&job).await,
-                Action::Run { fence } => return self.run_and_answer(&job, fence).await,
-                Action::FailWithoutRunning { fence, took_over } => {
+                Action::Run { fence, poll } => return self.run_and_answer(&job, fence, poll).await,
+                Action::FailWithoutRunning { fence, took_over, poll } => {
                     tracing::Span::current().record("fence", fence);
-                    let reason = format!(
-                        "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
-                        describe(request),
-                        job.deadline.describe(),
-                    );
+                    let reason = match &poll {
+                        Some(poll) => still_in_progress(&job, poll, now_ms),
+                        None => format!(
+                            "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
+                            describe(request),
+                            job.deadline.describe(),
+                        ),
+                    };
+                    let took_over = took_over || poll.is_some();
                     tracing::error!(reason, took_over, "deadline near and nothing committed");
                     // An execution this one took over from may have run the provider: its
                     // rollback Delete must then reach the provider (see `response::build`).
@@ -349,6 +364,9 @@ impl Worker {
                         "another execution holds the lease"
                     };
                     return self.come_back(&job, until_ms + self.jitter_ms(), why);
+                }
+                Action::AwaitPoll { until_ms } => {
+                    return self.come_back(&job, until_ms + self.jitter_ms(), "the provider's work is in progress");
                 }
                 Action::Leave => {
                     let until_ms = self.clock.now_ms() + u64::from(settings.standby_retry_s) * 1000 + self.jitter_ms();
@@ -374,12 +392,14 @@ impl Worker {
                 lease_until_ms: now_ms + settings.lease_ms,
                 skew_ms: settings.skew_ms,
                 expires_ms: now_ms + settings.retention_ms,
+                poll_lag_ms: job.poll_lag_ms(settings, now_ms),
             };
             match self.store_call(self.store.acquire(&acquire), job.decide_end_ms()).await {
-                Ok(Acquire::Acquired { fence, took_over }) => {
-                    tracing::info!(fence, took_over, "lease acquired");
-                    self.metrics.record(MetricEvent::LeaseAcquired { fence });
-                    return Ok(Seen::Mine { fence, took_over });
+                Ok(Acquire::Acquired { fence, took_over, poll }) => {
+                    let polls = poll.as_ref().map(|poll| poll.polls);
+                    tracing::info!(fence, took_over, polls, "lease acquired");
+                    self.metrics.record(MetricEvent::LeaseAcquired { fence, poll: poll.is_some() });
+                    return Ok(Seen::Mine { fence, took_over, poll });
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
@@ -391,7 +411,8 @@ impl Worker {
                         && record.owner == owner
                         && record.state == LeaseState::Running
                     {
-                        return Ok(Seen::Mine { fence: record.fence, took_over: record.fence > 1 });
+                        let poll = record.poll_for(&request.fingerprint);
+                        return Ok(Seen::Mine { fence: record.fence, took_over: record.fence > 1, poll });
                     }
                     last = StoreError::Ambiguous(why);
                 }
@@ -424,7 +445,7 @@ impl Worker {
         Err(last)
     }
 
-    async fn run_and_answer(&self, job: &Job<'_>, fence: u64) -> Disposition {
+    async fn run_and_answer(&self, job: &Job<'_>, fence: u64, poll: Option<PollRecord>) -> Disposition {
         tracing::Span::current().record("fence", fence);
         let deadline = &job.deadline;
         // The provider stops early enough for the answer (commit, PUT, record) to fit before the
@@ -448,8 +469,9 @@ impl Worker {
             describe(job.request),
             kept_ms.div_ceil(1000)
         );
-        let outcome = match self.supervise(job.request, fence, run_end_ms, reason).await {
+        let outcome = match self.supervise(job.request, fence, poll.as_ref(), run_end_ms, reason).await {
             Run::Finished(outcome) => outcome,
+            Run::InProgress(waiting) => return self.wait(job, fence, waiting, poll.as_ref()).await,
             Run::LeaseLost => {
                 self.metrics.record(MetricEvent::FenceConflict);
                 return self.retry(job, "the lease was taken over while the provider ran; nothing committed".into());
@@ -465,8 +487,8 @@ impl Worker {
         let commit_end_ms =
             job.work_end_ms.saturating_sub(self.settings.put.attempt_timeout_ms + self.settings.store_call_timeout_ms);
         let committed = match self.commit(job.request, fence, &body, commit_end_ms).await {
-            Ok(Committed::Yes(bytes)) => bytes,
-            Ok(Committed::Lost) => {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
                 self.metrics.record(MetricEvent::FenceConflict);
                 return self.retry(job, "the lease was taken over before the commit; nothing sent".into());
             }
@@ -479,10 +501,73 @@ impl Worker {
         }
     }
 
+    /// Stores the provider's work in progress under `fence`, which releases the lease, and brings
+    /// the message back when the next poll is due. Answers FAILED instead when the state is too
+    /// big to store, or when no further poll fits before the deadline margin.
+    async fn wait(&self, job: &Job<'_>, fence: u64, waiting: Waiting, previous: Option<&PollRecord>) -> Disposition {
+        let (settings, request) = (&self.settings, job.request);
+        let now_ms = self.clock.now_ms();
+        let state = waiting.state.to_string();
+        let polls = previous.map_or(0, |poll| poll.polls + 1);
+        let waiting_since_ms = previous.map_or(now_ms, |poll| poll.waiting_since_ms);
+        if state.len() > STATE_BYTES_MAX {
+            let reason = format!(
+                "{} answered in progress with a state of {} bytes of JSON; at most {STATE_BYTES_MAX} bytes are kept between polls",
+                describe(request),
+                state.len()
+            );
+            return self.commit_and_deliver(job, fence, Outcome::failed(reason)).await;
+        }
+        let floor_ms = u64::from(self.backoff_floor_s()) * 1000;
+        let after_ms = u64::try_from(waiting.poll_after.as_millis()).unwrap_or(u64::MAX).max(floor_ms);
+        let last_poll_ms = job.deadline.latest_wake_ms(settings.deadline_margin_ms).saturating_sub(LAST_POLL_EARLY_MS);
+        let poll = PollRecord {
+            fingerprint: request.fingerprint.clone(),
+            state,
+            poll_at_ms: now_ms.saturating_add(after_ms).min(last_poll_ms),
+            waiting_since_ms,
+            polls,
+        };
+        if poll.poll_at_ms < now_ms + floor_ms {
+            let reason = still_in_progress(job, &poll, now_ms);
+            tracing::error!(reason, "no poll fits before the deadline; answering FAILED");
+            return self.commit_and_deliver(job, fence, Outcome::failed(reason)).await;
+        }
+        let stored = self
+            .write_under_fence(
+                request,
+                fence,
+                job.work_end_ms,
+                |now_ms| self.store.wait(&request.key, fence, &poll, now_ms),
+                |record| (record.state == LeaseState::Waiting && record.poll.as_ref() == Some(&poll)).then_some(()),
+            )
+            .await;
+        match stored {
+            Ok(Some(_)) => {
+                let poll_in_s = poll.poll_at_ms.saturating_sub(now_ms).div_ceil(1000);
+                tracing::info!(polls, poll_in_s, "provider in progress; lease released until the next poll");
+                self.metrics.record(MetricEvent::Waiting);
+                self.come_back(job, poll.poll_at_ms, "the provider's work is in progress; polling it again")
+            }
+            Ok(None) => {
+                self.metrics.record(MetricEvent::FenceConflict);
+                self.retry(job, "the lease was taken over before the work in progress was stored".into())
+            }
+            Err(error) => self.retry(job, format!("could not store the provider's work in progress: {error}")),
+        }
+    }
+
     /// Runs the provider (with retries of transient errors) while heartbeating the lease, until
     /// it finishes, the lease is lost, or `run_deadline_ms` passes (then the answer is FAILED
-    /// with `late_reason`).
-    async fn supervise(&self, request: &Request, fence: u64, run_deadline_ms: u64, late_reason: String) -> Run {
+    /// with `late_reason`). With `poll`, the provider's work in progress is polled instead.
+    async fn supervise(
+        &self,
+        request: &Request,
+        fence: u64,
+        poll: Option<&PollRecord>,
+        run_deadline_ms: u64,
+        late_reason: String,
+    ) -> Run {
         let lease_lost = Arc::new(AtomicBool::new(false));
         let context = ProviderContext::new(
             Fence { scope: fence_scope(request), value: fence },
@@ -492,7 +577,7 @@ impl Worker {
             Arc::clone(&self.clock),
             Arc::clone(&lease_lost),
         );
-        let work = self.run_provider(request, &context);
+        let work = self.run_provider(request, &context, poll);
         let mut work = std::pin::pin!(work);
         let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);
         let mut tick = self.clock.sleep_ms(self.settings.heartbeat_ms);
@@ -542,7 +627,8 @@ impl Worker {
         .await;
 
         match ended {
-            Some(Ok(outcome)) => Run::Finished(outcome),
+            Some(Ok(Progress::Finished(outcome))) => Run::Finished(outcome),
+            Some(Ok(Progress::InProgress(waiting))) => Run::InProgress(waiting),
             Some(Err(())) => {
                 tracing::warn!("heartbeat found the lease taken over; provider abandoned");
                 Run::LeaseLost
@@ -554,21 +640,31 @@ impl Worker {
         }
     }
 
-    /// The provider call with bounded retries of transient errors. `Err(())` is reserved for
-    /// the supervisor's lease-lost signal and never produced here.
-    async fn run_provider(&self, request: &Request, context: &ProviderContext) -> Result<Outcome, ()> {
+    /// The provider call (or poll) with bounded retries of transient errors. `Err(())` is
+    /// reserved for the supervisor's lease-lost signal and never produced here.
+    async fn run_provider(
+        &self,
+        request: &Request,
+        context: &ProviderContext,
+        poll: Option<&PollRecord>,
+    ) -> Result<Progress, ()> {
         let label = describe(request);
         let attempts_max = self.settings.provider_attempts_max.max(1);
+        let failed = |reason: String| Ok(Progress::Finished(Outcome::failed(reason)));
         for attempt in 1..=attempts_max {
-            match self.router.run(request, context).await {
-                Ok(outcome) => return Ok(outcome),
+            let result = match poll {
+                Some(poll) => self.router.poll(request, context, &poll.state).await,
+                None => self.router.run(request, context).await,
+            };
+            match result {
+                Ok(progress) => return Ok(progress),
                 Err(ProviderError::Failed(reason)) => {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
-                    return Ok(Outcome::failed(format!("{label} failed: {reason}")));
+                    return failed(format!("{label} failed: {reason}"));
                 }
                 Err(ProviderError::Transient(reason)) if attempt == attempts_max => {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
-                    return Ok(Outcome::failed(format!("{label} failed after {attempt} attempts: {reason}")));
+                    return failed(format!("{label} failed after {attempt} attempts: {reason}"));
                 }
                 Err(ProviderError::Transient(reason)) => {
                     tracing::warn!(attempt, reason, "provider failed transiently; retrying");
@@ -582,18 +678,50 @@ impl Worker {
                 }
             }
         }
-        Ok(Outcome::failed(format!("{label} made no attempt")))
+        failed(format!("{label} made no attempt"))
     }
 
-    /// Commits `body` under `fence`, with every call ended by `end_ms`; resolves unknown
-    /// outcomes from the record.
-    async fn commit(&self, request: &Request, fence: u64, body: &[u8], end_ms: u64) -> Result<Committed, StoreError> {
+    /// Commits `body` under `fence`, with every call ended by `end_ms`. `Some` holds the
+    /// committed bytes; `None` means the lease was lost.
+    async fn commit(
+        &self,
+        request: &Request,
+        fence: u64,
+        body: &[u8],
+        end_ms: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.write_under_fence(
+            request,
+            fence,
+            end_ms,
+            |now_ms| self.store.commit(&request.key, fence, body, now_ms),
+            // Our commit was applied; its reply was lost.
+            |record| record.response.clone().filter(|_| record.state == LeaseState::Committed),
+        )
+        .await
+        .map(|written| written.map(|stored| stored.unwrap_or_else(|| body.to_vec())))
+    }
+
+    /// One write that holds only under `fence` (commit, wait), retried with backoff, every call
+    /// ended by `end_ms`. An unknown outcome is resolved from the record: `applied` says whether
+    /// the record, still under our fence, shows this write (`Some`), and a record under another
+    /// fence means the lease was lost (`Ok(None)`). `Ok(Some(None))` is a plain success.
+    async fn write_under_fence<T, F>(
+        &self,
+        request: &Request,
+        fence: u64,
+        end_ms: u64,
+        write: impl Fn(u64) -> F,
+        applied: impl Fn(&LeaseRecord) -> Option<T>,
+    ) -> Result<Option<Option<T>>, StoreError>
+    where
+        F: Future<Output = Result<Conditional, StoreError>>,
+    {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
-            let now_ms = self.clock.now_ms();
-            let result = match self.store_call(self.store.commit(&request.key, fence, body, now_ms), end_ms).await {
+            let result = match self.store_call(write(self.clock.now_ms()), end_ms).await {
                 Err(StoreError::Ambiguous(why)) => {
-                    tracing::warn!(why, "commit outcome unknown; reading the record back");
+                    tracing::warn!(why, "write outcome unknown; reading the record back");
                     match self.store_call(self.store.read(&request.key), end_ms).await {
                         Ok(record) => Ok(Conditional::Refused(record.map(Box::new))),
                         Err(_) => Err(StoreError::Ambiguous(why)),
@@ -602,16 +730,13 @@ impl Worker {
                 other => other,
             };
             match result {
-                Ok(Conditional::Applied) => return Ok(Committed::Yes(body.to_vec())),
-                Ok(Conditional::Refused(Some(record))) if record.fence == fence => {
-                    match (record.state, record.response) {
-                        // Our commit was applied; its reply was lost.
-                        (LeaseState::Committed, Some(stored)) => return Ok(Committed::Yes(stored)),
-                        // Still ours and running: the commit did not happen; try again.
-                        _ => last = StoreError::Transient("commit not applied".into()),
-                    }
-                }
-                Ok(Conditional::Refused(_)) => return Ok(Committed::Lost),
+                Ok(Conditional::Applied) => return Ok(Some(None)),
+                Ok(Conditional::Refused(Some(record))) if record.fence == fence => match applied(&record) {
+                    Some(value) => return Ok(Some(Some(value))),
+                    // Still ours and running: the write did not happen; try again.
+                    None => last = StoreError::Transient("write not applied".into()),
+                },
+                Ok(Conditional::Refused(_)) => return Ok(None),
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
             }
@@ -696,7 +821,13 @@ impl Worker {
 
     /// Spreads messages that would otherwise come back together.
     fn jitter_ms(&self) -> u64 {
-        self.random.below_or_equal(self.settings.heartbeat_ms.min(5_000))
+        self.random.below_or_equal(self.settings.jitter_ms_max())
+    }
+
+    /// The backoff floor in seconds (see `settings`).
+    fn backoff_floor_s(&self) -> u32 {
+        let cap_s = self.settings.retry_delay_s_max.clamp(1, VISIBILITY_S_MAX);
+        self.settings.backoff_floor_s().unwrap_or(BACKOFF_FLOOR_S_MAX).clamp(1, cap_s)
     }
 
     /// A retry after a failure: the delay grows with the receive count, with full jitter.
@@ -731,7 +862,7 @@ impl Worker {
     fn backoff_s(&self, job: &Job<'_>, until_ms: u64, now_ms: u64) -> u32 {
         let settings = &self.settings;
         let cap_s = settings.retry_delay_s_max.clamp(1, VISIBILITY_S_MAX);
-        let floor_s = settings.backoff_floor_s().unwrap_or(BACKOFF_FLOOR_S_MAX).clamp(1, cap_s);
+        let floor_s = self.backoff_floor_s();
         let seconds = |ms: u64| u32::try_from(ms.div_ceil(1000)).unwrap_or(cap_s);
         let latest_wake_ms = job.deadline.latest_wake_ms(settings.deadline_margin_ms);
         if now_ms < latest_wake_ms {
@@ -779,6 +910,24 @@ impl Job<'_> {
     fn viewer(&self) -> Viewer<'_> {
         Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
     }
+
+    /// The lag this delivery gives a due poll: the region's own, none near the deadline.
+    fn poll_lag_ms(&self, settings: &Settings, now_ms: u64) -> u64 {
+        if self.deadline.is_near(now_ms, settings.deadline_margin_ms) { 0 } else { settings.poll_lag_ms() }
+    }
+}
+
+/// The FAILED Reason for work still in progress at the deadline: how long it waited, how many
+/// polls, and the provider's last state (bounded, markup stripped).
+fn still_in_progress(job: &Job<'_>, poll: &PollRecord, now_ms: u64) -> String {
+    format!(
+        "{} was still in progress when the request's deadline, set by {}, came near: waited {} s over {} polls; last state: {}",
+        describe(job.request),
+        job.deadline.describe(),
+        now_ms.saturating_sub(poll.waiting_since_ms) / 1000,
+        poll.polls,
+        foreign_text(&poll.state, STATE_REASON_CHARS_MAX)
+    )
 }
 
 /// "Custom::Echo Create", for Reasons.

@@ -22,6 +22,9 @@ use crate::testing::{
     CountingEcho, Fault, FaultyStore, Op, PutFault, RecordedMetrics, RecordingSink, drive, drive_until,
 };
 
+#[path = "worker_wait_tests.rs"]
+mod waits;
+
 const START_MS: u64 = 1_800_000_000_000;
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
 const OTHER_URL: &str =
@@ -476,7 +479,10 @@ fn s1_a_stale_commit_is_rejected() {
     assert_eq!(answered(&west_result), (2, Status::Success));
     assert_eq!(h.sink.bodies(URL).len(), 1, "only the fence-2 execution PUT");
     let events = h.metrics.events();
-    assert!(events.contains(&MetricEvent::LeaseAcquired { fence: 2 }), "west's takeover is counted: {events:?}");
+    assert!(
+        events.contains(&MetricEvent::LeaseAcquired { fence: 2, poll: false }),
+        "west's takeover is counted: {events:?}"
+    );
     assert!(events.contains(&MetricEvent::FenceConflict), "east's rejected commit is counted: {events:?}");
 }
 
@@ -606,7 +612,7 @@ fn metrics_count_what_happened() {
     assert_eq!(
         h.metrics.events(),
         vec![
-            MetricEvent::LeaseAcquired { fence: 1 },
+            MetricEvent::LeaseAcquired { fence: 1, poll: false },
             MetricEvent::LeaseContended,
             // Sent 1.5 s before, answered after the 4 s provider.
             MetricEvent::ResponseSent { status: Status::Success, latency_ms: Some(5_500) },

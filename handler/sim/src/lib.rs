@@ -111,6 +111,18 @@ mod tests {
             "every Lambda of a region crashed mid-run",
             "function timeout 900 s",
             "answered FAILED",
+            "provider answered in progress",
+            "work in progress stored, lease released",
+            "due poll taken",
+            "due poll taken by the other region",
+            "poll ran",
+            "poll ran in the other region than the last",
+            "lease taken over in the middle of a poll",
+            "stale wait rejected",
+            "wait finished by a poll",
+            "region outage in the middle of a wait",
+            "deadline reached while waiting: answered FAILED",
+            "scenario: primary down for good in the middle of a wait",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

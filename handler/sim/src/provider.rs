@@ -2,15 +2,22 @@
 //! a fenced downstream store half way, and answers with its fence in Data, so that two
 //! executions' answers differ and any double commit shows. The fenced store applies the same
 //! condition as `cfn_once::fenced::FencedTable` and checks invariant S2 on every write.
+//!
+//! With `WaitMs`, it is a long-running provider: after its work it answers in progress until
+//! `WaitMs` after it first ran, polled every `PollIntervalS`; each poll works `PollWorkMs`
+//! (sometimes longer than a lease), writes the fenced store again, and counts itself in the
+//! state, which also names the region that wrote it so a wait that moves region is counted.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
-use serde::Deserialize;
-use serde_json::json;
+use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
+use crate::scenario::Region;
 use crate::shared::Shared;
 
 /// The ResourceType the simulation sends.
@@ -21,12 +28,37 @@ pub const SIM_TYPE: &str = "Custom::Sim";
 pub struct SimProperties {
     work_ms: u64,
     item: String,
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default)]
+    poll_interval_s: u64,
+    #[serde(default)]
+    poll_work_ms: u64,
 }
 
-/// The provider.
+/// What the provider keeps between polls.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SimWait {
+    item: String,
+    done_at_ms: u64,
+    poll_interval_s: u64,
+    poll_work_ms: u64,
+    polls: u32,
+    region: String,
+}
+
+impl SimWait {
+    fn step(&self) -> Result<Step, ProviderError> {
+        Step::in_progress(self, Duration::from_secs(self.poll_interval_s))
+    }
+}
+
+/// The provider, one per region.
 #[derive(Debug)]
 pub struct SimProvider {
     pub shared: Arc<Shared>,
+    pub region: Region,
 }
 
 impl SimProvider {
@@ -55,15 +87,40 @@ impl SimProvider {
         Ok(())
     }
 
-    async fn work(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<ProviderOutput, ProviderError> {
-        ctx.sleep_ms(properties.work_ms / 2).await;
-        self.fenced_write(&properties.item, &ctx.fence.scope, ctx.fence.value)?;
-        ctx.sleep_ms(properties.work_ms - properties.work_ms / 2).await;
-        Ok(ProviderOutput {
-            physical_resource_id: Some(properties.item),
-            data: BTreeMap::from([("Fence".to_owned(), json!(ctx.fence.value.to_string()))]),
+    /// Sleeps half of `work_ms`, writes `item` under the fence, sleeps the rest.
+    async fn work(&self, ctx: &ProviderContext, item: &str, work_ms: u64) -> Result<(), ProviderError> {
+        ctx.sleep_ms(work_ms / 2).await;
+        self.fenced_write(item, &ctx.fence.scope, ctx.fence.value)?;
+        ctx.sleep_ms(work_ms - work_ms / 2).await;
+        Ok(())
+    }
+
+    fn done(ctx: &ProviderContext, item: String, polls: u32) -> Step {
+        Step::Done(ProviderOutput {
+            physical_resource_id: Some(item),
+            data: BTreeMap::from([
+                ("Fence".to_owned(), json!(ctx.fence.value.to_string())),
+                ("Polls".to_owned(), json!(polls.to_string())),
+            ]),
             no_echo: false,
         })
+    }
+
+    async fn run(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
+        self.work(ctx, &properties.item, properties.work_ms).await?;
+        if properties.wait_ms == 0 {
+            return Ok(Self::done(ctx, properties.item, 0));
+        }
+        self.shared.cover("provider answered in progress");
+        SimWait {
+            item: properties.item,
+            done_at_ms: ctx.now_ms() + properties.wait_ms,
+            poll_interval_s: properties.poll_interval_s,
+            poll_work_ms: properties.poll_work_ms,
+            polls: 0,
+            region: self.region.name().to_owned(),
+        }
+        .step()
     }
 }
 
@@ -71,8 +128,8 @@ impl SimProvider {
 impl Provider for SimProvider {
     type Properties = SimProperties;
 
-    async fn create(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<ProviderOutput, ProviderError> {
-        self.work(ctx, properties).await
+    async fn create(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
+        self.run(ctx, properties).await
     }
 
     async fn update(
@@ -81,8 +138,8 @@ impl Provider for SimProvider {
         _physical_resource_id: &str,
         properties: SimProperties,
         _old_properties: Option<SimProperties>,
-    ) -> Result<ProviderOutput, ProviderError> {
-        self.work(ctx, properties).await
+    ) -> Result<Step, ProviderError> {
+        self.run(ctx, properties).await
     }
 
     async fn delete(
@@ -90,7 +147,23 @@ impl Provider for SimProvider {
         _ctx: &ProviderContext,
         _physical_resource_id: &str,
         _properties: SimProperties,
-    ) -> Result<(), ProviderError> {
-        Ok(())
+    ) -> Result<Step<()>, ProviderError> {
+        Ok(Step::Done(()))
+    }
+
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        let mut wait: SimWait = serde_json::from_value(state)?;
+        self.shared.cover("poll ran");
+        if wait.region != self.region.name() {
+            self.shared.cover("poll ran in the other region than the last");
+        }
+        self.work(ctx, &wait.item, wait.poll_work_ms).await?;
+        wait.polls += 1;
+        wait.region = self.region.name().to_owned();
+        if ctx.now_ms() >= wait.done_at_ms {
+            self.shared.cover("wait finished by a poll");
+            return Ok(Self::done(ctx, wait.item, wait.polls));
+        }
+        wait.step()
     }
 }

@@ -9,8 +9,11 @@
 //! found, each of which used to send live requests' messages to the DLQ ([`Kind`]): a drained
 //! primary whose secondary is down for the rest of the run, a provider running for minutes on
 //! the longest function timeout whose Lambda then crashes, and a lease-store outage of ten
-//! minutes or more. The function timeout, visibility timeout, receive limit and secondary delay
-//! are the template's (`deployed`).
+//! minutes or more; and a long-running provider whose primary region goes down in the middle of
+//! its wait, after the fault window, which the secondary must finish with a SUCCESS. Some
+//! requests of every seed are long-running providers (they answer in progress and are polled),
+//! some of them waiting past their deadline. The function timeout, visibility timeout, receive
+//! limit and secondary delay are the template's (`deployed`).
 
 use cfn_once_core::random::{Random, SplitMix64};
 
@@ -81,6 +84,9 @@ pub enum Kind {
     LongProviderThenCrash,
     /// Every lease-store call fails for ten to twenty minutes.
     StoreOutage,
+    /// After the fault window, the primary region goes down for good in the middle of a
+    /// long-running provider's wait: the secondary must finish the wait and answer SUCCESS.
+    OutageMidWait,
 }
 
 impl Kind {
@@ -91,6 +97,7 @@ impl Kind {
             Self::DrainedPrimarySecondaryDown => "scenario: drained primary, secondary down for good",
             Self::LongProviderThenCrash => "scenario: provider for minutes on the longest timeout, then a crash",
             Self::StoreOutage => "scenario: lease-store outage of 10+ minutes",
+            Self::OutageMidWait => "scenario: primary down for good in the middle of a wait",
         }
     }
 }
@@ -105,6 +112,19 @@ pub struct RequestPlan {
     pub service_timeout_s: u64,
     /// A retried deployment reusing this earlier request's RequestId, with a new ResponseURL.
     pub retry_of: Option<usize>,
+    /// A long-running provider: in progress this long after its first run, then done.
+    pub wait: Option<WaitPlan>,
+}
+
+/// How a long-running provider waits.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitPlan {
+    /// In progress until this long after the provider first ran.
+    pub in_progress_ms: u64,
+    /// The poll interval it asks for (the handler's backoff floor applies).
+    pub poll_interval_s: u64,
+    /// How long each poll works; sometimes longer than a lease.
+    pub poll_work_ms: u64,
 }
 
 /// Fault probabilities, each applied per opportunity inside the fault window.
@@ -191,6 +211,7 @@ impl Scenario {
             0..4 => Kind::DrainedPrimarySecondaryDown,
             4..8 => Kind::LongProviderThenCrash,
             8..12 => Kind::StoreOutage,
+            12..16 => Kind::OutageMidWait,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -215,13 +236,25 @@ impl Scenario {
                 work_ms: if draw.chance(0.3) { draw.between(5_000, 40_000) } else { draw.below(3_000) },
                 service_timeout_s: draw.between(service_timeout_min_s, 3_600),
                 retry_of: None,
+                // Some wait for minutes, a few past their deadline.
+                wait: draw.chance(0.3).then(|| WaitPlan {
+                    in_progress_ms: draw.between(5_000, 3_000_000),
+                    poll_interval_s: draw.between(1, 120),
+                    poll_work_ms: if draw.chance(0.2) { draw.between(5_000, 40_000) } else { draw.below(2_000) },
+                }),
             });
         }
         if draw.chance(0.25) {
             let original = draw.below(request_count as u64) as usize;
             let sent_at_ms = requests[original].sent_at_ms + draw.between(1_000, 120_000);
             let work_ms = draw.below(3_000);
-            requests.push(RequestPlan { sent_at_ms, work_ms, service_timeout_s: 3_600, retry_of: Some(original) });
+            requests.push(RequestPlan {
+                sent_at_ms,
+                work_ms,
+                service_timeout_s: 3_600,
+                retry_of: Some(original),
+                wait: None,
+            });
         }
         let faults = Faults {
             window_end_ms,
@@ -283,6 +316,21 @@ impl Scenario {
                 }
                 let start_ms = draw.below(120_000);
                 store_outage = Some((start_ms, start_ms + draw.between(600_000, 1_200_000)));
+            }
+            Kind::OutageMidWait => {
+                // The wait spans the end of the fault window by minutes; the primary goes down
+                // for good after the window, while the wait goes on, and the deadline is far.
+                let first = &mut requests[0];
+                first.service_timeout_s = 3_600;
+                first.work_ms = draw.below(3_000);
+                let in_progress_ms = window_end_ms + draw.between(120_000, 1_200_000);
+                first.wait = Some(WaitPlan {
+                    in_progress_ms,
+                    poll_interval_s: draw.between(1, 60),
+                    poll_work_ms: draw.below(2_000),
+                });
+                let down_ms = window_end_ms + draw.below(in_progress_ms - window_end_ms);
+                outages.push((Region::Primary, down_ms, u64::MAX / 4));
             }
         }
         Self {

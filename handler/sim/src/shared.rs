@@ -25,6 +25,8 @@ pub struct Observed {
     pub grants: BTreeMap<RequestKey, u64>,
     /// Commits applied per attempt.
     pub commits: BTreeMap<(RequestKey, Fingerprint), Vec<u64>>,
+    /// The last work in progress stored per key: its attempt and poll count.
+    pub waits: BTreeMap<RequestKey, (Fingerprint, u32)>,
     /// Bodies PUT per ResponseURL, with when.
     pub puts: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
     /// The fenced downstream store: item to (scope, fence) of the last accepted write.

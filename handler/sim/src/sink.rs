@@ -33,6 +33,10 @@ impl SimSink {
         if again {
             self.shared.cover("same bytes PUT again");
         }
+        let reason = cfn_once_core::response::ResponseBody::parse(body).ok().and_then(|body| body.reason);
+        if reason.is_some_and(|reason| reason.contains("was still in progress when the request's deadline")) {
+            self.shared.cover("deadline reached while waiting: answered FAILED");
+        }
         self.shared.trace(Some(self.region), || format!("PUT {} bytes to {}", body.len(), short(&url)));
     }
 }

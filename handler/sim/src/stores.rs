@@ -1,12 +1,15 @@
 //! The lease store as each region sees it: the real in-memory store (linearizable, as MRSC) or a
 //! replica per region (MREC), behind seeded faults, with every grant and commit observed for
-//! invariants S1 and S3.
+//! invariants S1 and S3, and every stored wait for S2 (only the newest fence stores a provider's
+//! work in progress, and its poll count never goes back).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use cfn_once_core::clock::Clock;
-use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, StoreError};
+use cfn_once_core::lease::{
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError,
+};
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
 
@@ -30,6 +33,11 @@ impl Table {
             StoreMode::Mrec { .. } => [first, store()],
         };
         Self { mode, replicas }
+    }
+
+    /// Whether any request's provider is waiting for a poll right now.
+    pub fn any_waiting(&self) -> bool {
+        self.replicas.iter().any(|replica| replica.snapshot().iter().any(|r| r.state == LeaseState::Waiting))
     }
 
     /// Applies replication that has come due.
@@ -119,6 +127,46 @@ impl RegionStore {
         }
     }
 
+    /// Counts how an acquire over a provider's work in progress came about.
+    fn cover_poll_taken(&self, before: Option<&LeaseRecord>, request: &AcquireRequest) {
+        let Some(before) = before else { return };
+        if before.poll_for(&request.fingerprint).is_none() {
+            return;
+        }
+        match before.state {
+            LeaseState::Waiting => {
+                self.shared.cover("due poll taken");
+                if !before.owner.starts_with(self.region.name()) {
+                    self.shared.cover("due poll taken by the other region");
+                }
+            }
+            LeaseState::Running => self.shared.cover("lease taken over in the middle of a poll"),
+            LeaseState::Committed => {}
+        }
+    }
+
+    /// S2 for waits: the stored work in progress comes from the newest fence granted, and its
+    /// poll count never goes back for the same attempt.
+    fn check_wait(&self, key: &RequestKey, fence: u64, poll: &PollRecord) {
+        let mut observed = self.shared.observed();
+        let granted = observed.grants.get(key).copied().unwrap_or(0);
+        let previous = observed.waits.insert(key.clone(), (poll.fingerprint.clone(), poll.polls));
+        drop(observed);
+        if fence < granted {
+            self.shared
+                .violation(format!("S2: a wait under fence {fence} was stored after fence {granted} was granted"));
+        }
+        if let Some((fingerprint, polls)) = previous
+            && fingerprint == poll.fingerprint
+            && polls > poll.polls
+        {
+            self.shared.violation(format!(
+                "S2: the poll count of {:?} went back from {polls} to {}",
+                key.request_id, poll.polls
+            ));
+        }
+    }
+
     /// MREC: the write replicates to the other region after the lag.
     fn replicate_later(&self, key: &RequestKey) {
         if let StoreMode::Mrec { lag_ms } = self.table.mode
@@ -134,8 +182,10 @@ impl RegionStore {
 impl LeaseStore for RegionStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.call("acquire", async {
+            let before = self.local().get(&request.key);
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
+                self.cover_poll_taken(before.as_ref(), request);
                 let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
                 if fence <= previous {
                     self.shared.violation(format!(
@@ -209,6 +259,35 @@ impl LeaseStore for RegionStore {
                 Conditional::Refused(_) => {
                     self.shared.cover("stale commit rejected");
                     self.shared.trace(Some(self.region), || format!("commit under fence {fence} rejected"));
+                }
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.call("wait", async {
+            let answer = self.local().wait(key, fence, poll, now_ms).await?;
+            match answer {
+                Conditional::Applied => {
+                    self.check_wait(key, fence, poll);
+                    self.shared.cover("work in progress stored, lease released");
+                    self.shared.trace(Some(self.region), || {
+                        let poll_in_ms = poll.poll_at_ms.saturating_sub(now_ms);
+                        format!("waiting under fence {fence}: {} polls so far, next in {poll_in_ms} ms", poll.polls)
+                    });
+                    self.replicate_later(key);
+                }
+                Conditional::Refused(_) => {
+                    self.shared.cover("stale wait rejected");
+                    self.shared.trace(Some(self.region), || format!("wait under fence {fence} rejected"));
                 }
             }
             Ok(answer)

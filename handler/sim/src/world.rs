@@ -17,7 +17,7 @@ use cfn_once_core::metrics::NoMetrics;
 use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
-use cfn_once_core::response::Status;
+use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::worker::{Delivery, Disposition, Done, Invocation, Ports, Settings, Worker};
 use serde_json::json;
@@ -25,7 +25,7 @@ use serde_json::json;
 use crate::deployed::Deployed;
 use crate::provider::{SIM_TYPE, SimProvider};
 use crate::region::{SimControl, SkewedClock};
-use crate::scenario::{Region, Scenario};
+use crate::scenario::{Kind, Region, Scenario};
 use crate::shared::{Shared, T0_MS};
 use crate::sink::{SimSink, short};
 use crate::stores::{RegionStore, Table};
@@ -131,6 +131,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     let mut world = World::new(scenario.clone(), parameters, tracing);
     world.run();
     world.check_liveness();
+    world.check_wait_survived();
     let mut observed = world.shared.observed();
     SeedOutcome {
         seed: scenario.seed,
@@ -167,7 +168,7 @@ impl World {
             })
         });
         let workers = Region::BOTH.map(|region| {
-            let router = Router::new().register(SIM_TYPE, SimProvider { shared: Arc::clone(&shared) });
+            let router = Router::new().register(SIM_TYPE, SimProvider { shared: Arc::clone(&shared), region });
             let ports = Ports {
                 store: Arc::new(RegionStore::new(region, Arc::clone(&table), Arc::clone(&shared))),
                 sink: Arc::new(SimSink { region, shared: Arc::clone(&shared) }),
@@ -232,7 +233,7 @@ impl World {
                 "https://cloudformation-custom-resource-response-useast2.s3.us-east-2.amazonaws.com/sim/{}/{index}?X-Amz-Signature=s{index}",
                 scenario.seed
             );
-            let body = json!({
+            let mut body = json!({
                 "RequestType": "Create",
                 "ResponseURL": url,
                 "StackId": format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{}", scenario.seed),
@@ -245,6 +246,12 @@ impl World {
                     "ServiceTimeout": plan.service_timeout_s.to_string(),
                 },
             });
+            if let Some(wait) = plan.wait {
+                let properties = &mut body["ResourceProperties"];
+                properties["WaitMs"] = json!(wait.in_progress_ms.to_string());
+                properties["PollIntervalS"] = json!(wait.poll_interval_s.to_string());
+                properties["PollWorkMs"] = json!(wait.poll_work_ms.to_string());
+            }
             bodies.push(body.to_string());
             urls.push(url);
         }
@@ -341,8 +348,15 @@ impl World {
                 let plan = &self.scenario.requests[index];
                 self.shared.trace(None, || {
                     let deadline_s = plan.sent_at_ms / 1_000 + plan.service_timeout_s;
+                    let wait = plan.wait.map_or(String::new(), |wait| {
+                        format!(
+                            ", then in progress for {} s polled every {} s",
+                            wait.in_progress_ms / 1000,
+                            wait.poll_interval_s
+                        )
+                    });
                     format!(
-                        "CloudFormation sends request {index} (work {} ms, deadline at {deadline_s} s)",
+                        "CloudFormation sends request {index} (work {} ms{wait}, deadline at {deadline_s} s)",
                         plan.work_ms
                     )
                 });
@@ -364,6 +378,9 @@ impl World {
             }
             Event::OutageStart(region) => {
                 self.shared.cover("region outage");
+                if self.table.any_waiting() {
+                    self.shared.cover("region outage in the middle of a wait");
+                }
                 self.shared.trace(Some(region), || "region down: pollers stop, running Lambdas die".into());
                 self.up[region.index()] = false;
                 let doomed: Vec<u64> =
@@ -575,6 +592,24 @@ impl World {
                 // millisecond so the loop looks again.
                 (!self.tasks.is_empty()).then(|| self.now_ms() + 1),
             )
+    }
+
+    /// A wait the primary's outage interrupted is finished by the secondary: the story of
+    /// [`Kind::OutageMidWait`], whose wait ends long before its deadline, must end in SUCCESS.
+    fn check_wait_survived(&self) {
+        let superseded = self.scenario.requests.iter().any(|plan| plan.retry_of == Some(0));
+        if self.scenario.kind != Kind::OutageMidWait || superseded {
+            return;
+        }
+        let observed = self.shared.observed();
+        let last = observed.puts.get(&self.urls[0]).and_then(|puts| puts.last()).map(|(_, body)| body.clone());
+        drop(observed);
+        let status = last.as_deref().and_then(|body| ResponseBody::parse(body).ok()).map(|body| body.status);
+        if status != Some(Status::Success) {
+            self.shared.violation(format!(
+                "WAIT: request 0's wait outlived the primary but was answered {status:?}, not SUCCESS, by the secondary"
+            ));
+        }
     }
 
     /// L1: every request that is not superseded by a retry was answered by its deadline.

@@ -5,7 +5,8 @@
 //! as it was before (`ReturnValues = ALL_OLD`: the new fence is the old one plus one, and the old
 //! fingerprint tells a takeover of the same attempt from a fresh start); on a failed condition it
 //! returns the old item too (`ReturnValuesOnConditionCheckFailure = ALL_OLD`), so the caller
-//! needs no second read. The
+//! needs no second read. The poll fields (a provider's work in progress) are kept by acquires,
+//! written by waits and removed by the commit. The
 //! condition is `cfn_once_core::lease::admits` written as a ConditionExpression; the shared
 //! contract suite holds the two to the same behaviour. This is the only place where
 //! `ConditionalCheckFailedException` exists: above it, it is a domain answer.
@@ -23,7 +24,9 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::fingerprint::Fingerprint;
-use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, StoreError};
+use cfn_once_core::lease::{
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError,
+};
 use cfn_once_core::request::RequestKey;
 
 use super::dynamodb_errors::{Failure, classify};
@@ -45,6 +48,11 @@ mod attr {
     pub const CREATED: &str = "created_ms";
     pub const UPDATED: &str = "updated_ms";
     pub const EXPIRES: &str = "expires_ms";
+    pub const POLL_FINGERPRINT: &str = "poll_fingerprint";
+    pub const POLL_STATE: &str = "poll_state";
+    pub const POLL_AT: &str = "poll_at_ms";
+    pub const WAITING_SINCE: &str = "waiting_since_ms";
+    pub const POLLS: &str = "polls";
 }
 
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
@@ -55,11 +63,16 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
 
 /// `lease::admits`: absent; or not superseded (the same attempt, or one that never held the lease
 /// and was not sent before the record's) and (RUNNING and expired past the skew margin, or
-/// COMMITTED for another attempt).
+/// COMMITTED for another attempt, or WAITING for another attempt or with its poll due for this
+/// caller; a WAITING record without a poll time counts as due).
 const ACQUIRE_CONDITION: &str = "attribute_not_exists(#fence) OR \
      ((#fingerprint = :fp OR (NOT contains(#attempts, :fp) AND (attribute_not_exists(#sent) OR #sent <= :sent))) AND \
       ((#state = :running AND #lease_until < :expired_before) OR \
-       (#state = :committed AND #fingerprint <> :fp)))";
+       (#state = :committed AND #fingerprint <> :fp) OR \
+       (#state = :waiting AND (#fingerprint <> :fp OR attribute_not_exists(#poll_at) OR #poll_at <= :poll_due_before))))";
+
+const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_state = :poll_state, \
+     #poll_at = :poll_at, #waiting_since = :waiting_since, #polls = :polls, #lease_until = :now, #updated = :now";
 
 /// The lease store on a DynamoDB table (an MRSC global table in production).
 #[derive(Debug, Clone)]
@@ -160,6 +173,7 @@ impl LeaseStore for DynamoLeaseStore {
             ("#fence", attr::FENCE),
             ("#attempts", attr::ATTEMPTS),
             ("#sent", attr::SENT),
+            ("#poll_at", attr::POLL_AT),
         ];
         let values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
@@ -174,6 +188,8 @@ impl LeaseStore for DynamoLeaseStore {
             (":now", number(request.now_ms)),
             (":expires", number(request.expires_ms)),
             (":expired_before", number(request.expired_before_ms())),
+            (":waiting", AttributeValue::S(LeaseState::Waiting.as_str().into())),
+            (":poll_due_before", number(request.poll_due_before_ms())),
         ];
         let call = self
             .update_call(&request.key, ACQUIRE_UPDATE, ACQUIRE_CONDITION, &names, values)
@@ -183,9 +199,13 @@ impl LeaseStore for DynamoLeaseStore {
                 // The update added one to the fence it found, atomically.
                 Some(old) => {
                     let old = parse_record(&request.key, &old)?;
-                    Ok(Acquire::Acquired { fence: old.fence + 1, took_over: old.fingerprint == request.fingerprint })
+                    Ok(Acquire::Acquired {
+                        fence: old.fence + 1,
+                        took_over: old.fingerprint == request.fingerprint,
+                        poll: old.poll_for(&request.fingerprint),
+                    })
                 }
-                None => Ok(Acquire::Acquired { fence: 1, took_over: false }),
+                None => Ok(Acquire::Acquired { fence: 1, took_over: false, poll: None }),
             },
             Err(error) => {
                 let item = refused_item(error)?.ok_or_else(|| {
@@ -236,18 +256,61 @@ impl LeaseStore for DynamoLeaseStore {
     ) -> Result<Conditional, StoreError> {
         self.conditional_update(
             key,
-            "SET #state = :committed, #response = :response, #updated = :now",
+            "SET #state = :committed, #response = :response, #updated = :now \
+             REMOVE #poll_fp, #poll_state, #poll_at, #waiting_since, #polls",
             "#fence = :fence AND #state = :running",
             &[
                 ("#state", attr::STATE),
                 ("#response", attr::RESPONSE),
                 ("#updated", attr::UPDATED),
                 ("#fence", attr::FENCE),
+                ("#poll_fp", attr::POLL_FINGERPRINT),
+                ("#poll_state", attr::POLL_STATE),
+                ("#poll_at", attr::POLL_AT),
+                ("#waiting_since", attr::WAITING_SINCE),
+                ("#polls", attr::POLLS),
             ],
             vec![
                 (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
                 (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
                 (":response", AttributeValue::B(Blob::new(response))),
+                (":now", number(now_ms)),
+                (":fence", number(fence)),
+            ],
+        )
+        .await
+    }
+
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.conditional_update(
+            key,
+            WAIT_UPDATE,
+            "#fence = :fence AND #state = :running",
+            &[
+                ("#state", attr::STATE),
+                ("#poll_fp", attr::POLL_FINGERPRINT),
+                ("#poll_state", attr::POLL_STATE),
+                ("#poll_at", attr::POLL_AT),
+                ("#waiting_since", attr::WAITING_SINCE),
+                ("#polls", attr::POLLS),
+                ("#lease_until", attr::LEASE_UNTIL),
+                ("#updated", attr::UPDATED),
+                ("#fence", attr::FENCE),
+            ],
+            vec![
+                (":waiting", AttributeValue::S(LeaseState::Waiting.as_str().into())),
+                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
+                (":poll_fp", AttributeValue::S(poll.fingerprint.as_str().into())),
+                (":poll_state", AttributeValue::S(poll.state.clone())),
+                (":poll_at", number(poll.poll_at_ms)),
+                (":waiting_since", number(poll.waiting_since_ms)),
+                (":polls", number(u64::from(poll.polls))),
                 (":now", number(now_ms)),
                 (":fence", number(fence)),
             ],
@@ -331,7 +394,25 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
         created_ms: number(attr::CREATED).unwrap_or(0),
         updated_ms: number(attr::UPDATED).unwrap_or(0),
         expires_ms: number(attr::EXPIRES).unwrap_or(0),
+        poll: parse_poll(item)?,
     })
+}
+
+/// The poll fields, all or nothing: a record with some but not all of them was written by hand.
+fn parse_poll(item: &HashMap<String, AttributeValue>) -> Result<Option<PollRecord>, StoreError> {
+    let string = |field: &str| item.get(field).and_then(|v| v.as_s().ok()).cloned();
+    let number = |field: &str| item.get(field).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
+    let Some(fingerprint) = string(attr::POLL_FINGERPRINT) else {
+        return Ok(None);
+    };
+    let bad = |field: &str| StoreError::Permanent(format!("lease record has a poll without a valid {field}"));
+    Ok(Some(PollRecord {
+        fingerprint: Fingerprint::from_stored(fingerprint),
+        state: string(attr::POLL_STATE).ok_or_else(|| bad(attr::POLL_STATE))?,
+        poll_at_ms: number(attr::POLL_AT).ok_or_else(|| bad(attr::POLL_AT))?,
+        waiting_since_ms: number(attr::WAITING_SINCE).ok_or_else(|| bad(attr::WAITING_SINCE))?,
+        polls: number(attr::POLLS).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(attr::POLLS))?,
+    }))
 }
 
 /// The key schema the store expects, for provisioning tools (`make local`, tests, templates).

@@ -31,7 +31,7 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::properties::PropertyError;
-use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput};
+use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
 use cfn_once_core::request::PHYSICAL_ID_BYTES_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -178,8 +178,8 @@ impl DynamoDbItem {
 impl Provider for DynamoDbItem {
     type Properties = ItemProperties;
 
-    async fn create(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<ProviderOutput, ProviderError> {
-        self.put(ctx, properties).await
+    async fn create(&self, ctx: &ProviderContext, properties: ItemProperties) -> Result<Step, ProviderError> {
+        self.put(ctx, properties).await.map(Step::Done)
     }
 
     async fn update(
@@ -188,10 +188,10 @@ impl Provider for DynamoDbItem {
         _physical_resource_id: &str,
         properties: ItemProperties,
         _old_properties: Option<ItemProperties>,
-    ) -> Result<ProviderOutput, ProviderError> {
+    ) -> Result<Step, ProviderError> {
         // A changed table or key yields a new id: CloudFormation treats that as a replacement
         // and deletes the old item with a separate Delete.
-        self.put(ctx, properties).await
+        self.put(ctx, properties).await.map(Step::Done)
     }
 
     async fn delete(
@@ -199,7 +199,7 @@ impl Provider for DynamoDbItem {
         ctx: &ProviderContext,
         physical_resource_id: &str,
         properties: ItemProperties,
-    ) -> Result<(), ProviderError> {
+    ) -> Result<Step<()>, ProviderError> {
         let (region, table, key) = match parse_physical_id(physical_resource_id) {
             Some(ours) => {
                 self.check_table(&ours.1)?;
@@ -218,12 +218,12 @@ impl Provider for DynamoDbItem {
                     tracing::info!(
                         "Delete of an id this provider never returned, naming no writable item: nothing to delete"
                     );
-                    return Ok(());
+                    return Ok(Step::Done(()));
                 }
             },
         };
         match self.table(&region, &table).delete_item(&ctx.fence, key).await {
-            Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(()),
+            Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(Step::Done(())),
             Err(error) => Err(error.into()),
         }
     }

@@ -7,7 +7,8 @@
 //!
 //! 1. sends the sample requests in `events/` the way CloudFormation does (published to the
 //!    topic, each with a fresh RequestId and a presigned ResponseURL) and shows which region
-//!    answered each, how fast, and what;
+//!    answered each, how fast, and what; a long-running one (`create-echo-long.json`) shows
+//!    each of its polls as the lease record records them;
 //! 2. runs a failover drill (control to the secondary, probe, control back, probe);
 //! 3. stops the primary's worker, sends a probe, and times the secondary's takeover;
 //! 4. waits for every queue to drain and counts every PUT: it exits 0 only if each request was
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cfn_once_core::lease::LeaseStore;
+use cfn_once_core::lease::{LeaseState, LeaseStore};
 use cfn_once_core::request::RequestKey;
 use cfn_once_core::response::ResponseBody;
 use serde_json::Value;
@@ -34,10 +35,11 @@ use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::random_seed;
 
 /// The sample requests, in the order a stack's life would send them.
-pub const SAMPLE_EVENTS: [&str; 6] = [
+pub const SAMPLE_EVENTS: [&str; 7] = [
     "create-echo.json",
     "update-echo.json",
     "delete-echo.json",
+    "create-echo-long.json",
     "create-dynamodb-item.json",
     "delete-dynamodb-item.json",
     "create-bad-property.json",
@@ -67,6 +69,8 @@ struct Row {
     latency_ms: Option<u128>,
     key: String,
     puts: usize,
+    /// Polls of a provider that answered in progress, as the lease record showed them.
+    polls: Option<u32>,
     detail: String,
 }
 
@@ -203,11 +207,20 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
 
         let sent_at = Instant::now();
         sns.publish().topic_arn(&file.topic_arn).message(request.to_string()).send().await.context("publish")?;
-        let body = provision::wait_for_response(&s3, &file.response_bucket, &key, ANSWER_TIMEOUT, |_| {}).await?;
+        let record_key = RequestKey { stack_id: stack_id.clone(), request_id };
+        let answer = provision::wait_for_response(&s3, &file.response_bucket, &key, ANSWER_TIMEOUT, |_| {});
+        let mut watch = WaitWatch::default();
+        let body = tokio::select! {
+            body = answer => body?,
+            never = watch.follow(&store, &record_key, sent_at) => match never {},
+        };
         let latency_ms = body.as_ref().map(|_| sent_at.elapsed().as_millis());
         let parsed = body.as_deref().map(ResponseBody::parse).transpose().context("response is not JSON")?;
+        if watch.waits > 0 {
+            print!("    ");
+        }
         println!("{}", latency_ms.map_or_else(|| "no answer".to_owned(), |ms| format!("answered in {ms} ms")));
-        let record = store.read(&RequestKey { stack_id: stack_id.clone(), request_id }).await?;
+        let record = store.read(&record_key).await?;
         if let Some(parsed) = &parsed {
             physical_ids.insert(logical.clone(), parsed.physical_resource_id.clone());
         }
@@ -220,6 +233,8 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
             latency_ms,
             key,
             puts: 0,
+            // Each wait stored is followed by one poll: the last one answered.
+            polls: (watch.waits > 0).then_some(watch.waits),
             detail: parsed.as_ref().map(detail).unwrap_or_else(|| "no response before the timeout".into()),
         });
     }
@@ -227,6 +242,52 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
         row.puts = provision::response_puts(&s3, &file.response_bucket, &row.key).await?;
     }
     Ok(rows)
+}
+
+/// Follows a request's lease record while it is answered, printing each wait its provider
+/// stored: who stored it, when, and when the next poll is due.
+#[derive(Debug, Default)]
+struct WaitWatch {
+    /// Waits seen (the in-progress answer, then each poll still in progress).
+    waits: u32,
+    last: Option<(u64, u32)>,
+}
+
+impl WaitWatch {
+    /// Never returns: dropped when the answer arrives.
+    async fn follow(
+        &mut self,
+        store: &DynamoLeaseStore,
+        key: &RequestKey,
+        sent_at: Instant,
+    ) -> std::convert::Infallible {
+        loop {
+            if let Ok(Some(record)) = store.read(key).await
+                && record.state == LeaseState::Waiting
+                && let Some(poll) = &record.poll
+                && self.last != Some((record.fence, poll.polls))
+            {
+                if self.waits == 0 {
+                    println!();
+                }
+                self.last = Some((record.fence, poll.polls));
+                self.waits += 1;
+                let region = record.owner.split('/').next().unwrap_or("?");
+                let what = if poll.polls == 0 {
+                    "answered in progress".to_owned()
+                } else {
+                    format!("poll {}: still in progress", poll.polls)
+                };
+                let next_s = poll.poll_at_ms.saturating_sub(record.updated_ms).div_ceil(1000);
+                println!(
+                    "    +{:>5.1} s  {region:<9}  fence {}  {what}; lease released, next poll in {next_s} s",
+                    sent_at.elapsed().as_secs_f64(),
+                    record.fence
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
 }
 
 fn step(what: &str) {
@@ -273,8 +334,8 @@ fn detail(body: &ResponseBody) -> String {
 }
 
 fn print_table(title: &str, rows: &[Row]) {
-    let header = ["#", title, "type", "resource", "status", "answered by", "ms", "PUTs", "response"];
-    let cells: Vec<[String; 9]> = rows
+    let header = ["#", title, "type", "resource", "status", "answered by", "ms", "polls", "PUTs", "response"];
+    let cells: Vec<[String; 10]> = rows
         .iter()
         .enumerate()
         .map(|(index, row)| {
@@ -286,6 +347,7 @@ fn print_table(title: &str, rows: &[Row]) {
                 row.status.clone().unwrap_or_else(|| "-".into()),
                 row.region.clone(),
                 row.latency_ms.map_or_else(|| "-".into(), |ms| ms.to_string()),
+                row.polls.map_or_else(|| "-".into(), |polls| polls.to_string()),
                 row.puts.to_string(),
                 row.detail.clone(),
             ]
