@@ -84,8 +84,9 @@ pub enum Kind {
     LongProviderThenCrash,
     /// Every lease-store call fails for ten to twenty minutes.
     StoreOutage,
-    /// After the fault window, the primary region goes down for good in the middle of a
-    /// long-running provider's wait: the secondary must finish the wait and answer SUCCESS.
+    /// A long-running provider's request is sent after the fault window, and the primary region
+    /// goes down for good in the middle of its wait: the secondary must finish the wait and
+    /// answer SUCCESS.
     OutageMidWait,
 }
 
@@ -318,18 +319,21 @@ impl Scenario {
                 store_outage = Some((start_ms, start_ms + draw.between(600_000, 1_200_000)));
             }
             Kind::OutageMidWait => {
-                // The wait spans the end of the fault window by minutes; the primary goes down
-                // for good after the window, while the wait goes on, and the deadline is far.
+                // Sent after the fault window, so nothing but the outage touches it: the primary
+                // goes down for good while the wait goes on, and the deadline is far.
+                // A retried deployment of it would now be sent before it; there is none.
+                requests.retain(|plan| plan.retry_of != Some(0));
                 let first = &mut requests[0];
+                first.sent_at_ms = window_end_ms + draw.below(30_000);
                 first.service_timeout_s = 3_600;
                 first.work_ms = draw.below(3_000);
-                let in_progress_ms = window_end_ms + draw.between(120_000, 1_200_000);
+                let in_progress_ms = draw.between(120_000, 1_200_000);
                 first.wait = Some(WaitPlan {
                     in_progress_ms,
                     poll_interval_s: draw.between(1, 60),
                     poll_work_ms: draw.below(2_000),
                 });
-                let down_ms = window_end_ms + draw.below(in_progress_ms - window_end_ms);
+                let down_ms = first.sent_at_ms + draw.between(5_000, in_progress_ms);
                 outages.push((Region::Primary, down_ms, u64::MAX / 4));
             }
         }
