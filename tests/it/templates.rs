@@ -6,7 +6,8 @@ use cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
 use cfn_once_core::decision::Role;
 use cfn_once_sim::deployed::{Deployed, FunctionTimeout};
 use cfn_once_tests::workspace_root;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 /// A template as JSON, with YAML short-form intrinsics (`!Ref x`) in their long form.
 fn template(name: &str) -> Value {
@@ -376,17 +377,16 @@ fn raw_delivery_is_one_setting_for_the_topic_and_the_handler() {
         function["Properties"]["Environment"]["Variables"]["CFN_ONCE_RAW_DELIVERY"],
         json!({"Ref": "RawMessageDelivery"})
     );
-    // samconfig: the customer stack and both regional stacks say the same thing.
-    let samconfig = std::fs::read_to_string(workspace_root().join("samconfig.toml")).expect("samconfig.toml");
-    let settings: Vec<&str> = samconfig
-        .lines()
-        .filter(|line| line.starts_with("parameter_overrides") && line.contains("RawMessageDelivery="))
-        .map(|line| {
-            line.split("RawMessageDelivery=").nth(1).and_then(|rest| rest.split([' ', '"']).next()).unwrap_or("")
-        })
+    // samconfig: every customer stack and both regional stacks say the same thing.
+    let environments = samconfig();
+    let customers = environments.iter().filter(|e| e.template == "infra/customer.yaml").count();
+    assert!(customers >= 1, "samconfig.toml deploys the customer stack");
+    let settings: Vec<(&str, &str)> = environments
+        .iter()
+        .filter_map(|e| e.parameters.get("RawMessageDelivery").map(|value| (e.name.as_str(), value.as_str())))
         .collect();
-    assert_eq!(settings.len(), 3, "primary, secondary and customer each set it: {settings:?}");
-    assert!(settings.iter().all(|value| *value == settings[0]), "{settings:?}");
+    assert_eq!(settings.len(), 2 + customers, "primary, secondary and every customer stack set it: {settings:?}");
+    assert!(settings.iter().all(|(_, value)| *value == settings[0].1), "{settings:?}");
 }
 
 #[test]
@@ -403,18 +403,23 @@ fn arc_control_is_granted_only_when_chosen_and_must_name_its_routing_control() {
     assert_eq!(rule["Assertions"].as_array().map(Vec::len), Some(2));
 }
 
+/// The queue admits a delivery from any of the ServiceToken topics (one per customer region)
+/// and nothing else but the redrive operators, whatever IAM policies in the account grant. The
+/// policy is evaluated here as IAM evaluates it, for the topics `samconfig.toml` lists.
 #[test]
-fn the_queue_policy_is_bound_to_the_service_topic() {
+fn the_queue_policy_admits_every_service_topic_and_nobody_else() {
     let template = template("regional.yaml");
+    let topics_parameter = &template["Parameters"]["ServiceTopicArns"];
+    assert_eq!(topics_parameter["Type"], "CommaDelimitedList");
+    assert!(topics_parameter.get("Default").is_none(), "the topics are required");
+    assert!(topics_parameter["AllowedPattern"].is_string(), "CloudFormation matches it against each topic");
     let policy = one(&template, "AWS::SQS::QueuePolicy");
     let statements = policy["Properties"]["PolicyDocument"]["Statement"].as_array().expect("Statement");
     let allows: Vec<&Value> = statements.iter().filter(|s| s["Effect"] == "Allow").collect();
     assert_eq!(allows.len(), 1, "one way in");
     assert_eq!(allows[0]["Principal"], json!({"Service": "sns.amazonaws.com"}));
     assert_eq!(allows[0]["Action"], "sqs:SendMessage");
-    assert_eq!(allows[0]["Condition"], json!({"ArnEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArn"}}}));
-    // And every other sender is denied, whatever an IAM policy in the account grants, but for
-    // the operators who redrive.
+    assert_eq!(allows[0]["Condition"], json!({"ArnEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArns"}}}));
     let deny = statements.iter().find(|s| s["Sid"] == "NoOtherSenders").expect("a deny for other senders");
     assert_eq!(
         (&deny["Effect"], &deny["Principal"], &deny["Action"]),
@@ -423,10 +428,49 @@ fn the_queue_policy_is_bound_to_the_service_topic() {
     assert_eq!(
         deny["Condition"],
         json!({
-            "ArnNotEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArn"}},
+            "ArnNotEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArns"}},
             "ArnNotLike": {"aws:PrincipalArn": {"Ref": "RedrivePrincipalArns"}}
         })
     );
+
+    let environments = samconfig();
+    let primary = environments.iter().find(|e| e.name == "primary").expect("a primary environment");
+    let topics: Vec<&str> = primary.parameters["ServiceTopicArns"].split(',').collect();
+    assert!(topics.len() >= 2, "samconfig.toml shows several customer regions: {topics:?}");
+    let operator = "arn:aws:iam::111122223333:role/cfn-once-redrive";
+    let stranger = "arn:aws:iam::111122223333:role/anything-else";
+    let foreign_topic = "arn:aws:sns:us-east-2:444455556666:cfn-once-service-token";
+    for redrive in [vec![operator], vec![""]] {
+        let queue = QueuePolicy { statements, topics: topics.clone(), redrive: redrive.clone() };
+        for topic in &topics {
+            assert_eq!(queue.decide(&Send::from_topic(topic), false), Decision::Allowed, "SNS delivering from {topic}");
+            let insecure = Send { secure: false, ..Send::from_topic(topic) };
+            assert_eq!(queue.decide(&insecure, false), Decision::Denied, "{topic} without TLS");
+        }
+        assert_eq!(queue.decide(&Send::from_topic(foreign_topic), false), Decision::Denied, "another account's topic");
+        // A role of this account whose IAM policy grants sqs:SendMessage on the queue. Its own
+        // requests carry no aws:SourceArn: AWS sets that key when a service acts for a resource.
+        assert_eq!(queue.decide(&Send::from_role(stranger), true), Decision::Denied, "a role granted SendMessage");
+        // The queue policy only spares the operators; their own IAM policy must grant the send.
+        let listed = redrive == [operator];
+        let (granted, not_granted) =
+            if listed { (Decision::Allowed, Decision::NotAllowed) } else { (Decision::Denied, Decision::Denied) };
+        assert_eq!(queue.decide(&Send::from_role(operator), true), granted, "the operator, redrive {redrive:?}");
+        assert_eq!(queue.decide(&Send::from_role(operator), false), not_granted, "no grant, redrive {redrive:?}");
+    }
+
+    // The handler accepts envelopes from the same topics: the list, joined as it parses it.
+    let function = one(&template, "AWS::Serverless::Function");
+    assert_eq!(
+        function["Properties"]["Environment"]["Variables"]["CFN_ONCE_TOPIC_ARNS"],
+        json!({"Fn::Join": [",", {"Ref": "ServiceTopicArns"}]})
+    );
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
+    let sample: Vec<&str> = cfn_once_sim::deployed::TOPIC_ARNS.split(',').collect();
+    for role in [Role::Primary, Role::Secondary] {
+        let config = deployed.config(role, "us-east-1").expect("the template configures the handler");
+        assert_eq!(config.topic_arns, sample, "every topic given to the stack, in order");
+    }
 }
 
 #[test]
@@ -467,5 +511,543 @@ fn the_example_uses_the_shipped_providers() {
     for kind in ["Custom::Echo", "Custom::DynamoDBItem"] {
         let resource = one(&template, kind);
         assert_eq!(resource["Properties"]["ServiceToken"], json!({"Ref": "ServiceToken"}));
+    }
+}
+
+/// One `samconfig.toml` environment that deploys a stack: its name, template, region and
+/// parameter overrides.
+#[derive(Debug)]
+struct SamEnvironment {
+    name: String,
+    template: String,
+    region: String,
+    parameters: BTreeMap<String, String>,
+}
+
+/// Every `[<name>.deploy.parameters]` table of `samconfig.toml`. The file's values are one-line
+/// strings and its overrides `Key=Value` pairs without spaces, which is all this reads.
+fn samconfig() -> Vec<SamEnvironment> {
+    let text = std::fs::read_to_string(workspace_root().join("samconfig.toml")).expect("samconfig.toml");
+    let mut environments: Vec<SamEnvironment> = Vec::new();
+    let mut in_deploy = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            let name = line.strip_prefix('[').and_then(|rest| rest.strip_suffix(".deploy.parameters]"));
+            in_deploy = name.is_some();
+            if let Some(name) = name {
+                environments.push(SamEnvironment {
+                    name: name.to_owned(),
+                    template: String::new(),
+                    region: String::new(),
+                    parameters: BTreeMap::new(),
+                });
+            }
+            continue;
+        }
+        let (Some(environment), true) = (environments.last_mut(), in_deploy) else { continue };
+        let Some((key, value)) = line.split_once(" = ") else { continue };
+        let value = value.trim_matches('"');
+        match key {
+            "template_file" => environment.template = value.to_owned(),
+            "region" => environment.region = value.to_owned(),
+            "parameter_overrides" => {
+                for pair in value.split_whitespace() {
+                    let (name, value) = pair.split_once('=').unwrap_or_else(|| panic!("{pair} is not Key=Value"));
+                    environment.parameters.insert(name.to_owned(), value.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    environments
+}
+
+fn environment<'a>(environments: &'a [SamEnvironment], name: &str) -> &'a SamEnvironment {
+    environments.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("samconfig.toml has no {name} environment"))
+}
+
+/// IAM's answer to a request against the queue policy (and, for principals of the queue's
+/// account, their own IAM policies).
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Allowed,
+    /// An explicit deny of the queue policy: nothing else can allow it.
+    Denied,
+    /// No statement allows it.
+    NotAllowed,
+}
+
+/// A `sqs:SendMessage` request, as far as the queue policy's conditions look at it.
+#[derive(Clone, Copy)]
+struct Send<'a> {
+    /// The calling service principal (`sns.amazonaws.com`), or none for an IAM principal.
+    service: Option<&'a str>,
+    /// `aws:PrincipalArn`, present for IAM principals.
+    principal_arn: Option<&'a str>,
+    /// `aws:SourceArn`, present when a service acts for a resource (SNS for its topic).
+    source_arn: Option<&'a str>,
+    /// `aws:SecureTransport`.
+    secure: bool,
+}
+
+impl<'a> Send<'a> {
+    fn from_topic(topic: &'a str) -> Self {
+        Self { service: Some("sns.amazonaws.com"), principal_arn: None, source_arn: Some(topic), secure: true }
+    }
+
+    fn from_role(role: &'a str) -> Self {
+        Self { service: None, principal_arn: Some(role), source_arn: None, secure: true }
+    }
+}
+
+/// The regional template's queue policy with its parameters given.
+struct QueuePolicy<'a> {
+    statements: &'a [Value],
+    topics: Vec<&'a str>,
+    /// `RedrivePrincipalArns`; CloudFormation makes the empty default a list of one empty value.
+    redrive: Vec<&'a str>,
+}
+
+impl QueuePolicy<'_> {
+    /// IAM's policy evaluation for one request: an explicit deny wins, then any allow (the queue
+    /// policy's, or the caller's own IAM policy when `identity_allows`), else nothing is allowed.
+    fn decide(&self, send: &Send, identity_allows: bool) -> Decision {
+        let applies = |statement: &&Value| self.applies(statement, send);
+        let matching: Vec<&Value> = self.statements.iter().filter(applies).collect();
+        if matching.iter().any(|s| s["Effect"] == "Deny") {
+            Decision::Denied
+        } else if identity_allows || matching.iter().any(|s| s["Effect"] == "Allow") {
+            Decision::Allowed
+        } else {
+            Decision::NotAllowed
+        }
+    }
+
+    fn applies(&self, statement: &Value, send: &Send) -> bool {
+        let action = statement["Action"].as_str().expect("one action per statement");
+        if action != "sqs:SendMessage" && action != "sqs:*" {
+            return false;
+        }
+        let principal = &statement["Principal"];
+        let principal_matches = match (principal, principal.get("Service")) {
+            (Value::String(any), _) if any == "*" => true,
+            (_, Some(service)) => send.service == service.as_str(),
+            _ => panic!("unexpected Principal {principal}"),
+        };
+        let conditions = statement.get("Condition").and_then(Value::as_object).cloned().unwrap_or_default();
+        // Several operators, and several keys under one operator, are ANDed.
+        principal_matches
+            && conditions.iter().all(|(operator, keys)| {
+                keys.as_object().expect("keys").iter().all(|(key, values)| self.holds(operator, key, values, send))
+            })
+    }
+
+    /// One operator on one key, with IAM's rules for several values (OR, and NOR for a negated
+    /// operator) and for an absent key (false, but true for a negated operator).
+    fn holds(&self, operator: &str, key: &str, values: &Value, send: &Send) -> bool {
+        let present = match key {
+            "aws:SourceArn" => send.source_arn.map(str::to_owned),
+            "aws:PrincipalArn" => send.principal_arn.map(str::to_owned),
+            "aws:SecureTransport" => Some(send.secure.to_string()),
+            other => panic!("the queue policy uses {other}, which this evaluator does not model"),
+        };
+        let values: Vec<String> = match values {
+            Value::String(value) => vec![value.clone()],
+            Value::Object(reference) => match reference.get("Ref").and_then(Value::as_str) {
+                Some("ServiceTopicArns") => self.topics.iter().map(|t| (*t).to_owned()).collect(),
+                Some("RedrivePrincipalArns") => self.redrive.iter().map(|r| (*r).to_owned()).collect(),
+                _ => panic!("unexpected condition value {values}"),
+            },
+            other => panic!("unexpected condition value {other}"),
+        };
+        let any_matches = |actual: &str| values.iter().any(|value| arn_like(value, actual));
+        match operator {
+            "ArnEquals" | "ArnLike" => present.is_some_and(|actual| any_matches(&actual)),
+            "ArnNotEquals" | "ArnNotLike" => present.is_none_or(|actual| !any_matches(&actual)),
+            "Bool" => present.is_some_and(|actual| values.contains(&actual)),
+            other => panic!("the queue policy uses {other}, which this evaluator does not model"),
+        }
+    }
+}
+
+/// ARN matching with IAM's wildcards: `*` for any run of characters, `?` for one.
+fn arn_like(pattern: &str, text: &str) -> bool {
+    fn matches(pattern: &[u8], text: &[u8]) -> bool {
+        match pattern.split_first() {
+            None => text.is_empty(),
+            Some((b'*', rest)) => (0..=text.len()).any(|skip| matches(rest, &text[skip..])),
+            Some((&expected, rest)) => text
+                .split_first()
+                .is_some_and(|(&actual, tail)| (expected == b'?' || expected == actual) && matches(rest, tail)),
+        }
+    }
+    matches(pattern.as_bytes(), text.as_bytes())
+}
+
+/// The MRSC region sets (DynamoDB's GlobalTableWitness reference): a lease table's replicas and
+/// witness must lie in one of them.
+const MRSC_REGION_SETS: [&[&str]; 3] = [
+    &["us-east-1", "us-east-2", "us-west-2"],
+    &["eu-west-1", "eu-west-2", "eu-west-3", "eu-central-1"],
+    &["ap-northeast-1", "ap-northeast-2", "ap-northeast-3"],
+];
+
+/// Regions MRSC does not serve, which customer stacks may still live in.
+const OTHER_REGIONS: [&str; 3] = ["ca-central-1", "ap-southeast-2", "eu-north-1"];
+
+fn mrsc_region_set(region: &str) -> Option<usize> {
+    MRSC_REGION_SETS.iter().position(|set| set.contains(&region))
+}
+
+fn every_region() -> Vec<&'static str> {
+    MRSC_REGION_SETS.iter().flat_map(|set| set.iter().copied()).chain(OTHER_REGIONS).collect()
+}
+
+/// What a rule function or condition evaluates to.
+#[derive(Debug, PartialEq)]
+enum Evaluated {
+    Bool(bool),
+    Text(String),
+    List(Vec<String>),
+}
+
+/// A stack operation as CloudFormation's Rules and Conditions see it: the template, the
+/// region, and the parameter values given (the rest take their defaults). It evaluates the
+/// functions the templates use and refuses any other, so a template that starts using one this
+/// does not model fails here rather than being half-evaluated.
+struct Deployment<'a> {
+    template: &'a Value,
+    region: &'a str,
+    parameters: BTreeMap<String, String>,
+}
+
+impl<'a> Deployment<'a> {
+    fn new(template: &'a Value, region: &'a str, parameters: &[(&str, &str)]) -> Self {
+        let parameters = parameters.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
+        Self { template, region, parameters }
+    }
+
+    fn parameter(&self, name: &str) -> Evaluated {
+        if name == "AWS::Region" {
+            return Evaluated::Text(self.region.to_owned());
+        }
+        let declared = &self.template["Parameters"][name];
+        assert!(declared.is_object(), "Ref to {name}, which the template does not declare");
+        let value = match self.parameters.get(name) {
+            Some(value) => value.clone(),
+            None => {
+                declared["Default"].as_str().unwrap_or_else(|| panic!("{name} has no value and no default")).to_owned()
+            }
+        };
+        if declared["Type"] == "CommaDelimitedList" {
+            Evaluated::List(value.split(',').map(|item| item.trim().to_owned()).collect())
+        } else {
+            Evaluated::Text(value)
+        }
+    }
+
+    fn evaluate(&self, expression: &Value) -> Evaluated {
+        match expression {
+            Value::String(text) => Evaluated::Text(text.clone()),
+            Value::Array(items) => Evaluated::List(
+                items
+                    .iter()
+                    .map(|item| match self.evaluate(item) {
+                        Evaluated::Text(text) => text,
+                        other => panic!("a list holds {other:?}"),
+                    })
+                    .collect(),
+            ),
+            Value::Object(call) if call.len() == 1 => {
+                let (function, arguments) = call.iter().next().expect("one entry");
+                self.call(function, arguments)
+            }
+            other => panic!("cannot evaluate {other}"),
+        }
+    }
+
+    fn call(&self, function: &str, arguments: &Value) -> Evaluated {
+        let list = |count: std::ops::RangeInclusive<usize>| {
+            let items = arguments.as_array().unwrap_or_else(|| panic!("{function} takes a list"));
+            assert!(count.contains(&items.len()), "{function} takes {count:?} arguments, not {}", items.len());
+            items
+        };
+        match function {
+            "Ref" => self.parameter(arguments.as_str().expect("Ref names a parameter")),
+            "Condition" => Evaluated::Bool(self.condition(arguments.as_str().expect("a condition's name"))),
+            "Fn::Equals" => {
+                let items = list(2..=2);
+                Evaluated::Bool(self.evaluate(&items[0]) == self.evaluate(&items[1]))
+            }
+            "Fn::Not" => Evaluated::Bool(!self.truth(&list(1..=1)[0])),
+            // CloudFormation takes two to ten conditions in Fn::And and Fn::Or.
+            "Fn::And" => Evaluated::Bool(list(2..=10).iter().all(|item| self.truth(item))),
+            "Fn::Or" => Evaluated::Bool(list(2..=10).iter().any(|item| self.truth(item))),
+            "Fn::Contains" => {
+                let items = list(2..=2);
+                let (Evaluated::List(haystack), Evaluated::Text(needle)) =
+                    (self.evaluate(&items[0]), self.evaluate(&items[1]))
+                else {
+                    panic!("Fn::Contains takes a list of strings and a string")
+                };
+                Evaluated::Bool(haystack.contains(&needle))
+            }
+            other => panic!("the template uses {other}, which this evaluator does not model"),
+        }
+    }
+
+    fn truth(&self, expression: &Value) -> bool {
+        match self.evaluate(expression) {
+            Evaluated::Bool(value) => value,
+            other => panic!("{expression} is {other:?}, not true or false"),
+        }
+    }
+
+    fn condition(&self, name: &str) -> bool {
+        let definition = &self.template["Conditions"][name];
+        assert!(!definition.is_null(), "no condition {name}");
+        self.truth(definition)
+    }
+
+    /// The assertions that refuse this stack operation, as (rule, description): empty when
+    /// CloudFormation would go ahead.
+    fn refusals(&self) -> Vec<(String, String)> {
+        let mut refused = Vec::new();
+        let rules = self.template["Rules"].as_object().cloned().unwrap_or_default();
+        for (name, rule) in rules {
+            if rule.get("RuleCondition").is_some_and(|condition| !self.truth(condition)) {
+                continue;
+            }
+            for assertion in rule["Assertions"].as_array().expect("Assertions") {
+                if !self.truth(&assertion["Assert"]) {
+                    let description = assertion["AssertDescription"].as_str().unwrap_or_default();
+                    refused.push((name.clone(), description.to_owned()));
+                }
+            }
+        }
+        refused
+    }
+
+    /// `value` as deployed: each `Fn::If` replaced by its chosen branch, and `AWS::NoValue`
+    /// removed. Other functions are left as written.
+    fn resolve(&self, value: &Value) -> Option<Value> {
+        match value {
+            Value::Object(call) if call.len() == 1 && call.contains_key("Fn::If") => {
+                let branches = call["Fn::If"].as_array().filter(|b| b.len() == 3).expect("Fn::If takes three");
+                let chosen = if self.condition(branches[0].as_str().expect("a condition's name")) { 1 } else { 2 };
+                self.resolve(&branches[chosen])
+            }
+            Value::Object(reference) if reference.get("Ref") == Some(&json!("AWS::NoValue")) => None,
+            Value::Object(map) => Some(Value::Object(
+                map.iter().filter_map(|(k, v)| self.resolve(v).map(|v| (k.clone(), v))).collect::<Map<_, _>>(),
+            )),
+            Value::Array(items) => Some(Value::Array(items.iter().filter_map(|item| self.resolve(item)).collect())),
+            other => Some(other.clone()),
+        }
+    }
+
+    /// Whether a resource (or output) with a `Condition` is created.
+    fn creates(&self, resource: &Value) -> bool {
+        resource.get("Condition").and_then(Value::as_str).is_none_or(|condition| self.condition(condition))
+    }
+}
+
+fn rule_names(refusals: &[(String, String)]) -> Vec<&str> {
+    refusals.iter().map(|(rule, _)| rule.as_str()).collect()
+}
+
+/// The lease table's replicas (this stack's region and ReplicaRegion) and witness must be three
+/// regions of one MRSC region set, and the template refuses anything else before creating a
+/// thing. Checked for every combination of 13 regions against the sets themselves, so removing
+/// or weakening a rule fails here.
+#[test]
+fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
+    let template = template("lease-table.yaml");
+    let stack = |region: &'static str, replica: &str, witness: &str| {
+        Deployment::new(&template, region, &[("ReplicaRegion", replica), ("WitnessRegion", witness)]).refusals()
+    };
+    for (region, replica, witness) in [
+        ("us-east-1", "us-west-2", "us-east-2"),
+        ("eu-west-1", "eu-central-1", "eu-west-2"),
+        ("ap-northeast-1", "ap-northeast-3", "ap-northeast-2"),
+    ] {
+        assert_eq!(stack(region, replica, witness), [], "{region} + {replica}, witness {witness}: one set");
+    }
+    for (region, replica, witness, why) in [
+        ("us-east-1", "eu-west-1", "us-east-2", "the replica in another set"),
+        ("us-east-1", "us-west-2", "eu-west-1", "the witness in another set"),
+        ("us-east-1", "us-west-2", "ca-central-1", "the witness in no set"),
+        ("eu-west-3", "us-west-2", "us-east-2", "the stack's region in another set"),
+        ("ap-southeast-2", "ap-northeast-1", "ap-northeast-2", "the stack's region in no set"),
+        ("ap-northeast-1", "eu-west-1", "us-east-1", "one region of each set"),
+    ] {
+        assert_eq!(rule_names(&stack(region, replica, witness)), ["OneMrscRegionSet"], "{why}");
+    }
+    let one_set = |regions: [&str; 3]| {
+        let sets = regions.map(mrsc_region_set);
+        sets[0].is_some() && sets.iter().all(|set| *set == sets[0])
+    };
+    for region in every_region() {
+        for replica in every_region() {
+            for witness in every_region() {
+                let distinct = region != replica && region != witness && replica != witness;
+                let expected = distinct && one_set([region, replica, witness]);
+                let refusals = stack(region, replica, witness);
+                assert_eq!(refusals.is_empty(), expected, "{region} + {replica}, witness {witness}: {refusals:?}");
+            }
+        }
+    }
+    // The parameters' defaults are a valid US deployment, from us-east-1.
+    assert_eq!(Deployment::new(&template, "us-east-1", &[]).refusals(), []);
+}
+
+/// The regional stack uses its own region's replica of the lease table, so it refuses a region
+/// MRSC does not serve; it names no other region, so that is all it can check.
+#[test]
+fn the_regional_stack_refuses_a_region_without_an_mrsc_replica() {
+    let template = template("regional.yaml");
+    for region in every_region() {
+        let refusals = Deployment::new(&template, region, &[("Role", "primary")]).refusals();
+        assert_eq!(refusals.is_empty(), mrsc_region_set(region).is_some(), "{region}: {refusals:?}");
+    }
+    // The ARC rule still applies on its own condition.
+    let arc = Deployment::new(&template, "us-east-1", &[("Role", "primary"), ("Control", "arc")]).refusals();
+    assert_eq!(rule_names(&arc), ["ArcNeedsItsRoutingControl", "ArcNeedsItsRoutingControl"]);
+}
+
+#[test]
+fn the_arc_stack_refuses_handler_regions_of_two_sets() {
+    let template = template("arc.yaml");
+    for primary in every_region() {
+        for secondary in every_region() {
+            let parameters = [("PrimaryRegion", primary), ("SecondaryRegion", secondary)];
+            let refusals = Deployment::new(&template, "us-west-2", &parameters).refusals();
+            let expected = primary != secondary
+                && mrsc_region_set(primary).is_some()
+                && mrsc_region_set(primary) == mrsc_region_set(secondary);
+            assert_eq!(refusals.is_empty(), expected, "{primary} + {secondary}: {refusals:?}");
+        }
+    }
+}
+
+/// `samconfig.toml` deploys what the rules accept, with one topic per customer region, every
+/// one of them admitted by both regional stacks and nothing else admitted.
+#[test]
+fn samconfig_deploys_one_region_set_and_admits_every_customer_topic() {
+    let environments = samconfig();
+    // lease-table, primary and secondary deploy the built templates (.aws-sam/...): these
+    // sources with the function code resolved, and the same rules.
+    for (name, file) in [
+        ("lease-table", "lease-table.yaml"),
+        ("primary", "regional.yaml"),
+        ("secondary", "regional.yaml"),
+        ("arc", "arc.yaml"),
+    ] {
+        let environment = environment(&environments, name);
+        let template = template(file);
+        let parameters: Vec<(&str, &str)> =
+            environment.parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let refusals = Deployment::new(&template, &environment.region, &parameters).refusals();
+        assert_eq!(refusals, [], "{name} in {}", environment.region);
+    }
+    let (lease_table, primary, secondary, arc) = (
+        environment(&environments, "lease-table"),
+        environment(&environments, "primary"),
+        environment(&environments, "secondary"),
+        environment(&environments, "arc"),
+    );
+    assert_eq!(lease_table.region, primary.region, "the lease table stack lives in the primary region");
+    assert_eq!(lease_table.parameters["ReplicaRegion"], secondary.region, "its replica is the secondary region");
+    assert_eq!(
+        (arc.parameters["PrimaryRegion"].as_str(), arc.parameters["SecondaryRegion"].as_str()),
+        (primary.region.as_str(), secondary.region.as_str())
+    );
+
+    let customers: Vec<&SamEnvironment> = environments.iter().filter(|e| e.template == "infra/customer.yaml").collect();
+    assert!(customers.len() >= 3, "samconfig.toml shows several customer regions");
+    let mut expected_topics = Vec::new();
+    for customer in &customers {
+        assert!(customer.name.ends_with(&customer.region), "{} deploys to {}", customer.name, customer.region);
+        let queue = |parameter: &str| customer.parameters[parameter].split(':').nth(3).unwrap_or_default().to_owned();
+        assert_eq!(queue("PrimaryQueueArn"), primary.region, "{}", customer.name);
+        assert_eq!(queue("SecondaryQueueArn"), secondary.region, "{}", customer.name);
+        let account = customer.parameters["PrimaryQueueArn"].split(':').nth(4).unwrap_or_default();
+        let topic = &customer.parameters["TopicName"];
+        expected_topics.push(format!("arn:aws:sns:{}:{account}:{topic}", customer.region));
+    }
+    for regional in [primary, secondary] {
+        let admitted: Vec<String> = regional.parameters["ServiceTopicArns"].split(',').map(str::to_owned).collect();
+        assert_eq!(admitted, expected_topics, "{} admits exactly the customer stacks' topics", regional.name);
+    }
+    // The example stack uses the topic of its own region.
+    let example = environment(&environments, "example");
+    let token = &example.parameters["ServiceToken"];
+    assert!(expected_topics.contains(token), "{token} is a customer stack's topic");
+    assert_eq!(token.split(':').nth(3), Some(example.region.as_str()), "CloudFormation wants it in the stack's region");
+}
+
+/// With OrganizationId, every principal of that organization may publish, through a key of the
+/// stack that admits the organization; without, this account only, with SNS's AWS managed key.
+/// Both branches of the template's conditions are resolved as CloudFormation would.
+#[test]
+fn an_organization_may_publish_only_when_named_and_through_its_own_key() {
+    let template = template("customer.yaml");
+    let organization_id = &template["Parameters"]["OrganizationId"];
+    assert_eq!((&organization_id["Type"], &organization_id["Default"]), (&json!("String"), &json!("")));
+    assert_eq!(organization_id["AllowedPattern"], "^$|^o-[a-z0-9]{10,32}$");
+    let queues = [
+        ("PrimaryQueueArn", "arn:aws:sqs:us-east-1:111122223333:cfn-once-primary"),
+        ("SecondaryQueueArn", "arn:aws:sqs:us-west-2:111122223333:cfn-once-secondary"),
+    ];
+    let with_organization = [queues[0], queues[1], ("OrganizationId", "o-a1b2c3d4e5")];
+    let this_account = json!({"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}});
+    let organization = json!({"StringEquals": {"aws:PrincipalOrgID": {"Ref": "OrganizationId"}}});
+    let is_wildcard = |principal: &Value| *principal == json!("*") || *principal == json!({"AWS": "*"});
+
+    for (parameters, shared) in [(&queues[..], false), (&with_organization[..], true)] {
+        let stack = Deployment::new(&template, "eu-west-1", parameters);
+        assert_eq!(stack.condition("ForOrganization"), shared);
+        let policy = stack.resolve(&one(&template, "AWS::SNS::TopicPolicy")["Properties"]).expect("a policy");
+        let statements = policy["PolicyDocument"]["Statement"].as_array().expect("Statement").clone();
+        let allows: Vec<&Value> = statements.iter().filter(|s| s["Effect"] == "Allow").collect();
+        assert!(allows.iter().all(|s| s["Action"] == "sns:Publish"), "{allows:?}");
+        assert!(allows.iter().any(|s| s["Principal"] == this_account), "this account always publishes");
+        let wildcards: Vec<&&Value> = allows.iter().filter(|s| is_wildcard(&s["Principal"])).collect();
+        if shared {
+            assert_eq!(wildcards.len(), 1, "one statement for the organization: {allows:?}");
+            assert_eq!(wildcards[0]["Condition"], organization, "any principal of that organization, no other");
+        } else {
+            assert_eq!(wildcards.len(), 0, "only this account: {allows:?}");
+            assert_eq!(allows.len(), 1, "only this account: {allows:?}");
+        }
+
+        let topic = stack.resolve(&one(&template, "AWS::SNS::Topic")["Properties"]).expect("a topic");
+        let key = one(&template, "AWS::KMS::Key");
+        assert_eq!(stack.creates(key), shared, "a key of the stack only for an organization");
+        assert_eq!(stack.creates(&template["Outputs"]["ServiceTopicKeyArn"]), shared);
+        if !shared {
+            assert_eq!(topic["KmsMasterKeyId"], "alias/aws/sns", "SNS's AWS managed key serves this account");
+            continue;
+        }
+        // alias/aws/sns admits callers of this account only, and its policy cannot be changed.
+        assert_eq!(topic["KmsMasterKeyId"], json!({"Fn::GetAtt": ["ServiceTopicKey", "Arn"]}));
+        assert_eq!(key["Properties"]["EnableKeyRotation"], true);
+        let key_policy = key["Properties"]["KeyPolicy"]["Statement"].as_array().expect("Statement");
+        let for_everyone: Vec<&Value> = key_policy.iter().filter(|s| is_wildcard(&s["Principal"])).collect();
+        assert_eq!(for_everyone.len(), 1, "{key_policy:?}");
+        assert_eq!(for_everyone[0]["Action"], json!(["kms:GenerateDataKey*", "kms:Decrypt"]));
+        assert_eq!(
+            for_everyone[0]["Condition"],
+            json!({"StringEquals": {
+                "aws:PrincipalOrgID": {"Ref": "OrganizationId"},
+                "kms:ViaService": {"Fn::Sub": "sns.${AWS::Region}.${AWS::URLSuffix}"},
+                "kms:EncryptionContext:aws:sns:topicArn":
+                    {"Fn::Sub": "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:${TopicName}"}
+            }}),
+            "the organization, through SNS in this region, for this topic only"
+        );
+        let others: Vec<&Value> = key_policy.iter().filter(|s| !is_wildcard(&s["Principal"])).collect();
+        assert_eq!(others.len(), 1, "{key_policy:?}");
+        assert_eq!(others[0]["Principal"], this_account, "administered by this account's IAM policies");
     }
 }

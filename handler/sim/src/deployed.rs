@@ -22,8 +22,11 @@ pub const REGIONAL_TEMPLATE: &str = include_str!("../../../infra/regional.yaml")
 /// Where the parameters come from, for the simulator's report.
 pub const SOURCE: &str = "infra/regional.yaml";
 
-/// A topic ARN for the template's required `ServiceTopicArn` parameter.
-const TOPIC_ARN: &str = "arn:aws:sns:us-east-2:123456789012:cfn-once-service-token";
+/// Topic ARNs for the template's required `ServiceTopicArns` parameter (a CommaDelimitedList):
+/// one ServiceToken topic per customer region, as `samconfig.toml` deploys them.
+pub const TOPIC_ARNS: &str = "arn:aws:sns:us-east-2:123456789012:cfn-once-service-token,\
+arn:aws:sns:eu-west-1:123456789012:cfn-once-service-token,\
+arn:aws:sns:ap-southeast-2:123456789012:cfn-once-service-token";
 
 /// One allowed function timeout and the queue visibility timeout the template pairs with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +156,7 @@ impl<'a> Template<'a> {
     /// every other parameter takes its default.
     fn resolver(&self, role: &str, function_timeout: Option<&str>) -> Resolver<'a> {
         let mut parameters = BTreeMap::from([("Role".to_owned(), role.to_owned())]);
-        parameters.insert("ServiceTopicArn".into(), TOPIC_ARN.into());
+        parameters.insert("ServiceTopicArns".into(), TOPIC_ARNS.into());
         if let Some(timeout) = function_timeout {
             parameters.insert("FunctionTimeoutSeconds".into(), timeout.into());
         }
@@ -167,7 +170,7 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
-    /// Evaluates `!Ref` (parameters), `!FindInMap`, `!If` and `!Equals` over `value`.
+    /// Evaluates `!Ref` (parameters), `!FindInMap`, `!If`, `!Equals` and `!Join` over `value`.
     fn resolve(&self, value: &Value) -> Result<Value, String> {
         let Value::Tagged(tagged) = value else {
             return Ok(value.clone());
@@ -176,7 +179,14 @@ impl Resolver<'_> {
         match tag.trim_start_matches('!') {
             "Ref" => {
                 let name = tagged.value.as_str().ok_or("!Ref of a non-string")?;
-                self.parameter(name).map(Value::String)
+                let value = self.parameter(name)?;
+                if self.is_list(name) {
+                    // CloudFormation splits a CommaDelimitedList at its commas and trims each
+                    // value; a `Ref` to it is the list.
+                    let items = value.split(',').map(|item| Value::String(item.trim().to_owned())).collect();
+                    return Ok(Value::Sequence(items));
+                }
+                Ok(Value::String(value))
             }
             "FindInMap" => {
                 let args = self.arguments(&tagged.value, 3)?;
@@ -198,6 +208,13 @@ impl Resolver<'_> {
             "Equals" => {
                 let args = self.arguments(&tagged.value, 2)?;
                 Ok(Value::Bool(scalar(&args[0]) == scalar(&args[1])))
+            }
+            "Join" => {
+                let args = self.arguments(&tagged.value, 2)?;
+                let delimiter = scalar(&args[0]).ok_or("!Join's delimiter is not a string")?;
+                let items = args[1].as_sequence().ok_or("!Join's second argument is not a list")?;
+                let items: Option<Vec<String>> = items.iter().map(scalar).collect();
+                Ok(Value::String(items.ok_or("!Join of a list with a non-scalar value")?.join(&delimiter)))
             }
             // `!Sub`, `!GetAtt` and the rest name deployed resources, which no parameter of the
             // protocol depends on: the value is left out.
@@ -223,6 +240,16 @@ impl Resolver<'_> {
             .and_then(|p| p.get("Default"))
             .and_then(scalar)
             .ok_or_else(|| format!("parameter {name} has no default"))
+    }
+
+    /// Whether the template declares parameter `name` as a CommaDelimitedList.
+    fn is_list(&self, name: &str) -> bool {
+        self.template
+            .get("Parameters")
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("Type"))
+            .and_then(Value::as_str)
+            .is_some_and(|kind| kind == "CommaDelimitedList")
     }
 
     fn condition(&self, name: &str) -> Result<bool, String> {
@@ -265,6 +292,18 @@ mod tests {
             let settings = deployed.settings(role, "us-east-1").expect("the template's environment is valid");
             assert_eq!(settings.role, role);
             assert_eq!(settings.max_receive_count, deployed.max_receive_count);
+        }
+    }
+
+    #[test]
+    fn the_handler_accepts_every_service_topic_the_template_is_given() {
+        let deployed = Deployed::regional().expect("the template parses");
+        for role in [Role::Primary, Role::Secondary] {
+            let environment = &deployed.environment[role.as_str()];
+            assert_eq!(environment.get("CFN_ONCE_TOPIC_ARNS").map(String::as_str), Some(TOPIC_ARNS));
+            let config = deployed.config(role, "us-east-1").expect("the template's environment is valid");
+            let expected: Vec<&str> = TOPIC_ARNS.split(',').collect();
+            assert_eq!(config.topic_arns, expected, "one accepted topic per customer region");
         }
     }
 
