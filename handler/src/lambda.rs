@@ -16,6 +16,7 @@ use cfn_once_core::worker::{Delivery, Disposition, Invocation};
 use futures_util::future::join_all;
 use lambda_runtime::LambdaEvent;
 
+use crate::adapters::sqs_queue::original_sent_ms;
 use crate::app::App;
 
 /// Visibility for a record whose move to the DLQ failed: it is moved on its next receive.
@@ -42,7 +43,7 @@ async fn handle_record(app: &App, record: &SqsMessage, invocation: &Invocation) 
     let attribute = |name: &str| record.attributes.get(name).and_then(|value| value.parse::<u64>().ok());
     let receive_count =
         attribute("ApproximateReceiveCount").map_or(1, |count| u32::try_from(count).unwrap_or(u32::MAX));
-    let delivery = Delivery { body: record.body.as_deref(), receive_count, sent_ms: attribute("SentTimestamp") };
+    let delivery = Delivery { body: record.body.as_deref(), receive_count, sent_ms: original_sent_ms(record) };
     let span = tracing::info_span!("record", message_id = record.message_id.as_deref().unwrap_or(""), receive_count);
     let handled = tracing::Instrument::instrument(app.worker.handle_detailed(delivery, invocation), span).await;
     if let Some(observer) = &app.observer {
@@ -59,7 +60,7 @@ async fn settle(app: &App, record: &SqsMessage, disposition: Disposition) -> Opt
         let delay_s = match disposition {
             Disposition::Done(_) => return None,
             Disposition::Retry { delay_s, .. } => delay_s,
-            Disposition::DeadLetter { why } => match app.queue.dead_letter(record, &why).await {
+            Disposition::DeadLetter { why, cause } => match app.queue.dead_letter(record, &why, cause).await {
                 Ok(()) => return None,
                 Err(error) => {
                     tracing::error!(%error, "could not move the message to the DLQ; it is moved on a later receive");

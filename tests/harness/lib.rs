@@ -359,7 +359,7 @@ impl LocalRegion {
     }
 }
 
-/// A fixture made live: a fresh RequestId, a stack named after `bucket`, the topic, and a
+/// A fixture made live: a fresh RequestId, a stack named after `bucket` in the topic's region, the topic, and a
 /// presigned ResponseURL into `bucket`. A `TableName` property is pointed at `item_table`.
 pub async fn live_request(
     fixture_name: &str,
@@ -370,7 +370,9 @@ pub async fn live_request(
 ) -> Sent {
     let mut request = fixture(fixture_name);
     let request_id = unique("request");
-    let stack_id = format!("arn:aws:cloudformation:{CUSTOMER_REGION}:{ACCOUNT}:stack/{bucket}/guid");
+    // A stack lives in its ServiceToken topic's region (CloudFormation requires it).
+    let region = topic_arn.split(':').nth(3).filter(|region| !region.is_empty()).unwrap_or(CUSTOMER_REGION);
+    let stack_id = format!("arn:aws:cloudformation:{region}:{ACCOUNT}:stack/{bucket}/guid");
     let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
     let key = format!("{logical}/{request_id}");
     let url = provision::presigned_put_url(s3, bucket, &key, 7_200).await.expect("presigned URL");

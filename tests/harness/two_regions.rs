@@ -139,6 +139,21 @@ impl TwoRegions {
             .expect("publish");
     }
 
+    /// A fixture made live for the ServiceToken topic of customer region `region`.
+    pub async fn request_in(&self, fixture_name: &str, region: &str) -> Sent {
+        let file = &self.env.file;
+        let topic = file.customer_topics.get(region).unwrap_or_else(|| panic!("no topic in {region}"));
+        live_request(fixture_name, topic, &self.s3, &file.response_bucket, &self.env.item_table).await
+    }
+
+    /// Publishes `sent` to its own ServiceToken topic, from the topic's region.
+    pub async fn publish_to_its_topic(&self, sent: &Sent) {
+        let topic = sent.request["ServiceToken"].as_str().expect("a ServiceToken");
+        let region = topic.split(':').nth(3).expect("a topic ARN");
+        let sns = aws_sdk_sns::Client::new(&self.env.sdk(region).await);
+        sns.publish().topic_arn(topic).message(sent.request.to_string()).send().await.expect("publish");
+    }
+
     /// Every body PUT for `sent`, oldest first.
     pub async fn responses(&self, sent: &Sent) -> Vec<Vec<u8>> {
         provision::response_versions(&self.s3, &self.env.file.response_bucket, &sent.key).await.expect("responses")

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, PollRecord, Seen, Viewer, admits,
+    Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, PollRecord, RequestLabel, Seen, Viewer, admits,
 };
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
@@ -43,6 +43,11 @@ fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_m
         skew_ms: SKEW_MS,
         expires_ms: now_ms + 86_400_000,
         poll_lag_ms: 0,
+        label: RequestLabel {
+            logical_resource_id: "Thing".into(),
+            request_type: "Create".into(),
+            resource_type: "Custom::Echo".into(),
+        },
     }
 }
 
@@ -74,6 +79,8 @@ async fn first_acquire_grants_fence_one(store: Arc<dyn LeaseStore>) {
     assert_eq!(record.fingerprint, fp("a"));
     assert_eq!(record.attempts, [fp("a")].into());
     assert_eq!((record.response, record.created_ms, record.expires_ms), (None, T0, T0 + 86_400_000));
+    let label = (record.label.logical_resource_id.as_str(), record.label.request_type.as_str());
+    assert_eq!((label, record.label.resource_type.as_str()), (("Thing", "Create"), "Custom::Echo"));
 }
 
 async fn a_refusal_returns_the_record_as_it_was(store: Arc<dyn LeaseStore>) {

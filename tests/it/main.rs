@@ -15,6 +15,7 @@ mod fenced;
 mod hostile;
 mod http_sink;
 mod logs;
+mod ops;
 mod sweeper;
 mod templates;
 mod two_regions;

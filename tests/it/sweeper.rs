@@ -32,6 +32,7 @@ async fn expired_records_are_deleted_and_live_ones_and_the_control_item_kept() {
             skew_ms: 0,
             expires_ms,
             poll_lag_ms: 0,
+            label: Default::default(),
         };
         assert!(matches!(store.acquire(&request).await.expect("acquire"), Acquire::Acquired { .. }));
         keys.push((key, index % 3 == 0));

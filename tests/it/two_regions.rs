@@ -399,8 +399,12 @@ async fn a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_pri
     let log = seen.lock().expect("watch log").clone();
     let first_wait = log.iter().find(|s| s.state == LeaseState::Waiting).expect("a wait");
     assert_eq!(first_wait.region, primary, "the wait began in the primary");
+    // The watcher samples every 100 ms and may miss a quick poll's RUNNING moment, but every
+    // poll leaves a higher fence: some record after the kill is the secondary's, under a fence
+    // above any the primary took.
+    let primary_fence = log.iter().filter(|s| s.region == primary).map(|s| s.fence).max().unwrap_or(0);
     assert!(
-        log.iter().any(|s| s.at > killed && s.region == secondary && s.state == LeaseState::Running),
+        log.iter().any(|s| s.at > killed && s.region == secondary && s.fence > primary_fence),
         "the secondary took a poll after the kill: {log:?}"
     );
     assert!(took >= Duration::from_secs(20), "not before the provider's 20 s: {took:?}");
@@ -411,6 +415,32 @@ async fn a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_pri
     regions.primary.start();
     regions.drain(TIMEOUT).await;
     assert_eq!(regions.responses(&sent).await.len(), 1, "answered once");
+    assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn every_customer_region_topic_feeds_both_regions_and_gets_one_answer_each() {
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    let topics = regions.env.file.customer_topics.clone();
+    assert_eq!(topics.keys().map(String::as_str).collect::<Vec<_>>(), ["eu-west-1", "us-east-2"]);
+    assert_eq!(topics.get(&regions.env.file.customer_region), Some(&regions.env.file.topic_arn));
+    let mut sent = Vec::new();
+    for region in topics.keys() {
+        let request = regions.request_in("create-echo.json", region).await;
+        assert!(request.request_key.stack_id.starts_with(&format!("arn:aws:cloudformation:{region}:")));
+        regions.publish_to_its_topic(&request).await;
+        sent.push(request);
+    }
+    for request in &sent {
+        let (body, _) = regions.wait_for_answer(request, Instant::now(), TIMEOUT).await;
+        assert_eq!(status(&body), Status::Success, "{}", request.request["ServiceToken"]);
+    }
+    // Both regions' copies of both requests are settled: one answer each, nothing dead-lettered.
+    regions.drain(TIMEOUT).await;
+    for request in &sent {
+        assert_eq!(regions.responses(request).await.len(), 1, "one answer for {}", request.request["ServiceToken"]);
+    }
     assert_eq!(regions.dead_letters().await, 0);
     regions.stop().await;
 }

@@ -1,6 +1,7 @@
 //! The `cfn-once` command line: the tools around the Lambda function (which is the separate,
 //! lean `cfn-once-lambda` binary). `cfn-once local`, `cfn-once demo` and `cfn-once drill` run the
 //! same handler on local AWS and exercise failover; the drill also runs against deployed stacks.
+//! `cfn-once inspect`, `stuck` and `redrive` are the operator's tools, local or deployed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,10 @@ use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
 use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
 use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
+use cfn_once_cli::ops::OpsTarget;
+use cfn_once_cli::ops::inspect::InspectOptions;
+use cfn_once_cli::ops::redrive::RedriveOptions;
+use cfn_once_cli::ops::stuck::StuckOptions;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -52,6 +57,30 @@ enum Command {
     /// local environment (--env) or on deployed stacks (the target flags). Exits 0 only if both
     /// probes were answered once by the expected region.
     Drill(Box<DrillArgs>),
+    /// What happened to a request: its lease record in words, its queues, its DLQ copies
+    ///
+    /// Reads the request's lease record (state, fence, holder region and owner, lease left,
+    /// attempts, work in progress, the committed answer's status and Reason, delivered or not)
+    /// and each handler region's queue and DLQ counts, and looks through the DLQs for copies of
+    /// it (holding their messages for a moment, then releasing them: SQS cannot be searched).
+    /// With --logical-id instead of --request-id, the latest requests of that resource in the
+    /// stack. Never prints a ResponseURL. Uses the operator's credentials: GetItem and Query on
+    /// the table, ReceiveMessage, ChangeMessageVisibility and GetQueueAttributes on the queues.
+    Inspect(InspectArgs),
+    /// Requests that look stuck, oldest first; exits 1 if there are any
+    ///
+    /// Scans the lease table for requests unanswered for longer than --older-than-s (running,
+    /// waiting for polls, or abandoned with an expired lease) and answers committed but not
+    /// delivered for longer than --undelivered-s.
+    Stuck(StuckArgs),
+    /// Move dead-lettered messages back to their queue, saying what each will do
+    ///
+    /// Safe by construction: the handler answers duplicates once, so a redriven copy of an
+    /// answered request is dropped, a committed but undelivered answer is PUT byte for byte, and
+    /// unfinished work resumes. Each message's request record is read first and reported.
+    /// Messages nobody can be answered for are left unless --include-undeliverable. The copy
+    /// keeps when the request was first sent, so its deadline still counts from then.
+    Redrive(RedriveArgs),
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +170,103 @@ struct DrillArgs {
     json: bool,
 }
 
+/// Where the operator tools look.
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// The local environment described by this file (written by `cfn-once local`).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["table", "queue"])]
+    env: Option<PathBuf>,
+    /// The lease table of deployed stacks.
+    #[arg(long, value_name = "NAME", requires = "queue")]
+    table: Option<String>,
+    /// The region of the table replica to read (default: the first --queue's region).
+    #[arg(long, value_name = "REGION")]
+    table_region: Option<String>,
+    /// A handler region's queue, ROLE=URL (e.g. primary=https://sqs.us-east-1.amazonaws.com/123456789012/cfn-once);
+    /// repeat for each region. Its DLQ is read from its redrive policy.
+    #[arg(long, value_name = "ROLE=URL")]
+    queue: Vec<String>,
+    /// The AWS profile for deployed stacks (default: the default credential chain).
+    #[arg(long, value_name = "NAME")]
+    profile: Option<String>,
+    /// A local AWS endpoint for a hand-made target.
+    #[arg(long, value_name = "URL")]
+    endpoint_url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl TargetArgs {
+    async fn target(&self) -> anyhow::Result<OpsTarget> {
+        match (&self.env, &self.table) {
+            (Some(path), _) => Ok(OpsTarget::from_env_file(&EnvFile::read(path)?)),
+            (None, Some(table)) => {
+                OpsTarget::deployed(
+                    table.clone(),
+                    self.table_region.clone(),
+                    &self.queue,
+                    self.profile.clone(),
+                    self.endpoint_url.clone(),
+                )
+                .await
+            }
+            (None, None) => anyhow::bail!(
+                "say where to look: --env .local/env.json for the local environment, or --table NAME --queue primary=URL --queue secondary=URL"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct InspectArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// The stack's StackId (its ARN).
+    #[arg(long, value_name = "ARN")]
+    stack_id: String,
+    /// The request's RequestId.
+    #[arg(long, value_name = "ID", required_unless_present = "logical_id", conflicts_with = "logical_id")]
+    request_id: Option<String>,
+    /// A LogicalResourceId: inspect its latest requests in the stack.
+    #[arg(long, value_name = "ID")]
+    logical_id: Option<String>,
+    /// How many of a logical resource's latest requests.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    limit: usize,
+    /// Do not look into the DLQs (which holds their messages for a moment).
+    #[arg(long)]
+    no_dlq: bool,
+}
+
+#[derive(Debug, Args)]
+struct StuckArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Unanswered requests sent longer ago than this are listed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    older_than_s: u64,
+    /// Committed answers undelivered for longer than this are listed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    undelivered_s: u64,
+}
+
+#[derive(Debug, Args)]
+struct RedriveArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Report what would be moved and what each copy would do; move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also move messages nobody can be answered for (no usable ResponseURL, a refused
+    /// sender); the handler moves them back to the DLQ.
+    #[arg(long)]
+    include_undeliverable: bool,
+    /// At most this many messages per DLQ.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    max: usize,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -148,6 +274,9 @@ async fn main() -> ExitCode {
         Command::Local(args) => run_local(args).await,
         Command::Demo(args) => run_demo(args).await,
         Command::Drill(args) => run_drill(*args).await,
+        Command::Inspect(args) => run_inspect(args).await,
+        Command::Stuck(args) => run_stuck(args).await,
+        Command::Redrive(args) => run_redrive(args).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -196,7 +325,9 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         RegionPair::start(&env, &LOCAL_SETTINGS, |role| Some(printing_observer(env.region(role), role))).await?;
     let file = &env.file;
     println!("cfn-once local: two regions on {endpoint}");
-    println!("  ServiceToken topic   {}", file.topic_arn);
+    for (region, topic) in &file.customer_topics {
+        println!("  customer  {region:<9}  ServiceToken topic {topic}");
+    }
     println!("  primary   {}  queue {}", file.primary_region, file.queues.primary);
     println!(
         "  secondary {}  queue {} (delay {} s)",
@@ -264,6 +395,52 @@ async fn run_drill(args: DrillArgs) -> anyhow::Result<bool> {
         println!("{}", report.render());
     }
     Ok(report.passed)
+}
+
+async fn run_inspect(args: InspectArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let target = args.target.target().await?;
+    let options = InspectOptions {
+        stack_id: args.stack_id,
+        request_id: args.request_id,
+        logical_id: args.logical_id,
+        limit: args.limit,
+        dead_letters: !args.no_dlq,
+    };
+    let report = cfn_once_cli::ops::inspect::inspect(&target, &options).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(true)
+}
+
+async fn run_stuck(args: StuckArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let target = args.target.target().await?;
+    let options = StuckOptions { older_than_ms: args.older_than_s * 1000, undelivered_ms: args.undelivered_s * 1000 };
+    let stuck = cfn_once_cli::ops::stuck::stuck(&target, options).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&stuck)?);
+    } else {
+        println!("{}", cfn_once_cli::ops::stuck::render(&stuck));
+    }
+    Ok(stuck.is_empty())
+}
+
+async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    let target = args.target.target().await?;
+    let options =
+        RedriveOptions { dry_run: args.dry_run, include_undeliverable: args.include_undeliverable, max: args.max };
+    let report = cfn_once_cli::ops::redrive::redrive(&target, options).await?;
+    if args.target.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    Ok(true)
 }
 
 fn drill_target(args: &DrillArgs) -> anyhow::Result<(DrillTarget, u64)> {

@@ -77,6 +77,18 @@ pub struct PollRecord {
     pub polls: u32,
 }
 
+/// What a request is about, kept in its record for the people who look at it (the operator
+/// tools); the protocol never reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestLabel {
+    /// The resource's logical id in the template.
+    pub logical_resource_id: String,
+    /// Create, Update or Delete (empty when the request did not say in a readable way).
+    pub request_type: String,
+    /// The ResourceType, e.g. `Custom::Echo` (empty when the request did not parse).
+    pub resource_type: String,
+}
+
 /// One request's record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
@@ -115,6 +127,8 @@ pub struct LeaseRecord {
     /// The provider's work in progress, if it answered in progress: kept by acquires (a poller
     /// that crashes leaves it for the next), replaced by waits, cleared by the commit.
     pub poll: Option<PollRecord>,
+    /// What the request is about, as the last acquire wrote it.
+    pub label: RequestLabel,
 }
 
 /// Everything an acquire needs; times are the caller's clock.
@@ -141,6 +155,8 @@ pub struct AcquireRequest {
     /// a few seconds for the secondary (so the primary polls unless it missed the poll), 0 for
     /// anyone near the deadline.
     pub poll_lag_ms: u64,
+    /// What the request is about, written into the record for operators.
+    pub label: RequestLabel,
 }
 
 impl AcquireRequest {
@@ -421,6 +437,7 @@ mod tests {
             updated_ms: 0,
             expires_ms: 0,
             poll: None,
+            label: RequestLabel::default(),
         }
     }
 
@@ -453,6 +470,7 @@ mod tests {
             skew_ms: 1_000,
             expires_ms: now_ms + 1,
             poll_lag_ms: 0,
+            label: RequestLabel::default(),
         }
     }
 

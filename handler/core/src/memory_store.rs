@@ -112,6 +112,7 @@ impl LeaseStore for MemoryLeaseStore {
                 updated_ms: request.now_ms,
                 expires_ms: request.expires_ms,
                 poll,
+                label: request.label.clone(),
             },
         );
         Ok(Acquire::Acquired { fence, took_over, poll: mine })

@@ -38,7 +38,8 @@ use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, firs
 use crate::delivery::{PutError, ResponseSink, put_with_retries};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, Seen, StoreError, Viewer,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RequestLabel, Seen,
+    StoreError, Viewer,
 };
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::{Fence, Progress, ProviderContext, ProviderError, Router, STATE_BYTES_MAX, Waiting};
@@ -138,7 +139,39 @@ pub enum Disposition {
     DeadLetter {
         /// Why the message cannot be answered, for the logs.
         why: String,
+        /// Which of the two it is: a redrive skips undeliverable messages unless asked.
+        cause: DeadLetterCause,
     },
+}
+
+/// Why a message goes to the dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterCause {
+    /// Nobody can be answered: no usable ResponseURL, a refused sender, unreadable input.
+    /// Sending it again changes nothing.
+    Undeliverable,
+    /// The request's deadline passed before it was answered. A redriven copy still PUTs an
+    /// answer that was committed but never delivered.
+    DeadlinePassed,
+}
+
+impl DeadLetterCause {
+    /// The spelling put on dead-lettered messages (`cfn-once-cause`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Undeliverable => "undeliverable",
+            Self::DeadlinePassed => "deadline-passed",
+        }
+    }
+
+    /// Parses [`DeadLetterCause::as_str`].
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "undeliverable" => Some(Self::Undeliverable),
+            "deadline-passed" => Some(Self::DeadlinePassed),
+            _ => None,
+        }
+    }
 }
 
 /// Why a message is finished with.
@@ -241,7 +274,9 @@ impl Worker {
             Err(error) => {
                 tracing::error!(%error, "record refused");
                 self.metrics.record(MetricEvent::DlqBound);
-                return Handled { request: None, disposition: Disposition::DeadLetter { why: error.to_string() } };
+                let disposition =
+                    Disposition::DeadLetter { why: error.to_string(), cause: DeadLetterCause::Undeliverable };
+                return Handled { request: None, disposition };
             }
         };
         let span = tracing::info_span!(
@@ -257,7 +292,9 @@ impl Worker {
         span.in_scope(|| match &disposition {
             Disposition::Done(done) => tracing::info!(?done, "message done"),
             Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
-            Disposition::DeadLetter { why } => tracing::error!(why, "message goes to the DLQ"),
+            Disposition::DeadLetter { why, cause } => {
+                tracing::error!(why, cause = cause.as_str(), "message goes to the DLQ")
+            }
         });
         let summary = RequestSummary {
             stack_id: request.key.stack_id.clone(),
@@ -393,6 +430,11 @@ impl Worker {
                 skew_ms: settings.skew_ms,
                 expires_ms: now_ms + settings.retention_ms,
                 poll_lag_ms: job.poll_lag_ms(settings, now_ms),
+                label: RequestLabel {
+                    logical_resource_id: request.logical_resource_id.clone(),
+                    request_type: request.kind().map(RequestKind::as_str).unwrap_or_default().to_owned(),
+                    resource_type: request.resource_type().unwrap_or_default().to_owned(),
+                },
             };
             match self.store_call(self.store.acquire(&acquire), job.decide_end_ms()).await {
                 Ok(Acquire::Acquired { fence, took_over, poll }) => {
@@ -852,6 +894,7 @@ impl Worker {
         if now_ms >= job.deadline.at_ms {
             return Disposition::DeadLetter {
                 why: format!("{}; the request's deadline, set by {}, has passed", why, job.deadline.describe()),
+                cause: DeadLetterCause::DeadlinePassed,
             };
         }
         Disposition::Retry { delay_s: self.backoff_s(job, until_ms, now_ms), why: why.to_owned() }

@@ -25,7 +25,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RequestLabel, StoreError,
 };
 use cfn_once_core::request::RequestKey;
 
@@ -53,11 +53,15 @@ mod attr {
     pub const POLL_AT: &str = "poll_at_ms";
     pub const WAITING_SINCE: &str = "waiting_since_ms";
     pub const POLLS: &str = "polls";
+    pub const LOGICAL_ID: &str = "logical_id";
+    pub const REQUEST_TYPE: &str = "request_type";
+    pub const RESOURCE_TYPE: &str = "resource_type";
 }
 
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
-     #updated = :now, #expires = :expires \
+     #updated = :now, #expires = :expires, \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
      REMOVE #response, #delivered \
      ADD #fence :one, #attempts :fp_set";
 
@@ -141,6 +145,64 @@ impl DynamoLeaseStore {
     }
 }
 
+/// Reads for operators (`cfn-once inspect` and `stuck`), with their credentials: the function's
+/// role may not Query or Scan the table. Items that are not lease records (the active-region
+/// control item) are skipped.
+impl DynamoLeaseStore {
+    /// Every request record of `stack_id`, in RequestId order (one Query, all pages).
+    pub async fn records_of_stack(&self, stack_id: &str) -> Result<Vec<LeaseRecord>, StoreError> {
+        let pages = self
+            .client
+            .query()
+            .table_name(&self.table_name)
+            .key_condition_expression("#pk = :stack")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":stack", AttributeValue::S(stack_id.to_owned()))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Vec<_>>()
+            .await;
+        let mut records = Vec::new();
+        for item in pages {
+            let item = item.map_err(|error| store_error(&error))?;
+            records.extend(lease_record(&item));
+        }
+        Ok(records)
+    }
+
+    /// Every request record in the table (one Scan, all pages).
+    pub async fn all_records(&self) -> Result<Vec<LeaseRecord>, StoreError> {
+        let pages = self
+            .client
+            .scan()
+            .table_name(&self.table_name)
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send()
+            .collect::<Vec<_>>()
+            .await;
+        let mut records = Vec::new();
+        for item in pages {
+            let item = item.map_err(|error| store_error(&error))?;
+            records.extend(lease_record(&item));
+        }
+        Ok(records)
+    }
+}
+
+/// A scanned item as a lease record, if it is one (StackId ARN key, a fence).
+fn lease_record(item: &HashMap<String, AttributeValue>) -> Option<LeaseRecord> {
+    let text = |field: &str| item.get(field).and_then(|value| value.as_s().ok()).cloned();
+    let key = RequestKey { stack_id: text(attr::PK)?, request_id: text(attr::SK)? };
+    if !key.stack_id.starts_with("arn:") {
+        return None;
+    }
+    parse_record(&key, item).ok()
+}
+
 /// The old item of a failed condition (`Ok`), or the classified error of any other failure.
 fn refused_item(
     error: SdkError<UpdateItemError, HttpResponse>,
@@ -174,6 +236,9 @@ impl LeaseStore for DynamoLeaseStore {
             ("#attempts", attr::ATTEMPTS),
             ("#sent", attr::SENT),
             ("#poll_at", attr::POLL_AT),
+            ("#logical_id", attr::LOGICAL_ID),
+            ("#request_type", attr::REQUEST_TYPE),
+            ("#resource_type", attr::RESOURCE_TYPE),
         ];
         let values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
@@ -190,6 +255,9 @@ impl LeaseStore for DynamoLeaseStore {
             (":expired_before", number(request.expired_before_ms())),
             (":waiting", AttributeValue::S(LeaseState::Waiting.as_str().into())),
             (":poll_due_before", number(request.poll_due_before_ms())),
+            (":logical_id", AttributeValue::S(request.label.logical_resource_id.clone())),
+            (":request_type", AttributeValue::S(request.label.request_type.clone())),
+            (":resource_type", AttributeValue::S(request.label.resource_type.clone())),
         ];
         let call = self
             .update_call(&request.key, ACQUIRE_UPDATE, ACQUIRE_CONDITION, &names, values)
@@ -395,6 +463,11 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
         updated_ms: number(attr::UPDATED).unwrap_or(0),
         expires_ms: number(attr::EXPIRES).unwrap_or(0),
         poll: parse_poll(item)?,
+        label: RequestLabel {
+            logical_resource_id: string(attr::LOGICAL_ID).unwrap_or_default(),
+            request_type: string(attr::REQUEST_TYPE).unwrap_or_default(),
+            resource_type: string(attr::RESOURCE_TYPE).unwrap_or_default(),
+        },
     })
 }
 

@@ -20,6 +20,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use cfn_once_core::worker::DeadLetterCause;
 
 /// Message attributes the handler puts on a message it dead-letters.
 pub mod dead_letter_attribute {
@@ -27,8 +28,12 @@ pub mod dead_letter_attribute {
     pub const REASON: &str = "cfn-once-reason";
     /// The ARN of the queue it came from, where a redrive sends it back.
     pub const SOURCE_QUEUE: &str = "cfn-once-source-queue";
-    /// The original message's SentTimestamp (epoch ms), when the request was sent.
+    /// When the request was first sent (epoch ms): the original message's SentTimestamp, or
+    /// the value it carried itself if it was redriven. A redriven message carries it too, so
+    /// its deadline still counts from the first send (see [`super::original_sent_ms`]).
     pub const SENT_MS: &str = "cfn-once-sent-ms";
+    /// `undeliverable` or `deadline-passed` (`DeadLetterCause`).
+    pub const CAUSE: &str = "cfn-once-cause";
     /// The original message's ApproximateReceiveCount when it was moved.
     pub const RECEIVE_COUNT: &str = "cfn-once-receive-count";
 }
@@ -45,7 +50,7 @@ pub trait MessageQueue: Send + Sync + std::fmt::Debug {
 
     /// Sends the record's body to its queue's dead-letter queue, saying `why`. The caller then
     /// reports the record as done, so the event source mapping deletes the original.
-    async fn dead_letter(&self, record: &SqsMessage, why: &str) -> Result<(), QueueError>;
+    async fn dead_letter(&self, record: &SqsMessage, why: &str, cause: DeadLetterCause) -> Result<(), QueueError>;
 }
 
 /// A queue call that did not happen. A failed reschedule means the message reappears after the
@@ -144,7 +149,7 @@ impl MessageQueue for SqsQueue {
         Ok(())
     }
 
-    async fn dead_letter(&self, record: &SqsMessage, why: &str) -> Result<(), QueueError> {
+    async fn dead_letter(&self, record: &SqsMessage, why: &str, cause: DeadLetterCause) -> Result<(), QueueError> {
         let queue_arn = record.event_source_arn.as_deref().ok_or(QueueError::Missing("eventSourceARN"))?;
         let dead_letter_url = self.queue_url(&self.dead_letter_queue(queue_arn).await?).await?;
         let string = |value: &str| {
@@ -160,17 +165,33 @@ impl MessageQueue for SqsQueue {
             .queue_url(dead_letter_url)
             .message_body(record.body.clone().unwrap_or_default())
             .message_attributes(dead_letter_attribute::REASON, string(bounded(why))?)
-            .message_attributes(dead_letter_attribute::SOURCE_QUEUE, string(queue_arn)?);
-        for (attribute, name) in [
-            ("SentTimestamp", dead_letter_attribute::SENT_MS),
-            ("ApproximateReceiveCount", dead_letter_attribute::RECEIVE_COUNT),
-        ] {
-            if let Some(value) = record.attributes.get(attribute) {
-                send = send.message_attributes(name, string(value)?);
-            }
+            .message_attributes(dead_letter_attribute::SOURCE_QUEUE, string(queue_arn)?)
+            .message_attributes(dead_letter_attribute::CAUSE, string(cause.as_str())?);
+        if let Some(sent_ms) = original_sent_ms(record) {
+            send = send.message_attributes(dead_letter_attribute::SENT_MS, string(&sent_ms.to_string())?);
+        }
+        if let Some(count) = record.attributes.get("ApproximateReceiveCount") {
+            send = send.message_attributes(dead_letter_attribute::RECEIVE_COUNT, string(count)?);
         }
         send.send().await.map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
         Ok(())
+    }
+}
+
+/// When the record's request was first sent: its SentTimestamp, or the earlier time a redriven
+/// message carries in `cfn-once-sent-ms` (a redrive re-sends the body, which gives it a new
+/// SentTimestamp). Only ever earlier: an attribute can bring the deadline closer, never push it
+/// away, and only principals the queue policy admits can send one.
+pub fn original_sent_ms(record: &SqsMessage) -> Option<u64> {
+    let sent_ms = record.attributes.get("SentTimestamp").and_then(|value| value.parse::<u64>().ok());
+    let carried = record
+        .message_attributes
+        .get(dead_letter_attribute::SENT_MS)
+        .and_then(|attribute| attribute.string_value.as_deref())
+        .and_then(|value| value.parse::<u64>().ok());
+    match (sent_ms, carried) {
+        (Some(sent_ms), Some(carried)) => Some(sent_ms.min(carried)),
+        (sent_ms, carried) => sent_ms.or(carried),
     }
 }
 
@@ -215,6 +236,28 @@ mod tests {
         assert_eq!(parse_queue_arn("arn:aws-cn:sqs:cn-north-1:1:q.fifo"), Some(("1", "q.fifo")));
         assert_eq!(parse_queue_arn("arn:aws:sns:us-east-1:1:topic"), None);
         assert_eq!(parse_queue_arn("nonsense"), None);
+    }
+
+    #[test]
+    fn a_carried_sent_time_can_only_move_the_deadline_closer() {
+        let record = |sent: Option<&str>, carried: Option<&str>| {
+            let mut record = SqsMessage::default();
+            if let Some(sent) = sent {
+                record.attributes.insert("SentTimestamp".into(), sent.into());
+            }
+            if let Some(carried) = carried {
+                let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+                attribute.string_value = Some(carried.into());
+                record.message_attributes.insert(dead_letter_attribute::SENT_MS.into(), attribute);
+            }
+            original_sent_ms(&record)
+        };
+        assert_eq!(record(Some("2000"), None), Some(2000));
+        assert_eq!(record(Some("2000"), Some("1000")), Some(1000), "a redriven copy keeps its first send");
+        assert_eq!(record(Some("2000"), Some("9000")), Some(2000), "never later than SQS says");
+        assert_eq!(record(None, Some("1000")), Some(1000));
+        assert_eq!(record(Some("2000"), Some("soon")), Some(2000));
+        assert_eq!(record(None, None), None);
     }
 
     #[test]

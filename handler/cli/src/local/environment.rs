@@ -1,12 +1,14 @@
 //! The local two-region environment on moto: what `infra/` deploys in AWS, provisioned in
-//! three local regions (customer, primary, secondary), and described in `.local/env.json` so any
-//! client (tests, the drill, a person with the AWS CLI) can send events to it.
+//! local regions (two customer regions, each with its ServiceToken topic, and the primary and
+//! secondary handler regions whose queues every topic feeds), and described in `.local/env.json`
+//! so any client (tests, the drill, the operator tools, a person with the AWS CLI) can send
+//! events to it.
 //!
 //! moto does not replicate global tables, so both regional handlers use the one lease table in
 //! the primary region (`CFN_ONCE_TABLE_REGION`): a single strongly consistent copy, which is the
 //! behaviour an MRSC table provides.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use anyhow::Context;
@@ -18,8 +20,11 @@ use serde::{Deserialize, Serialize};
 use crate::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once::config::Config;
 
-/// Where the customer's stack (and the ServiceToken topic) lives.
-pub const CUSTOMER_REGION: &str = "us-east-2";
+/// Where the customer's stacks (and the ServiceToken topics) live: one topic per region, all
+/// feeding the same queues. The first is the default for tools that publish.
+pub const CUSTOMER_REGIONS: [&str; 2] = ["us-east-2", "eu-west-1"];
+/// The first customer region.
+pub const CUSTOMER_REGION: &str = CUSTOMER_REGIONS[0];
 pub const PRIMARY_REGION: &str = "us-east-1";
 pub const SECONDARY_REGION: &str = "us-west-2";
 
@@ -30,7 +35,11 @@ pub struct EnvFile {
     pub customer_region: String,
     pub primary_region: String,
     pub secondary_region: String,
+    /// The first customer region's topic (`customer_region`'s).
     pub topic_arn: String,
+    /// Every customer region's ServiceToken topic, by region.
+    #[serde(default)]
+    pub customer_topics: BTreeMap<String, String>,
     pub queues: QueueUrls,
     pub table_name: String,
     pub response_bucket: String,
@@ -51,6 +60,16 @@ impl EnvFile {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}: is `make local` running?", path.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a cfn-once env file", path.display()))
+    }
+
+    /// Every customer region's topic (at least `topic_arn`, for files written before there
+    /// were several).
+    pub fn topic_arns(&self) -> Vec<String> {
+        if self.customer_topics.is_empty() {
+            vec![self.topic_arn.clone()]
+        } else {
+            self.customer_topics.values().cloned().collect()
+        }
     }
 
     /// Writes it, creating the directory.
@@ -120,17 +139,23 @@ impl LocalEnvironment {
             queue_settings(options.secondary_delay_s),
         )
         .await?;
-        let sns = aws_sdk_sns::Client::new(&customer_sdk);
-        let topic_arn = provision::create_topic(&sns, &format!("{name}-service-token")).await?;
-        for queues in [&primary_queues, &secondary_queues] {
-            provision::subscribe_queue(&sns, &topic_arn, &queues.arn, options.raw_delivery).await?;
+        let mut customer_topics = BTreeMap::new();
+        for region in CUSTOMER_REGIONS {
+            let sns = aws_sdk_sns::Client::new(&provision::sdk_config(endpoint_url, region).await);
+            let topic_arn = provision::create_topic(&sns, &format!("{name}-service-token")).await?;
+            for queues in [&primary_queues, &secondary_queues] {
+                provision::subscribe_queue(&sns, &topic_arn, &queues.arn, options.raw_delivery).await?;
+            }
+            customer_topics.insert(region.to_owned(), topic_arn);
         }
+        let topic_arn = customer_topics[CUSTOMER_REGION].clone();
         let file = EnvFile {
             endpoint_url: endpoint_url.to_owned(),
             customer_region: CUSTOMER_REGION.into(),
             primary_region: PRIMARY_REGION.into(),
             secondary_region: SECONDARY_REGION.into(),
             topic_arn,
+            customer_topics,
             queues: QueueUrls {
                 primary: primary_queues.url.clone(),
                 secondary: secondary_queues.url.clone(),
@@ -166,7 +191,7 @@ impl LocalEnvironment {
             ("CFN_ONCE_ROLE".into(), role.as_str().into()),
             ("CFN_ONCE_TABLE".into(), self.file.table_name.clone()),
             ("CFN_ONCE_TABLE_REGION".into(), self.file.primary_region.clone()),
-            ("CFN_ONCE_TOPIC_ARNS".into(), self.file.topic_arn.clone()),
+            ("CFN_ONCE_TOPIC_ARNS".into(), self.file.topic_arns().join(",")),
             (
                 "CFN_ONCE_RESPONSE_URL_ALLOW".into(),
                 format!("{}/{}/", self.file.endpoint_url, self.file.response_bucket),

@@ -202,6 +202,21 @@ impl LocalEventSourceMapping {
                 attributes.iter().map(|(name, value)| (name.as_str().to_owned(), value.clone())).collect()
             })
             .unwrap_or_default();
+        record.message_attributes = message
+            .message_attributes
+            .as_ref()
+            .map(|attributes| {
+                attributes
+                    .iter()
+                    .map(|(name, value)| {
+                        let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+                        attribute.string_value = value.string_value.clone();
+                        attribute.data_type = Some(value.data_type.clone());
+                        (name.clone(), attribute)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         record.event_source = Some("aws:sqs".into());
         record.event_source_arn = Some(self.queue_arn.clone());
         record.aws_region = Some(self.region.clone());

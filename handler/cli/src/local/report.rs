@@ -59,7 +59,7 @@ pub fn outcome(disposition: &Disposition) -> String {
         Disposition::Done(Done::Duplicate) => "already answered; copy dropped".to_owned(),
         Disposition::Done(Done::Superseded) => "superseded by a newer attempt; dropped".to_owned(),
         Disposition::Retry { delay_s, why } => format!("back in {delay_s} s: {why}"),
-        Disposition::DeadLetter { why } => format!("moved to the DLQ: {why}"),
+        Disposition::DeadLetter { why, .. } => format!("moved to the DLQ: {why}"),
     }
 }
 

@@ -1,0 +1,206 @@
+//! `cfn-once inspect`: what happened to a request. Its lease record in words (`view`), each
+//! handler region's queue and DLQ counts, and which copies of it sit in a DLQ and why (read by
+//! holding the DLQ's messages for a moment, then releasing them). By RequestId, or the latest
+//! requests of a logical resource in a stack.
+
+use cfn_once::clock::SystemClock;
+use cfn_once_core::clock::Clock;
+use cfn_once_core::lease::{LeaseRecord, LeaseStore};
+use cfn_once_core::request::RequestKey;
+use serde::Serialize;
+
+use crate::local::report::terminal_safe;
+use crate::ops::dlq::{self, Depth, DlqMessage};
+use crate::ops::view::RecordView;
+use crate::ops::{OpsTarget, utc};
+
+/// Which requests to inspect.
+#[derive(Debug, Clone)]
+pub struct InspectOptions {
+    pub stack_id: String,
+    /// One request; or else the latest of `logical_id`.
+    pub request_id: Option<String>,
+    pub logical_id: Option<String>,
+    /// How many of a logical resource's latest requests.
+    pub limit: usize,
+    /// Look into the DLQs for copies (holds their messages for a moment).
+    pub dead_letters: bool,
+}
+
+/// What `inspect` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    pub requests: Vec<Inspection>,
+    pub queues: Vec<QueueCounts>,
+}
+
+/// One request.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspection {
+    pub stack_id: String,
+    pub request_id: String,
+    /// `None`: no handler has taken the request yet (or the sweeper deleted its record).
+    pub record: Option<RecordView>,
+    /// Copies of it found in the DLQs.
+    pub dead_letters: Vec<CopyView>,
+}
+
+/// A copy of a request in a DLQ.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyView {
+    pub region: String,
+    pub role: String,
+    pub message_id: String,
+    /// How the copy's attempt relates to the record's.
+    pub attempt: String,
+    pub cause: String,
+    pub reason: Option<String>,
+    pub sent_at: Option<String>,
+    pub receive_count: Option<u32>,
+}
+
+/// A handler region's queues.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueCounts {
+    pub region: String,
+    pub role: String,
+    pub queue: Depth,
+    pub dlq: Depth,
+}
+
+/// Inspects the requests `options` names.
+pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Result<InspectReport> {
+    let store = target.store().await;
+    let records: Vec<(RequestKey, Option<LeaseRecord>)> = match (&options.request_id, &options.logical_id) {
+        (Some(request_id), _) => {
+            let key = RequestKey { stack_id: options.stack_id.clone(), request_id: request_id.clone() };
+            let record = store.read(&key).await?;
+            vec![(key, record)]
+        }
+        (None, Some(logical_id)) => {
+            let mut records: Vec<LeaseRecord> = store
+                .records_of_stack(&options.stack_id)
+                .await?
+                .into_iter()
+                .filter(|record| record.label.logical_resource_id == *logical_id)
+                .collect();
+            records.sort_by_key(|record| std::cmp::Reverse(record.sent_ms.max(record.created_ms)));
+            records.into_iter().take(options.limit.max(1)).map(|record| (record.key.clone(), Some(record))).collect()
+        }
+        (None, None) => anyhow::bail!("name a request: --request-id ID, or --logical-id ID for its latest requests"),
+    };
+    let now_ms = SystemClock.now_ms();
+    let mut queues = Vec::new();
+    let mut held: Vec<(usize, DlqMessage)> = Vec::new();
+    for (index, queue) in target.queues.iter().enumerate() {
+        let sqs = target.sqs(queue).await;
+        queues.push(QueueCounts {
+            region: queue.region.clone(),
+            role: queue.role.clone(),
+            queue: dlq::depth(&sqs, &queue.queue_url).await?,
+            dlq: dlq::depth(&sqs, &queue.dlq_url).await?,
+        });
+        if options.dead_letters {
+            let messages = dlq::hold_all(&sqs, queue, 10_000).await?;
+            let released = dlq::release(&sqs, queue, &messages).await;
+            held.extend(messages.into_iter().map(|message| (index, message)));
+            released?;
+        }
+    }
+    let requests = records
+        .into_iter()
+        .map(|(key, record)| {
+            let dead_letters = held
+                .iter()
+                .filter(|(_, message)| message.identified.as_ref().is_some_and(|found| found.key == key))
+                .map(|(index, message)| copy_view(target, *index, message, record.as_ref()))
+                .collect();
+            Inspection {
+                stack_id: key.stack_id,
+                request_id: key.request_id,
+                record: record.as_ref().map(|record| RecordView::of(record, now_ms)),
+                dead_letters,
+            }
+        })
+        .collect();
+    Ok(InspectReport { requests, queues })
+}
+
+/// How a DLQ copy relates to the record.
+fn copy_view(target: &OpsTarget, index: usize, message: &DlqMessage, record: Option<&LeaseRecord>) -> CopyView {
+    let queue = &target.queues[index];
+    let attempt = match (&message.identified, record) {
+        (Some(found), Some(record)) if found.fingerprint == record.fingerprint => "this record's attempt".into(),
+        (Some(found), Some(record)) if record.supersedes(&found.fingerprint, message.sent_ms.unwrap_or(0)) => {
+            "an earlier attempt, superseded by the record's: a redriven copy is dropped".into()
+        }
+        (Some(_), Some(_)) => "an attempt the record has not seen".into(),
+        (Some(_), None) => "no record: no handler took this request".into(),
+        (None, _) => "unreadable".into(),
+    };
+    CopyView {
+        region: queue.region.clone(),
+        role: queue.role.clone(),
+        message_id: message.message_id.clone(),
+        attempt,
+        cause: match message.cause {
+            Some(cause) => cause.as_str().into(),
+            None => "moved by SQS (maxReceiveCount)".into(),
+        },
+        reason: message.reason.as_deref().map(|reason| terminal_safe(reason, 300)),
+        sent_at: message.sent_ms.map(utc),
+        receive_count: message.receive_count,
+    }
+}
+
+impl InspectReport {
+    /// The report as text.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        for inspection in &self.requests {
+            match &inspection.record {
+                Some(record) => {
+                    out.push(record.render());
+                    if record.attempts > 1 {
+                        out.push(format!(
+                            "          {} attempts reused this RequestId; copies of the earlier ones are superseded and dropped",
+                            record.attempts
+                        ));
+                    }
+                }
+                None => out.push(format!(
+                    "request   {} {}\nstate     no record: no handler has taken this request (not delivered yet, left by a standby primary, or swept)",
+                    terminal_safe(&inspection.stack_id, 300),
+                    terminal_safe(&inspection.request_id, 300)
+                )),
+            }
+            if inspection.dead_letters.is_empty() {
+                out.push("DLQ       no copy".into());
+            }
+            for copy in &inspection.dead_letters {
+                out.push(format!(
+                    "DLQ       {} {} ({}): {}; {}{}",
+                    copy.region,
+                    copy.role,
+                    copy.message_id,
+                    copy.attempt,
+                    copy.cause,
+                    copy.reason.as_ref().map_or(String::new(), |reason| format!(": {reason}"))
+                ));
+            }
+            out.push(String::new());
+        }
+        for queue in &self.queues {
+            out.push(format!(
+                "queues    {} {}: {} visible, {} in flight, {} delayed; DLQ {} messages",
+                queue.region,
+                queue.role,
+                queue.queue.visible,
+                queue.queue.in_flight,
+                queue.queue.delayed,
+                queue.dlq.visible + queue.dlq.in_flight + queue.dlq.delayed
+            ));
+        }
+        out.join("\n")
+    }
+}

@@ -1,0 +1,164 @@
+//! `cfn-once redrive`: moves dead-lettered messages back to their queue. Safe by construction:
+//! the handler answers duplicates once (a delivered answer is dropped, a committed one re-sent
+//! byte for byte, a superseded attempt dropped), so a redrive can only finish what is
+//! unfinished. Each message is identified and its request's record read first, to say what the
+//! redriven copy will do; undeliverable ones (nobody can be answered) are left in the DLQ
+//! unless asked. The re-sent copy carries when the request was first sent
+//! (`cfn-once-sent-ms`), so its deadline still counts from then.
+
+use cfn_once_core::lease::{LeaseRecord, LeaseState, LeaseStore};
+use cfn_once_core::worker::DeadLetterCause;
+use serde::Serialize;
+
+use crate::local::report::terminal_safe;
+use crate::ops::dlq::{self, DlqMessage};
+use crate::ops::{OpsTarget, utc};
+
+/// How to redrive.
+#[derive(Debug, Clone, Copy)]
+pub struct RedriveOptions {
+    /// Say what would happen; move nothing.
+    pub dry_run: bool,
+    /// Also move messages nobody can be answered for (they come back to the DLQ).
+    pub include_undeliverable: bool,
+    /// At most this many messages per DLQ.
+    pub max: usize,
+}
+
+/// What happened to each message.
+#[derive(Debug, Clone, Serialize)]
+pub struct RedriveReport {
+    pub dry_run: bool,
+    pub messages: Vec<Redriven>,
+    pub moved: usize,
+    pub skipped: usize,
+}
+
+/// One DLQ message.
+#[derive(Debug, Clone, Serialize)]
+pub struct Redriven {
+    pub region: String,
+    pub role: String,
+    pub message_id: String,
+    pub stack_id: Option<String>,
+    pub request_id: Option<String>,
+    pub logical_resource_id: Option<String>,
+    pub request_type: Option<String>,
+    pub cause: String,
+    pub sent_at: Option<String>,
+    /// What the request's record says, and so what the redriven copy will do.
+    pub record_says: String,
+    /// `moved`, `would move`, or `left: ...`.
+    pub action: String,
+}
+
+/// Redrives every DLQ of `target`.
+pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Result<RedriveReport> {
+    let store = target.store().await;
+    let mut report = RedriveReport { dry_run: options.dry_run, messages: Vec::new(), moved: 0, skipped: 0 };
+    for queue in &target.queues {
+        let sqs = target.sqs(queue).await;
+        let held = dlq::hold_all(&sqs, queue, options.max).await?;
+        let mut leave = Vec::new();
+        for message in &held {
+            let record = match &message.identified {
+                Some(found) => store.read(&found.key).await?,
+                None => None,
+            };
+            let (record_says, deliverable) = expectation(message, record.as_ref());
+            let undeliverable = !deliverable || message.cause == Some(DeadLetterCause::Undeliverable);
+            let action = if undeliverable && !options.include_undeliverable {
+                leave.push(message.clone());
+                report.skipped += 1;
+                "left: nobody can be answered (--include-undeliverable moves it anyway)".to_owned()
+            } else if options.dry_run {
+                leave.push(message.clone());
+                "would move".to_owned()
+            } else {
+                dlq::move_back(&sqs, queue, &queue.queue_url, message).await?;
+                report.moved += 1;
+                "moved".to_owned()
+            };
+            let found = message.identified.as_ref();
+            report.messages.push(Redriven {
+                region: queue.region.clone(),
+                role: queue.role.clone(),
+                message_id: message.message_id.clone(),
+                stack_id: found.map(|found| terminal_safe(&found.key.stack_id, 300)),
+                request_id: found.map(|found| terminal_safe(&found.key.request_id, 300)),
+                logical_resource_id: found.map(|found| terminal_safe(&found.logical_resource_id, 300)),
+                request_type: found.map(|found| terminal_safe(&found.request_type, 20)),
+                cause: message.cause.map_or("moved by SQS (maxReceiveCount)", DeadLetterCause::as_str).to_owned(),
+                sent_at: message.sent_ms.map(utc),
+                record_says,
+                action,
+            });
+        }
+        dlq::release(&sqs, queue, &leave).await?;
+    }
+    Ok(report)
+}
+
+/// What the record says about `message`'s request, and whether anyone can be answered.
+fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>) -> (String, bool) {
+    let Some(found) = &message.identified else {
+        return ("unreadable: it names no request".into(), false);
+    };
+    let Some(record) = record else {
+        return ("no handler took it yet: the redriven copy runs it if its deadline allows".into(), true);
+    };
+    if record.fingerprint != found.fingerprint {
+        return if record.supersedes(&found.fingerprint, message.sent_ms.unwrap_or(0)) {
+            ("superseded by a newer attempt with the same RequestId: the redriven copy is dropped".into(), true)
+        } else {
+            ("a newer attempt than the record's: the redriven copy runs it".into(), true)
+        };
+    }
+    let says = match (record.state, record.delivered) {
+        (LeaseState::Committed, true) => "answered and delivered: the redriven copy is dropped",
+        (LeaseState::Committed, false) => "answered but not delivered: the redriven copy PUTs the stored answer",
+        (LeaseState::Waiting, _) => "in progress (waiting for a poll): the redriven copy joins the polls",
+        (LeaseState::Running, _) => "running or abandoned: the redriven copy backs off or takes over",
+    };
+    let late = message.cause == Some(DeadLetterCause::DeadlinePassed) && record.state != LeaseState::Committed;
+    let says = if late {
+        format!("{says}; its deadline has passed, so without a committed answer it returns to the DLQ")
+    } else {
+        says.to_owned()
+    };
+    (says, true)
+}
+
+impl RedriveReport {
+    /// The report as text.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        for message in &self.messages {
+            out.push(format!(
+                "{} {} {}  {} {} {} [{}]",
+                message.region,
+                message.role,
+                message.message_id,
+                message.request_type.as_deref().unwrap_or("?"),
+                message.logical_resource_id.as_deref().unwrap_or("?"),
+                message.stack_id.as_deref().unwrap_or("?"),
+                message.request_id.as_deref().unwrap_or("?"),
+            ));
+            out.push(format!(
+                "    dead-lettered: {}; sent {}",
+                message.cause,
+                message.sent_at.as_deref().unwrap_or("?")
+            ));
+            out.push(format!("    record: {}", message.record_says));
+            out.push(format!("    {}", message.action));
+        }
+        out.push(format!(
+            "{} message(s) {}, {} left in the DLQ{}",
+            if self.dry_run { self.messages.len() - self.skipped } else { self.moved },
+            if self.dry_run { "would move" } else { "moved" },
+            if self.dry_run { self.messages.len() } else { self.skipped },
+            if self.dry_run { " (dry run: nothing moved)" } else { "" }
+        ));
+        out.join("\n")
+    }
+}

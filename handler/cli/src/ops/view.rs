@@ -1,0 +1,228 @@
+//! A lease record in words, for people and for `--json`: what state the request is in, who holds
+//! or held it and until when, the attempts, the committed answer (status, Reason, id; the
+//! committed body carries no ResponseURL), whether it was delivered, and any work in progress.
+
+use cfn_once_core::lease::{LeaseRecord, LeaseState};
+use cfn_once_core::response::{ResponseBody, Status};
+use serde::Serialize;
+
+use crate::local::report::terminal_safe;
+use crate::ops::{span, utc};
+
+/// The longest text from a record (a Reason, a provider's state) shown on a line.
+const TEXT_CHARS_MAX: usize = 300;
+
+/// One request's record as the tools show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordView {
+    pub stack_id: String,
+    pub request_id: String,
+    pub logical_resource_id: String,
+    pub request_type: String,
+    pub resource_type: String,
+    /// `RUNNING`, `WAITING` or `COMMITTED`.
+    pub state: String,
+    /// The state in a sentence.
+    pub summary: String,
+    pub fence: u64,
+    /// The region of the execution that took the current fence.
+    pub holder_region: String,
+    pub owner: String,
+    /// Milliseconds left on a RUNNING lease (negative: expired that long ago).
+    pub lease_left_ms: Option<i64>,
+    /// How many attempts (deployments reusing the RequestId) took the lease.
+    pub attempts: usize,
+    pub attempt: String,
+    pub sent_at: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub sweepable_after: String,
+    pub answer: Option<AnswerView>,
+    pub delivered: bool,
+    pub in_progress: Option<WaitView>,
+    pub heartbeats: u64,
+}
+
+/// The committed answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnswerView {
+    /// `SUCCESS` or `FAILED`.
+    pub status: String,
+    pub physical_resource_id: String,
+    pub reason: Option<String>,
+    pub committed_at: String,
+}
+
+/// A provider's work in progress.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitView {
+    pub polls: u32,
+    pub waiting_since: String,
+    /// Milliseconds until the next poll is due (negative: overdue).
+    pub next_poll_in_ms: i64,
+    pub state_bytes: usize,
+    pub state: String,
+}
+
+impl RecordView {
+    /// `record` as seen at `now_ms`.
+    pub fn of(record: &LeaseRecord, now_ms: u64) -> Self {
+        let signed = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX) - i64::try_from(now_ms).unwrap_or(i64::MAX);
+        let answer = match (&record.response, record.state) {
+            (Some(bytes), LeaseState::Committed) => Some(match ResponseBody::parse(bytes) {
+                Ok(body) => AnswerView {
+                    status: match body.status {
+                        Status::Success => "SUCCESS".into(),
+                        Status::Failed => "FAILED".into(),
+                    },
+                    physical_resource_id: terminal_safe(&body.physical_resource_id, TEXT_CHARS_MAX),
+                    reason: body.reason.map(|reason| terminal_safe(&reason, TEXT_CHARS_MAX)),
+                    committed_at: utc(record.updated_ms),
+                },
+                Err(_) => AnswerView {
+                    status: "unreadable".into(),
+                    physical_resource_id: String::new(),
+                    reason: Some(format!("the stored body ({} bytes) is not a response", bytes.len())),
+                    committed_at: utc(record.updated_ms),
+                },
+            }),
+            _ => None,
+        };
+        let in_progress =
+            record.poll.as_ref().filter(|poll| poll.fingerprint == record.fingerprint).map(|poll| WaitView {
+                polls: poll.polls,
+                waiting_since: utc(poll.waiting_since_ms),
+                next_poll_in_ms: signed(poll.poll_at_ms),
+                state_bytes: poll.state.len(),
+                state: terminal_safe(&poll.state, TEXT_CHARS_MAX),
+            });
+        let lease_left_ms = (record.state == LeaseState::Running).then(|| signed(record.lease_until_ms));
+        let holder_region = record.owner.split('/').next().unwrap_or_default().to_owned();
+        let summary = summary(record, lease_left_ms, answer.as_ref(), in_progress.as_ref(), &holder_region);
+        Self {
+            stack_id: record.key.stack_id.clone(),
+            request_id: record.key.request_id.clone(),
+            logical_resource_id: record.label.logical_resource_id.clone(),
+            request_type: record.label.request_type.clone(),
+            resource_type: record.label.resource_type.clone(),
+            state: record.state.as_str().to_owned(),
+            summary,
+            fence: record.fence,
+            holder_region,
+            owner: record.owner.clone(),
+            lease_left_ms,
+            attempts: record.attempts.len(),
+            attempt: record.fingerprint.as_str().to_owned(),
+            sent_at: utc(record.sent_ms),
+            created_at: utc(record.created_ms),
+            updated_at: utc(record.updated_ms),
+            sweepable_after: utc(record.expires_ms),
+            answer,
+            delivered: record.delivered,
+            in_progress,
+            heartbeats: record.heartbeat,
+        }
+    }
+
+    /// The view as indented lines.
+    pub fn render(&self) -> String {
+        let safe = |text: &str| terminal_safe(text, TEXT_CHARS_MAX);
+        let mut lines = vec![
+            format!("request   {} {}", safe(&self.stack_id), safe(&self.request_id)),
+            format!(
+                "resource  {} ({} {})",
+                or_dash(&safe(&self.logical_resource_id)),
+                or_dash(&safe(&self.resource_type)),
+                or_dash(&self.request_type)
+            ),
+            format!("state     {}: {}", self.state, self.summary),
+            format!("fence     {}, taken by {}", self.fence, safe(&self.owner)),
+        ];
+        if let Some(left_ms) = self.lease_left_ms {
+            lines.push(format!("lease     {} ({} heartbeats)", lease(left_ms), self.heartbeats));
+        }
+        if let Some(wait) = &self.in_progress {
+            lines.push(format!(
+                "waiting   since {}, {} polls, next poll {}; state {} bytes: {}",
+                wait.waiting_since,
+                wait.polls,
+                due(wait.next_poll_in_ms),
+                wait.state_bytes,
+                wait.state
+            ));
+        }
+        if let Some(answer) = &self.answer {
+            lines.push(format!(
+                "answer    {} at {}, PhysicalResourceId {}{}",
+                answer.status,
+                answer.committed_at,
+                or_dash(&answer.physical_resource_id),
+                answer.reason.as_ref().map_or(String::new(), |reason| format!(", Reason: {reason}"))
+            ));
+            lines.push(format!(
+                "delivered {}",
+                if self.delivered { "yes: PUT to CloudFormation" } else { "no: the next copy to arrive PUTs it" }
+            ));
+        }
+        lines.push(format!(
+            "attempts  {} (this record's attempt {}, sent {})",
+            self.attempts, self.attempt, self.sent_at
+        ));
+        lines.push(format!(
+            "record    created {}, updated {}, sweepable after {}",
+            self.created_at, self.updated_at, self.sweepable_after
+        ));
+        lines.join("\n")
+    }
+}
+
+fn or_dash(text: &str) -> &str {
+    if text.is_empty() { "-" } else { text }
+}
+
+fn lease(left_ms: i64) -> String {
+    if left_ms >= 0 {
+        format!("held for {} more", span(left_ms.unsigned_abs()))
+    } else {
+        format!("expired {} ago: the next copy to arrive takes it over", span(left_ms.unsigned_abs()))
+    }
+}
+
+fn due(in_ms: i64) -> String {
+    if in_ms >= 0 {
+        format!("in {}", span(in_ms.unsigned_abs()))
+    } else {
+        format!("due {} ago", span(in_ms.unsigned_abs()))
+    }
+}
+
+fn summary(
+    record: &LeaseRecord,
+    lease_left_ms: Option<i64>,
+    answer: Option<&AnswerView>,
+    wait: Option<&WaitView>,
+    holder: &str,
+) -> String {
+    match record.state {
+        LeaseState::Running if wait.is_some() => match lease_left_ms {
+            Some(left) if left >= 0 => format!("{holder} is polling the provider's work in progress"),
+            _ => "a poll was taken and its lease expired (the poller stopped): the next copy polls again".into(),
+        },
+        LeaseState::Running => match lease_left_ms {
+            Some(left) if left >= 0 => format!("{holder} is running the provider"),
+            _ => "the provider was started and its lease expired (the execution stopped): the next copy takes over"
+                .into(),
+        },
+        LeaseState::Waiting => "the provider answered in progress; nobody holds the lease until the next poll".into(),
+        LeaseState::Committed => match (answer, record.delivered) {
+            (Some(answer), true) => format!("answered {} and delivered; later copies are dropped", answer.status),
+            (Some(answer), false) => {
+                format!(
+                    "answered {} but not delivered yet: the next copy to arrive PUTs the stored answer",
+                    answer.status
+                )
+            }
+            (None, _) => "committed without a stored answer (written by hand?)".into(),
+        },
+    }
+}

@@ -1,0 +1,260 @@
+//! The operator's tools on local AWS: `inspect` tells a request's state in each of its states,
+//! `stuck` lists the unanswered and the undelivered, and `redrive` after an outage moves the
+//! dead-lettered copies back so that committed answers are delivered, once, and leaves what
+//! nobody can answer. The binary is run once, with `--json`, as an operator would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use cfn_once_cli::ops::OpsTarget;
+use cfn_once_cli::ops::inspect::{InspectOptions, InspectReport, inspect};
+use cfn_once_cli::ops::redrive::{RedriveOptions, redrive};
+use cfn_once_cli::ops::stuck::{StuckOptions, stuck};
+use cfn_once_core::delivery::{PutError, ResponseSink};
+use cfn_once_core::lease::LeaseState;
+use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::response_url::ResponseUrl;
+use cfn_once_core::worker::Ports;
+use cfn_once_tests::{Sent, TwoRegions};
+use serde_json::{Value, json};
+
+const SETTINGS: [(&str, &str); 7] = [
+    ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
+    ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
+    ("CFN_ONCE_PUT_ATTEMPTS_MAX", "2"),
+    ("CFN_ONCE_LEASE_MS", "2000"),
+    ("CFN_ONCE_HEARTBEAT_MS", "500"),
+    ("CFN_ONCE_SKEW_MS", "200"),
+    ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
+];
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn inspect_one(target: &OpsTarget, sent: &Sent) -> InspectReport {
+    let options = InspectOptions {
+        stack_id: sent.request_key.stack_id.clone(),
+        request_id: Some(sent.request_key.request_id.clone()),
+        logical_id: None,
+        limit: 1,
+        dead_letters: true,
+    };
+    inspect(target, &options).await.expect("inspect")
+}
+
+/// Waits until `sent`'s record is in `state`.
+async fn until_state(regions: &TwoRegions, sent: &Sent, state: LeaseState) {
+    let started = Instant::now();
+    while regions.record(sent).await.is_none_or(|record| record.state != state) {
+        assert!(started.elapsed() < TIMEOUT, "never reached {state:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn inspect_tells_a_request_in_each_of_its_states() {
+    let mut regions = TwoRegions::new(2, &SETTINGS).await;
+    let target = OpsTarget::from_env_file(&regions.env.file);
+
+    // Delivered.
+    let delivered = regions.request("create-echo.json").await;
+    regions.publish(&delivered).await;
+    regions.wait_for_answer(&delivered, Instant::now(), TIMEOUT).await;
+    let report = inspect_one(&target, &delivered).await;
+    println!("--- delivered\n{}", report.render());
+    let view = report.requests[0].record.as_ref().expect("a record");
+    assert_eq!((view.state.as_str(), view.delivered, view.fence), ("COMMITTED", true, 1));
+    assert_eq!(view.answer.as_ref().map(|a| a.status.as_str()), Some("SUCCESS"));
+    assert_eq!((view.logical_resource_id.as_str(), view.request_type.as_str()), ("Greeting", "Create"));
+    assert!(view.summary.starts_with("answered SUCCESS and delivered"), "{}", view.summary);
+
+    // Superseded: CloudFormation retried the deployment with the same RequestId.
+    let mut retried = delivered.clone();
+    retried.request["ResourceProperties"]["Message"] = json!("second attempt");
+    retried.key = format!("{}-retry", delivered.key);
+    let url = cfn_once_cli::local::provision::presigned_put_url(
+        &regions.s3,
+        &regions.env.file.response_bucket,
+        &retried.key,
+        7_200,
+    )
+    .await
+    .expect("URL");
+    retried.request["ResponseURL"] = Value::String(url);
+    regions.publish(&retried).await;
+    regions.wait_for_answer(&retried, Instant::now(), TIMEOUT).await;
+    let report = inspect_one(&target, &delivered).await;
+    println!("--- superseded\n{}", report.render());
+    let view = report.requests[0].record.as_ref().expect("a record");
+    assert_eq!((view.attempts, view.fence), (2, 2));
+    assert!(report.render().contains("2 attempts reused this RequestId; copies of the earlier ones are superseded"));
+
+    // Waiting between polls.
+    let waiting = regions.request("create-echo-long.json").await;
+    regions.publish(&waiting).await;
+    until_state(&regions, &waiting, LeaseState::Waiting).await;
+    let report = inspect_one(&target, &waiting).await;
+    println!("--- waiting\n{}", report.render());
+    let view = report.requests[0].record.as_ref().expect("a record");
+    let wait = view.in_progress.as_ref().expect("work in progress");
+    assert_eq!(view.state, "WAITING");
+    assert!(wait.state.contains("\"PollIntervalS\":5"), "{}", wait.state);
+    assert!(view.summary.contains("nobody holds the lease until the next poll"), "{}", view.summary);
+
+    // Running, by the primary.
+    let mut running = regions.request("create-echo.json").await;
+    running.request["ResourceProperties"]["DelayMs"] = json!("8000");
+    regions.publish(&running).await;
+    until_state(&regions, &running, LeaseState::Running).await;
+    let report = inspect_one(&target, &running).await;
+    println!("--- running\n{}", report.render());
+    let view = report.requests[0].record.as_ref().expect("a record");
+    assert_eq!((view.state.as_str(), view.holder_region.as_str()), ("RUNNING", "us-east-1"));
+    assert!(view.lease_left_ms.is_some_and(|left| left > 0), "{view:?}");
+    assert!(view.summary.contains("us-east-1 is running the provider"), "{}", view.summary);
+
+    // By logical id: the latest requests of the resource, newest first.
+    let latest = inspect(
+        &target,
+        &InspectOptions {
+            stack_id: running.request_key.stack_id.clone(),
+            request_id: None,
+            logical_id: Some("Greeting".into()),
+            limit: 5,
+            dead_letters: false,
+        },
+    )
+    .await
+    .expect("inspect by logical id");
+    let ids: Vec<&str> = latest.requests.iter().map(|r| r.request_id.as_str()).collect();
+    assert_eq!(ids.first(), Some(&running.request_key.request_id.as_str()), "{ids:?}");
+    assert!(ids.contains(&delivered.request_key.request_id.as_str()));
+
+    // No ResponseURL anywhere in what the tool says.
+    for sent in [&delivered, &retried, &waiting, &running] {
+        let url = sent.request["ResponseURL"].as_str().expect("url");
+        let text = inspect_one(&target, sent).await;
+        assert!(!text.render().contains(url) && !serde_json::to_string(&text).expect("json").contains(url));
+    }
+    regions.stop().await;
+}
+
+/// S3 as seen from the primary: down while `down` is set.
+#[derive(Debug)]
+struct Outage {
+    inner: Arc<dyn ResponseSink>,
+    down: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl ResponseSink for Outage {
+    async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(PutError::Retryable("simulated S3 outage: 503".into()));
+        }
+        self.inner.put(url, body).await
+    }
+}
+
+#[tokio::test]
+async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_undeliverable() {
+    let down = Arc::new(AtomicBool::new(true));
+    let outage = Arc::clone(&down);
+    let mut regions = TwoRegions::with_primary(2, &SETTINGS, move |ports| Ports {
+        sink: Arc::new(Outage { inner: ports.sink.clone(), down: outage }),
+        ..ports
+    })
+    .await;
+    // The secondary region is down too, for the whole outage.
+    regions.secondary.kill().await;
+    let target = OpsTarget::from_env_file(&regions.env.file);
+
+    // A request whose answer is committed but cannot be PUT before its 12 s deadline...
+    let mut late = regions.request("create-echo.json").await;
+    late.request["ResourceProperties"]["ServiceTimeout"] = json!("12");
+    regions.publish(&late).await;
+    // ...and one nobody can ever answer (its ResponseURL is not an S3 URL).
+    let mut lost = regions.request("create-echo.json").await;
+    lost.request["ResponseURL"] = json!("https://evil.example.com/steal?X-Amz-Signature=x");
+    regions.publish(&lost).await;
+
+    let dlq_depth = || async {
+        let file = &regions.env.file;
+        cfn_once_cli::local::provision::queue_depth(&regions.sqs_primary, &file.queues.primary_dlq)
+            .await
+            .expect("depth")
+    };
+    let started = Instant::now();
+    while dlq_depth().await < 2 {
+        assert!(started.elapsed() < TIMEOUT, "both copies never reached the primary's DLQ");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let record = regions.record(&late).await.expect("record");
+    assert_eq!((record.state, record.delivered), (LeaseState::Committed, false), "committed, not delivered");
+    assert!(regions.responses(&late).await.is_empty(), "nothing reached S3 during the outage");
+
+    let report = inspect_one(&target, &late).await;
+    println!("--- committed, not delivered, its copy in the DLQ\n{}", report.render());
+    let copies = &report.requests[0].dead_letters;
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!((copies[0].cause.as_str(), copies[0].attempt.as_str()), ("deadline-passed", "this record's attempt"));
+    assert_eq!(dlq_depth().await, 2, "inspect released what it held");
+
+    let listed = stuck(&target, StuckOptions { older_than_ms: 60_000, undelivered_ms: 1_000 }).await.expect("stuck");
+    println!("--- stuck\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    assert!(
+        listed.iter().any(|s| s.record.request_id == late.request_key.request_id && s.why.contains("not delivered"))
+    );
+
+    // The outage ends. A dry run moves nothing and says what would happen.
+    down.store(false, Ordering::SeqCst);
+    let options = RedriveOptions { dry_run: true, include_undeliverable: false, max: 100 };
+    let dry = redrive(&target, options).await.expect("dry run");
+    println!("--- redrive --dry-run\n{}", dry.render());
+    assert_eq!((dry.moved, dry.skipped, dry.messages.len()), (0, 1, 2));
+    let late_entry =
+        dry.messages.iter().find(|m| m.request_id.as_deref() == Some(&late.request_key.request_id)).expect("late");
+    assert_eq!(late_entry.record_says, "answered but not delivered: the redriven copy PUTs the stored answer");
+    assert_eq!(dlq_depth().await, 2, "a dry run moves nothing");
+
+    let done = redrive(&target, RedriveOptions { dry_run: false, ..options }).await.expect("redrive");
+    println!("--- redrive\n{}", done.render());
+    assert_eq!((done.moved, done.skipped), (1, 1));
+    let (body, _) = regions.wait_for_answer(&late, Instant::now(), TIMEOUT).await;
+    assert_eq!(ResponseBody::parse(&body).expect("body").status, Status::Success);
+    assert!(regions.record(&late).await.expect("record").delivered);
+
+    // The secondary comes back; its copy finds the answer delivered. One PUT in all.
+    regions.secondary.start();
+    regions.drain(TIMEOUT).await;
+    let puts = regions.responses(&late).await.len();
+    println!("PUTs for the redriven request: {puts}; DLQ left holding {} (the undeliverable one)", dlq_depth().await);
+    assert_eq!(puts, 1, "delivered once");
+    assert_eq!(dlq_depth().await, 1, "the undeliverable copy stays");
+
+    // The operator binary, as an operator runs it, agrees.
+    let env_file = std::env::temp_dir().join(format!("{}-env.json", late.request_key.request_id));
+    regions.env.file.write(&env_file).expect("env file");
+    let binary = sibling_binary("cfn-once");
+    let output = std::process::Command::new(&binary)
+        .args(["inspect", "--env"])
+        .arg(&env_file)
+        .args(["--stack-id", &late.request_key.stack_id, "--request-id", &late.request_key.request_id, "--json"])
+        .output()
+        .unwrap_or_else(|error| panic!("{}: {error} (build it: cargo build --workspace --bins)", binary.display()));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: Value = serde_json::from_slice(&output.stdout).expect("--json prints JSON");
+    let record = &json["requests"][0]["record"];
+    assert_eq!((record["state"].as_str(), record["delivered"].as_bool()), (Some("COMMITTED"), Some(true)));
+    let url = late.request["ResponseURL"].as_str().expect("url");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(url));
+    let _ = std::fs::remove_file(env_file);
+    regions.stop().await;
+}
+
+/// A binary of the workspace in the same target directory as this test binary.
+fn sibling_binary(name: &str) -> std::path::PathBuf {
+    let test_binary = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).expect("a target directory");
+    profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
