@@ -3,7 +3,8 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, simulate, fuzz, build, sam-build, venv, moto, fmt, clippy, doc, lint-templates, unit, clean.
+# Other targets: local, drill, simulate, fuzz, bench, bench-quick, build, sam-build, venv, bench-venv, moto, fmt, clippy,
+# doc, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,10 +19,10 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill test simulate fuzz venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local drill test simulate fuzz bench bench-quick venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
-	@sed -n '3,7p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
 
 ## venv: the Python environment with moto[server] (local AWS), rebuilt when requirements change.
 venv: $(VENV)/.installed
@@ -32,6 +33,37 @@ $(VENV)/.installed: requirements-dev.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --requirement requirements-dev.txt
 	@touch $@
+
+## bench-venv: the benchmark's Python peer (crhelper, Powertools, awslambdaric), in its own venv.
+BENCH_VENV := .venv-bench
+bench-venv: $(BENCH_VENV)/.installed
+
+$(BENCH_VENV)/.installed: benches/python/requirements.txt
+	@echo "==> creating $(BENCH_VENV) with $$($(PYTHON_BOOTSTRAP) --version)"
+	$(PYTHON_BOOTSTRAP) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet --requirement benches/python/requirements.txt
+	@touch $@
+
+# Interleaved pairs `make bench` runs.
+BENCH_PAIRS ?= 10
+
+## bench: cfn-once beside crhelper + Powertools under a fake Runtime API on moto; writes BENCHMARKS.md.
+bench: venv bench-venv
+	@echo "==> building the function as it is deployed (release profile), and the harness"
+	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
+	$(CARGO) build --locked -p cfn-once-bench --bin cfn-once-bench
+	@echo "==> criterion microbenchmarks of the hot path"
+	$(CARGO) bench --locked -p cfn-once-bench --bench hot_path 2>&1 | tee target/hot_path.txt
+	@echo "==> $(BENCH_PAIRS) interleaved pairs, Rust and Python"
+	./target/debug/cfn-once-bench --pairs $(BENCH_PAIRS) --microbenchmarks target/hot_path.txt \
+	  --command "make bench BENCH_PAIRS=$(BENCH_PAIRS)"
+
+## bench-quick: one pair on the debug build, to prove the harness works (CI); no numbers kept.
+bench-quick: venv bench-venv
+	$(CARGO) build --locked -p cfn-once --bin cfn-once-lambda
+	$(CARGO) build --locked -p cfn-once-bench --bin cfn-once-bench
+	./target/debug/cfn-once-bench --quick --rust-binary target/debug/cfn-once-lambda
 
 ## demo: start moto, provision, send events/ through SNS -> SQS -> handler -> S3, print a table.
 demo: venv
@@ -50,7 +82,7 @@ drill:
 	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto.
-test: venv fmt clippy doc lint-templates
+test: venv bench-venv fmt clippy doc lint-templates
 	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
 	@# The logs test runs the Lambda binary itself, which `cargo test` does not build.
 	$(CARGO) build --locked --workspace --bins
@@ -58,6 +90,8 @@ test: venv fmt clippy doc lint-templates
 	@echo "==> bounded fuzzing of the decoder and the response builder"
 	$(CARGO) test --locked -p cfn-once-core --lib fuzz_tests -- --nocapture
 	@$(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
+	@echo "==> the benchmark harness, one quick pair (numbers not kept)"
+	@$(MAKE) --no-print-directory bench-quick
 
 # Seeds `make test` simulates.
 CI_SEEDS ?= 10000

@@ -2,7 +2,10 @@
 //! runs it: `lambda_runtime` polls `GET /2018-06-01/runtime/invocation/next`, gets one event
 //! with its request id and deadline in headers, and posts the result to `.../response` or
 //! `.../error`. Events are queued by the test; every call is recorded with when it arrived, so
-//! tests can check what the runtime did and benchmarks can time it.
+//! tests can check what the runtime did and benchmarks can time it. A benchmark that names the
+//! function's process (`watch`) also gets the process's CPU time at each call, read from
+//! `/proc/<pid>/task/*/schedstat` in nanoseconds: a process blocked in `next` is idle, so the
+//! difference between two calls is what it spent in between.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -39,6 +42,28 @@ struct State {
     queued: VecDeque<(String, Vec<u8>, u64)>,
     posted: BTreeMap<String, Posted>,
     calls: Vec<(Instant, Call)>,
+    /// The watched process, and its CPU time at each call (parallel to `calls`).
+    watched: Option<u32>,
+    cpu_ns: Vec<Option<u64>>,
+}
+
+impl State {
+    fn record(&mut self, at: Instant, call: Call) {
+        let cpu = self.watched.and_then(cpu_ns);
+        self.calls.push((at, call));
+        self.cpu_ns.push(cpu);
+    }
+}
+
+/// The CPU time of every live thread of `pid`, in ns (`None` once the process is gone).
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        total += stat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Some(total)
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +130,17 @@ impl FakeRuntime {
     pub fn calls(&self) -> Vec<(Instant, Call)> {
         self.shared.lock().calls.clone()
     }
+
+    /// From now on, reads `pid`'s CPU time at each call.
+    pub fn watch(&self, pid: u32) {
+        self.shared.lock().watched = Some(pid);
+    }
+
+    /// Every call so far, with when it arrived and the watched process's CPU time then.
+    pub fn timed_calls(&self) -> Vec<(Instant, Call, Option<u64>)> {
+        let state = self.shared.lock();
+        state.calls.iter().zip(&state.cpu_ns).map(|((at, call), cpu)| (*at, call.clone(), *cpu)).collect()
+    }
 }
 
 fn epoch_ms() -> u64 {
@@ -132,14 +168,14 @@ fn route(method: &str, path: &str, body: Vec<u8>, shared: &Shared) -> Vec<u8> {
     match (method, rest) {
         ("GET", "/invocation/next") => {
             let mut state = shared.lock();
-            state.calls.push((now, Call::Next));
+            state.record(now, Call::Next);
             let (request_id, event, deadline_ms) = loop {
                 if let Some(next) = state.queued.pop_front() {
                     break next;
                 }
                 state = shared.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
             };
-            state.calls.push((Instant::now(), Call::Handed(request_id.clone())));
+            state.record(Instant::now(), Call::Handed(request_id.clone()));
             let headers = format!(
                 "Lambda-Runtime-Aws-Request-Id: {request_id}\r\nLambda-Runtime-Deadline-Ms: {deadline_ms}\r\n\
                  Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:123456789012:function:cfn-once\r\n\
@@ -148,7 +184,7 @@ fn route(method: &str, path: &str, body: Vec<u8>, shared: &Shared) -> Vec<u8> {
             reply(200, &headers, &event)
         }
         ("POST", "/init/error") => {
-            shared.lock().calls.push((now, Call::InitError(body)));
+            shared.lock().record(now, Call::InitError(body));
             shared.changed.notify_all();
             reply(202, "", b"{}")
         }
@@ -158,7 +194,7 @@ fn route(method: &str, path: &str, body: Vec<u8>, shared: &Shared) -> Vec<u8> {
                 ["invocation", request_id, kind @ ("response" | "error")] => {
                     let posted = if *kind == "response" { Posted::Response(body) } else { Posted::Error(body) };
                     let mut state = shared.lock();
-                    state.calls.push((now, Call::Posted((*request_id).to_owned())));
+                    state.record(now, Call::Posted((*request_id).to_owned()));
                     state.posted.insert((*request_id).to_owned(), posted);
                     drop(state);
                     shared.changed.notify_all();

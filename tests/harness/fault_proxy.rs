@@ -117,6 +117,8 @@ pub struct Exchange {
     pub fault: Option<Fault>,
     /// The status upstream answered, if the request was forwarded and an answer arrived.
     pub upstream_status: Option<u16>,
+    /// How long the upstream took to answer a forwarded request (connect, send, read).
+    pub upstream_took: Option<Duration>,
 }
 
 /// A handle on a running proxy. Clones share it; the last one dropped stops the listener.
@@ -308,15 +310,19 @@ impl Inner {
                 operation: operation.map(str::to_owned),
                 fault: fault.clone(),
                 upstream_status: None,
+                upstream_took: None,
             };
             let mut log = lock(&self.log);
             log.push(Record { exchange, body: req.body.clone() });
             (log.len() - 1, fault)
         };
+        let forwarding = Instant::now();
         let upstream =
             (!matches!(fault, Some(Fault::Respond { .. } | Fault::Reset | Fault::Hang))).then(|| self.forward(req));
         if let Some(Ok(response)) = &upstream {
-            lock(&self.log)[index].exchange.upstream_status = Some(response.status);
+            let exchange = &mut lock(&self.log)[index].exchange;
+            exchange.upstream_status = Some(response.status);
+            exchange.upstream_took = Some(forwarding.elapsed());
         }
         let reply = match fault {
             Some(

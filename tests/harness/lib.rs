@@ -44,7 +44,7 @@ mod fault_proxy;
 mod lambda_process;
 mod two_regions;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
-pub use fake_runtime::{Call, FakeRuntime, Posted};
+pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use fault_proxy::{Exchange, Fault, FaultProxy, Match};
 pub use lambda_process::LambdaProcess;
 pub use two_regions::{Observed, TwoRegions};

@@ -1,0 +1,104 @@
+//! `cfn-once-bench`: cfn-once side by side with the Python way, measured the same way.
+//!
+//! Both functions run as Lambda runs them, polling a fake Lambda Runtime API
+//! (`cfn_once_tests::FakeRuntime`) that hands each process one invocation with one SQS record,
+//! then warm batches of ten, every record a distinct SNS-wrapped CloudFormation request with its
+//! own presigned ResponseURL, against the same moto; every AWS call goes through a counting proxy.
+//! The peer (`benches/python/handler.py`) is crhelper for the response and Powertools
+//! idempotency on DynamoDB for exactly-once, run by `awslambdaric`. Runs are interleaved
+//! (R P, P R, ...), every answer is checked in S3, and each figure is reported as min, median and
+//! max per side and the median of the paired ratios (Python ÷ Rust). See `benches/README.md`.
+
+mod measure;
+mod report;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::measure::{Side, run_once};
+use crate::report::Report;
+use crate::setup::Bench;
+
+#[derive(Debug, Parser)]
+#[command(name = "cfn-once-bench", about = "cfn-once side by side with crhelper + Powertools idempotency")]
+struct Args {
+    /// Interleaved pairs of runs (one Rust, one Python each).
+    #[arg(long, default_value_t = 10)]
+    pairs: usize,
+    /// Warm batches of ten records per run, after the first invocation.
+    #[arg(long, default_value_t = 5)]
+    warm_batches: usize,
+    /// One pair, one warm batch, no BENCHMARKS.md: proves the harness works (CI).
+    #[arg(long)]
+    quick: bool,
+    /// The Rust function (`cargo build --release --bin cfn-once-lambda`).
+    #[arg(long, value_name = "PATH", default_value = "target/release/cfn-once-lambda")]
+    rust_binary: PathBuf,
+    /// The peer's Python, with benches/python/requirements.txt installed.
+    #[arg(long, value_name = "PATH", default_value = ".venv-bench/bin/python")]
+    peer_python: PathBuf,
+    /// The Python with moto[server] (`make venv`).
+    #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
+    moto_python: PathBuf,
+    /// Where to write the results (not in quick mode).
+    #[arg(long, value_name = "PATH", default_value = "BENCHMARKS.md")]
+    out: PathBuf,
+    /// criterion's output for the hot path (`cargo bench --bench hot_path`), put in BENCHMARKS.md.
+    #[arg(long, value_name = "PATH")]
+    microbenchmarks: Option<PathBuf>,
+    /// How the results were produced, for BENCHMARKS.md.
+    #[arg(long, value_name = "TEXT", default_value = "make bench")]
+    command: String,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut args = Args::parse();
+    if args.quick {
+        args.pairs = 1;
+        args.warm_batches = 1;
+    }
+    match run(&args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("cfn-once-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<()> {
+    let bench = Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python).await?;
+    eprintln!(
+        "benchmarking {} pairs ({} warm batches of 10 each) on {}; functions log to {}",
+        args.pairs,
+        args.warm_batches,
+        bench.moto_endpoint(),
+        bench.log_dir().display()
+    );
+    let mut report = Report::default();
+    for pair in 0..args.pairs {
+        let order = if pair % 2 == 0 { [Side::Rust, Side::Python] } else { [Side::Python, Side::Rust] };
+        for side in order {
+            let sample = run_once(&bench, side, pair, args.warm_batches).await?;
+            eprintln!("  pair {}/{} {}: {}", pair + 1, args.pairs, side.name(), sample.one_line());
+            report.add(side, sample);
+        }
+    }
+    let table = report.table();
+    println!("{table}");
+    if !args.quick {
+        let micro = match &args.microbenchmarks {
+            Some(path) => report::criterion_times(&std::fs::read_to_string(path)?),
+            None => Vec::new(),
+        };
+        let document =
+            report.markdown(&bench.environment().await, &args.command, args.pairs, args.warm_batches, &micro);
+        std::fs::write(&args.out, document)?;
+        eprintln!("wrote {}", args.out.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! One run of one function: start it under a fresh fake Runtime API and a counting proxy, hand
+//! it a one-record invocation and then warm batches of ten, and read the figures off the
+//! runtime's timed calls, `/proc`, the proxy's log and S3.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use cfn_once_cli::local::environment::s3_client;
+use cfn_once_cli::local::provision;
+use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted};
+use serde_json::{Value, json};
+
+use crate::setup::{Bench, REGION, TOPIC_ARN};
+
+/// How long one invocation may take before the run fails.
+const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// The records of a warm batch.
+pub const BATCH: usize = 10;
+
+/// Which function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    Rust,
+    Python,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Rust => "rust",
+            Self::Python => "python",
+        }
+    }
+}
+
+/// The figures of one run, in ms and MiB.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// exec → first `GET /next`.
+    pub cold_start_ms: f64,
+    /// CPU spent before the first `GET /next`.
+    pub init_cpu_ms: f64,
+    /// The first event handed out → its `/response`.
+    pub first_alone_ms: f64,
+    /// Of that, time spent waiting for AWS (moto behind the proxy): the first invocation's calls
+    /// are sequential, so the rest is the function's own.
+    pub first_aws_ms: f64,
+    /// CPU spent on the first invocation.
+    pub first_cpu_ms: f64,
+    /// exec → the first `/response`.
+    pub first_end_to_end_ms: f64,
+    /// Warm batches: wall time per record.
+    pub warm_ms_per_request: f64,
+    /// Warm batches: CPU per record.
+    pub warm_cpu_ms_per_request: f64,
+    /// VmHWM at the end.
+    pub peak_rss_mib: f64,
+    /// AWS calls per warm request, by operation (`S3 PUT` for the response).
+    pub warm_calls: BTreeMap<String, f64>,
+    /// AWS calls of the first invocation, by operation.
+    pub first_calls: BTreeMap<String, usize>,
+}
+
+impl Sample {
+    pub fn one_line(&self) -> String {
+        format!(
+            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU), warm {:.2} ms ({:.2} ms CPU)/request, RSS {:.1} MiB",
+            self.cold_start_ms,
+            self.first_alone_ms,
+            self.first_cpu_ms,
+            self.warm_ms_per_request,
+            self.warm_cpu_ms_per_request,
+            self.peak_rss_mib
+        )
+    }
+}
+
+/// Runs `side` once: a cold start, one invocation of one record, `warm_batches` of ten.
+pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usize) -> anyhow::Result<Sample> {
+    let runtime = FakeRuntime::start();
+    let proxy = FaultProxy::start(bench.moto_endpoint());
+    let presigner = s3_client(&provision::sdk_config(&proxy.url(), REGION).await);
+    let tag = format!("{}-{pair}-{}", side.name(), epoch_ms());
+
+    // Every invocation is built before the process starts, so building them costs it nothing.
+    let mut invocations = Vec::new();
+    for (index, records) in std::iter::once(1).chain(std::iter::repeat_n(BATCH, warm_batches)).enumerate() {
+        let mut keys = Vec::new();
+        let mut event_records = Vec::new();
+        for record in 0..records {
+            let key = format!("bench/{tag}/{index}-{record}");
+            let url = provision::presigned_put_url(&presigner, &bench.bucket, &key, 7_200).await?;
+            event_records.push(sqs_record(&tag, index, record, &url));
+            keys.push(key);
+        }
+        invocations.push((format!("{tag}-invocation-{index}"), json!({ "Records": event_records }).to_string(), keys));
+    }
+
+    let started = Instant::now();
+    let mut child = spawn(bench, side, &runtime, &proxy, &tag)?;
+    runtime.watch(child.id());
+    let mut boundaries = Vec::new();
+    for (request_id, event, _) in &invocations {
+        let calls_before = proxy.log().len();
+        runtime.invoke(request_id, event.clone(), 60_000);
+        let posted = runtime.posted(request_id, INVOCATION_TIMEOUT);
+        let Some(Posted::Response(body)) = posted else {
+            let _ = child.kill();
+            bail!("{} did not answer {request_id}: {posted:?} (see {})", side.name(), bench.log_dir().display());
+        };
+        let response: Value = serde_json::from_slice(&body).context("the batch response is not JSON")?;
+        let failures = response["batchItemFailures"].as_array().map_or(0, Vec::len);
+        if failures > 0 {
+            let _ = child.kill();
+            bail!("{} reported {failures} batch item failures for {request_id}", side.name());
+        }
+        boundaries.push((calls_before, proxy.log().len()));
+    }
+    let peak_rss_mib = peak_rss_kib(child.id()).unwrap_or(0) as f64 / 1024.0;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Every answer is in S3, exactly once, and says SUCCESS.
+    for (_, _, keys) in &invocations {
+        for key in keys {
+            let versions = provision::response_versions(&bench.s3, &bench.bucket, key).await?;
+            if versions.len() != 1 {
+                bail!("{}: {key} received {} PUTs", side.name(), versions.len());
+            }
+            let body = ResponseBody::parse(&versions[0]).context("a response that is not JSON")?;
+            if body.status != Status::Success {
+                bail!("{}: {key} was answered {:?}: {:?}", side.name(), body.status, body.reason);
+            }
+        }
+    }
+
+    let calls = runtime.timed_calls();
+    let find = |wanted: &dyn Fn(&Call) -> bool| {
+        calls.iter().find(|(_, call, _)| wanted(call)).map(|(at, _, cpu)| (*at, cpu.unwrap_or(0)))
+    };
+    let (first_next, init_cpu) = find(&|call| matches!(call, Call::Next)).context("no GET /next")?;
+    let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1000.0;
+    let cpu_ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1e6;
+    let mut per_invocation = Vec::new();
+    for (request_id, _, _) in &invocations {
+        let handed = find(&|call| matches!(call, Call::Handed(id) if id == request_id)).context("not handed")?;
+        let posted = find(&|call| matches!(call, Call::Posted(id) if id == request_id)).context("not posted")?;
+        per_invocation.push((handed, posted));
+    }
+    let ((first_handed, first_handed_cpu), (first_posted, first_posted_cpu)) = per_invocation[0];
+    let warm = &per_invocation[1..];
+    let warm_requests = (warm.len() * BATCH).max(1) as f64;
+    let log = proxy.log();
+    let operation = |index: usize| {
+        let exchange = &log[index];
+        exchange.operation.clone().unwrap_or_else(|| format!("S3 {}", exchange.method))
+    };
+    let mut first_calls = BTreeMap::new();
+    for index in boundaries[0].0..boundaries[0].1 {
+        *first_calls.entry(operation(index)).or_default() += 1;
+    }
+    let mut warm_calls: BTreeMap<String, f64> = BTreeMap::new();
+    for (from, to) in &boundaries[1..] {
+        for index in *from..*to {
+            *warm_calls.entry(operation(index)).or_default() += 1.0 / warm_requests;
+        }
+    }
+    Ok(Sample {
+        cold_start_ms: ms(started, first_next),
+        init_cpu_ms: init_cpu as f64 / 1e6,
+        first_alone_ms: ms(first_handed, first_posted),
+        first_aws_ms: (boundaries[0].0..boundaries[0].1)
+            .filter_map(|index| log[index].upstream_took)
+            .map(|took| took.as_secs_f64() * 1000.0)
+            .sum(),
+        first_cpu_ms: cpu_ms(first_handed_cpu, first_posted_cpu),
+        first_end_to_end_ms: ms(started, first_posted),
+        warm_ms_per_request: warm.iter().map(|((h, _), (p, _))| ms(*h, *p)).sum::<f64>() / warm_requests,
+        warm_cpu_ms_per_request: warm.iter().map(|((_, h), (_, p))| cpu_ms(*h, *p)).sum::<f64>() / warm_requests,
+        peak_rss_mib,
+        warm_calls,
+        first_calls,
+    })
+}
+
+/// One SQS record carrying one SNS-wrapped CloudFormation Create of `Custom::Echo`.
+fn sqs_record(tag: &str, invocation: usize, record: usize, url: &str) -> Value {
+    let request_id = format!("{tag}-{invocation}-{record}");
+    let request = json!({
+        "RequestType": "Create",
+        "ServiceToken": TOPIC_ARN,
+        "ResponseURL": url,
+        "StackId": format!("arn:aws:cloudformation:{REGION}:123456789012:stack/bench/{tag}"),
+        "RequestId": request_id,
+        "LogicalResourceId": format!("Echo{record}"),
+        "ResourceType": "Custom::Echo",
+        "ResourceProperties": {
+            "ServiceToken": TOPIC_ARN,
+            "Message": "hello from the benchmark",
+            "Replicas": "3",
+            "Enabled": "true",
+        },
+    });
+    let envelope = json!({
+        "Type": "Notification",
+        "MessageId": format!("sns-{request_id}"),
+        "TopicArn": TOPIC_ARN,
+        "Subject": "AWS CloudFormation custom resource request",
+        "Message": request.to_string(),
+        "Timestamp": "2026-11-30T08:00:00.000Z",
+        "SignatureVersion": "1",
+        "Signature": "EXAMPLE",
+        "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-example.pem",
+        "UnsubscribeURL": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe",
+    });
+    let now = epoch_ms().to_string();
+    json!({
+        "messageId": format!("msg-{request_id}"),
+        "receiptHandle": format!("receipt-{request_id}"),
+        "body": envelope.to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "SentTimestamp": now,
+            "SenderId": "AIDAEXAMPLE",
+            "ApproximateFirstReceiveTimestamp": now,
+        },
+        "messageAttributes": {},
+        "md5OfBody": "0",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:cfn-once-bench",
+        "awsRegion": REGION,
+    })
+}
+
+/// Starts `side`'s function with Lambda's environment, logging to the bench's log directory.
+fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, proxy: &FaultProxy, tag: &str) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(bench.log_dir().join(format!("{tag}.log")))?;
+    let mut command = match side {
+        Side::Rust => Command::new(&bench.rust_binary),
+        Side::Python => {
+            let mut command = Command::new(&bench.peer_python);
+            command.args(["-m", "awslambdaric", "handler.lambda_handler"]).current_dir(&bench.peer_dir);
+            command
+        }
+    };
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    for name in ["PERF_TARGET", "PERF_OUT"] {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let common = [
+        ("AWS_LAMBDA_RUNTIME_API", runtime.address().to_owned()),
+        ("AWS_LAMBDA_FUNCTION_NAME", format!("bench-{}", side.name())),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256".to_owned()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST".to_owned()),
+        ("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/bench".to_owned()),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", tag.to_owned()),
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_DEFAULT_REGION", REGION.to_owned()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("AWS_ENDPOINT_URL", proxy.url()),
+    ];
+    for (name, value) in common {
+        command.env(name, value);
+    }
+    match side {
+        Side::Rust => {
+            command
+                .env("CFN_ONCE_ROLE", "primary")
+                .env("CFN_ONCE_TABLE", &bench.lease_table)
+                .env("CFN_ONCE_TOPIC_ARNS", TOPIC_ARN)
+                .env("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", proxy.url(), bench.bucket));
+        }
+        Side::Python => {
+            command
+                .env("BENCH_IDEMPOTENCY_TABLE", &bench.idempotency_table)
+                .env("POWERTOOLS_SERVICE_NAME", "cfn-bench")
+                .env("LAMBDA_TASK_ROOT", &bench.peer_dir);
+        }
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start the {} function", side.name()))
+}
+
+/// VmHWM of `pid`, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find(|line| line.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+}

@@ -1,0 +1,126 @@
+//! What every run shares: moto, the tables and the response bucket, the two functions' commands.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use aws_sdk_dynamodb::types::KeyType;
+use cfn_once_cli::local::environment::s3_client;
+use cfn_once_cli::local::moto::MotoServer;
+use cfn_once_cli::local::provision;
+
+/// The region both functions run in.
+pub const REGION: &str = "us-east-1";
+/// The topic whose envelopes the requests come in (the handler accepts only it).
+pub const TOPIC_ARN: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once-bench";
+
+/// moto and the resources on it.
+#[derive(Debug)]
+pub struct Bench {
+    moto: MotoServer,
+    pub lease_table: String,
+    pub idempotency_table: String,
+    pub bucket: String,
+    pub rust_binary: PathBuf,
+    pub peer_python: PathBuf,
+    pub peer_dir: PathBuf,
+    log_dir: PathBuf,
+    /// Checks answers directly on moto (not through a run's counting proxy).
+    pub s3: aws_sdk_s3::Client,
+}
+
+impl Bench {
+    /// Starts moto and provisions the tables and a versioned bucket.
+    pub async fn start(moto_python: &Path, rust_binary: &Path, peer_python: &Path) -> anyhow::Result<Self> {
+        for (path, hint) in [
+            (rust_binary, "build it: cargo build --release -p cfn-once --bin cfn-once-lambda (make bench does)"),
+            (peer_python, "create it: make bench-venv"),
+            (moto_python, "create it: make venv"),
+        ] {
+            anyhow::ensure!(path.exists(), "{} does not exist: {hint}", path.display());
+        }
+        let moto = MotoServer::start(moto_python)?;
+        let sdk = provision::sdk_config(moto.endpoint(), REGION).await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+        let (lease_table, idempotency_table, bucket) =
+            ("bench-leases".to_owned(), "bench-idempotency".to_owned(), "bench-responses".to_owned());
+        provision::create_lease_table(&dynamodb, &lease_table).await?;
+        provision::create_table(&dynamodb, &idempotency_table, &[("id", KeyType::Hash)]).await?;
+        let s3 = s3_client(&sdk);
+        provision::create_response_bucket(&s3, &bucket).await?;
+        let log_dir = PathBuf::from("target/bench-logs");
+        std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
+        let peer_dir =
+            std::fs::canonicalize("benches/python").context("benches/python (run from the repository root)")?;
+        Ok(Self {
+            moto,
+            lease_table,
+            idempotency_table,
+            bucket,
+            rust_binary: std::fs::canonicalize(rust_binary)?,
+            peer_python: std::path::absolute(peer_python)?,
+            peer_dir,
+            log_dir,
+            s3,
+        })
+    }
+
+    pub fn moto_endpoint(&self) -> &str {
+        self.moto.endpoint()
+    }
+
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    /// The machine and the versions, for BENCHMARKS.md.
+    pub async fn environment(&self) -> Vec<(String, String)> {
+        let output = |program: &Path, args: &[&str]| {
+            std::process::Command::new(program)
+                .args(args)
+                .output()
+                .ok()
+                .map(|o| {
+                    String::from_utf8_lossy(if o.stdout.is_empty() { &o.stderr } else { &o.stdout }).trim().to_owned()
+                })
+                .unwrap_or_else(|| "?".into())
+        };
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+            })
+            .unwrap_or_else(|| "?".into());
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0))
+            })
+            .map_or("?".into(), |kib| format!("{} GiB", kib / 1024 / 1024));
+        let packages = output(
+            &self.peer_python,
+            &[
+                "-c",
+                "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in ['crhelper','aws-lambda-powertools','awslambdaric','boto3']))",
+            ],
+        );
+        vec![
+            ("machine".into(), format!("{cpu}, {cores} cores, {memory}, Linux {kernel}")),
+            ("rust".into(), output(Path::new("rustc"), &["--version"])),
+            ("python".into(), output(&self.peer_python, &["--version"])),
+            ("peer packages".into(), packages),
+            ("moto".into(), output(Path::new(".venv/bin/python"), &["-c", "import moto; print(moto.__version__)"])),
+            (
+                "rust function".into(),
+                format!(
+                    "{} ({} bytes)",
+                    self.rust_binary.display(),
+                    std::fs::metadata(&self.rust_binary).map_or(0, |m| m.len())
+                ),
+            ),
+        ]
+    }
+}
