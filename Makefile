@@ -61,8 +61,8 @@ bench: venv bench-venv
 
 ## bench-quick: one pair on the debug build, to prove the harness works (CI); no numbers kept.
 bench-quick: venv bench-venv
-	$(CARGO) build --locked -p cfn-once --bin cfn-once-lambda
-	$(CARGO) build --locked -p cfn-once-bench --bin cfn-once-bench
+	@# The workspace's feature set, as `make test` builds it: no second debug build of the SDK.
+	$(CARGO) build --locked --workspace --bins
 	./target/debug/cfn-once-bench --quick --rust-binary target/debug/cfn-once-lambda
 
 ## demo: start moto, provision, send events/ through SNS -> SQS -> handler -> S3, print a table.

@@ -11,22 +11,22 @@ LogicalResourceId in a DynamoDB table, makes that happen once per request howeve
 delivers it, and Powertools' batch utility reports the records that failed, so that SQS retries
 only those.
 
-It departs from the libraries' documented use in three places, each explained where it is made:
-crhelper's timeout timer is off, its PUT is plain HTTP to the benchmark's local S3 endpoint, and
-a record without the fields crhelper needs is failed before crhelper sees it.
+It departs from the libraries' documented use in two places, each explained where it is made:
+crhelper's timeout timer is off, and a record without the fields crhelper needs is failed before
+crhelper sees it. Everything it sends goes over HTTPS with certificate verification on, as in
+production: the benchmark's endpoint and ResponseURLs are a local TLS front, and the process
+trusts the front's CA through the standard variables (AWS_CA_BUNDLE for botocore, SSL_CERT_FILE
+for the default SSL context crhelper's PUT uses), not through any change here.
 
 Started by awslambdaric, from this directory:
     python -m awslambdaric handler.lambda_handler
 """
 
 import hashlib
-import http.client
 import json
 import logging
 import os
-from urllib.parse import urlsplit
 
-import crhelper.utils
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import (
@@ -51,24 +51,6 @@ RESERVED_PROPERTIES = ("ServiceToken", "ServiceTimeout")
 # reused across records and invocations), or, in a fresh process, retries a PUT to an empty
 # host until the invocation times out. So a request without them is failed before crhelper.
 REQUIRED_FIELDS = ("RequestType", "ResponseURL", "StackId", "RequestId", "LogicalResourceId")
-
-_LOCAL_ENDPOINT = urlsplit(os.environ.get("AWS_ENDPOINT_URL", ""))
-
-
-def _response_connection(host, context=None):
-    """The connection crhelper PUTs a response over.
-
-    crhelper always opens an HTTPSConnection to the ResponseURL's host and drops its scheme.
-    CloudFormation's ResponseURLs are always https, but the benchmark's are presigned on its
-    local S3 endpoint (AWS_ENDPOINT_URL), which speaks plain HTTP; only for that host is the
-    connection plain. crhelper's request, headers and retries are unchanged.
-    """
-    if _LOCAL_ENDPOINT.scheme == "http" and host == _LOCAL_ENDPOINT.netloc:
-        return http.client.HTTPConnection(host)
-    return http.client.HTTPSConnection(host, context=context)
-
-
-crhelper.utils.HTTPSConnection = _response_connection
 
 
 class UntimedCfnResource(CfnResource):

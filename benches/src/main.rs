@@ -3,7 +3,10 @@
 //! Both functions run as Lambda runs them, polling a fake Lambda Runtime API
 //! (`cfn_once_tests::FakeRuntime`) that hands each process one invocation with one SQS record,
 //! then warm batches of ten, every record a distinct SNS-wrapped CloudFormation request with its
-//! own presigned ResponseURL, against the same moto; every AWS call goes through a counting proxy.
+//! own presigned ResponseURL, against the same moto. Every AWS call and every ResponseURL PUT is
+//! HTTPS, as in production, to a TLS front (`cfn_once_tests::TlsFront`, a CA of its own per run,
+//! which each function trusts through `SSL_CERT_FILE` or `AWS_CA_BUNDLE` instead of its
+//! production roots), which relays plaintext to a counting proxy before moto.
 //! The peer (`benches/python/handler.py`) is crhelper for the response and Powertools
 //! idempotency on DynamoDB for exactly-once, run by `awslambdaric`. Runs are interleaved
 //! (R P, P R, ...), every answer is checked in S3, and each figure is reported as min, median and
@@ -49,6 +52,11 @@ struct Args {
     /// criterion's output for the hot path (`cargo bench --bench hot_path`), put in BENCHMARKS.md.
     #[arg(long, value_name = "PATH")]
     microbenchmarks: Option<PathBuf>,
+    /// Which certificate store the Rust function parses in production: `compiled` (today's
+    /// function: roots compiled in, so it gets the run's CA alone) or `system` (a function built
+    /// before that, which read the system store: it gets that store plus the run's CA).
+    #[arg(long, value_name = "STORE", default_value = "compiled", value_parser = ["compiled", "system"])]
+    rust_roots: String,
     /// How the results were produced, for BENCHMARKS.md.
     #[arg(long, value_name = "TEXT", default_value = "make bench")]
     command: String,
@@ -71,7 +79,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: &Args) -> anyhow::Result<()> {
-    let bench = Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python).await?;
+    let bench =
+        Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python, args.rust_roots == "system").await?;
     eprintln!(
         "benchmarking {} pairs ({} warm batches of 10 each) on {}; functions log to {}",
         args.pairs,

@@ -1,6 +1,7 @@
-//! One run of one function: start it under a fresh fake Runtime API and a counting proxy, hand
-//! it a one-record invocation and then warm batches of ten, and read the figures off the
-//! runtime's timed calls, `/proc`, the proxy's log and S3.
+//! One run of one function: start it under a fresh fake Runtime API, with every AWS call over
+//! HTTPS to a TLS front (a CA of the run's own) before a counting proxy, hand it a one-record
+//! invocation and then warm batches of ten, and read the figures off the runtime's timed calls,
+//! `/proc`, the proxy's log and S3.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,7 @@ use anyhow::{Context, bail};
 use cfn_once_cli::local::environment::s3_client;
 use cfn_once_cli::local::provision;
 use cfn_once_core::response::{ResponseBody, Status};
-use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted};
+use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted, TlsFront};
 use serde_json::{Value, json};
 
 use crate::setup::{Bench, REGION, TOPIC_ARN};
@@ -62,18 +63,21 @@ pub struct Sample {
     pub warm_calls: BTreeMap<String, f64>,
     /// AWS calls of the first invocation, by operation.
     pub first_calls: BTreeMap<String, usize>,
+    /// TLS connections the function opened over the whole run (handshakes the front completed).
+    pub tls_handshakes: u64,
 }
 
 impl Sample {
     pub fn one_line(&self) -> String {
         format!(
-            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU), warm {:.2} ms ({:.2} ms CPU)/request, RSS {:.1} MiB",
+            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU), warm {:.2} ms ({:.2} ms CPU)/request, RSS {:.1} MiB, {} TLS handshakes",
             self.cold_start_ms,
             self.first_alone_ms,
             self.first_cpu_ms,
             self.warm_ms_per_request,
             self.warm_cpu_ms_per_request,
-            self.peak_rss_mib
+            self.peak_rss_mib,
+            self.tls_handshakes
         )
     }
 }
@@ -82,7 +86,10 @@ impl Sample {
 pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usize) -> anyhow::Result<Sample> {
     let runtime = FakeRuntime::start();
     let proxy = FaultProxy::start(bench.moto_endpoint());
-    let presigner = s3_client(&provision::sdk_config(&proxy.url(), REGION).await);
+    // The functions speak TLS to the front and the front plaintext to the proxy, which counts
+    // and times what it forwards to moto as before.
+    let front = TlsFront::start(&proxy.url(), bench.log_dir())?;
+    let presigner = s3_client(&provision::sdk_config(&front.url(), REGION).await);
     let tag = format!("{}-{pair}-{}", side.name(), epoch_ms());
 
     // Every invocation is built before the process starts, so building them costs it nothing.
@@ -100,7 +107,7 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
     }
 
     let started = Instant::now();
-    let mut child = spawn(bench, side, &runtime, &proxy, &tag)?;
+    let mut child = spawn(bench, side, &runtime, &front, &tag)?;
     runtime.watch(child.id());
     let mut boundaries = Vec::new();
     for (request_id, event, _) in &invocations {
@@ -122,6 +129,13 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
     let peak_rss_mib = peak_rss_kib(child.id()).unwrap_or(0) as f64 / 1024.0;
     let _ = child.kill();
     let _ = child.wait();
+
+    // Every call went over TLS (the function knows no endpoint but the front's) and no
+    // handshake failed, so the run measured the production path and no call was refused.
+    let (tls_handshakes, refused) = (front.handshakes_completed(), front.handshakes_failed());
+    if tls_handshakes == 0 || refused > 0 {
+        bail!("{}: {tls_handshakes} TLS handshakes completed and {refused} failed at the TLS front", side.name());
+    }
 
     // Every answer is in S3, exactly once, and says SUCCESS.
     for (_, _, keys) in &invocations {
@@ -183,6 +197,7 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
         peak_rss_mib,
         warm_calls,
         first_calls,
+        tls_handshakes,
     })
 }
 
@@ -235,8 +250,30 @@ fn sqs_record(tag: &str, invocation: usize, record: usize, url: &str) -> Value {
     })
 }
 
+/// A PEM file of `production`'s certificates (none: an empty store) followed by the run's CA,
+/// next to the CA file.
+fn bundle(
+    tag: &str,
+    name: &str,
+    production: Option<&std::path::Path>,
+    front: &TlsFront,
+) -> anyhow::Result<std::path::PathBuf> {
+    let mut pem = match production {
+        Some(path) => std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
+        None => Vec::new(),
+    };
+    if !pem.is_empty() && !pem.ends_with(b"\n") {
+        pem.push(b'\n');
+    }
+    pem.extend(std::fs::read(front.ca_file()).context("the TLS front's CA")?);
+    let path = front.ca_file().with_file_name(format!("{tag}-{name}-bundle.pem"));
+    std::fs::write(&path, pem).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
 /// Starts `side`'s function with Lambda's environment, logging to the bench's log directory.
-fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, proxy: &FaultProxy, tag: &str) -> anyhow::Result<Child> {
+/// Every endpoint it is given is the TLS front's, and the front's CA is the only one it trusts.
+fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, front: &TlsFront, tag: &str) -> anyhow::Result<Child> {
     let log = std::fs::File::create(bench.log_dir().join(format!("{tag}.log")))?;
     let mut command = match side {
         Side::Rust => Command::new(&bench.rust_binary),
@@ -263,7 +300,7 @@ fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, proxy: &FaultProxy, t
         ("AWS_DEFAULT_REGION", REGION.to_owned()),
         ("AWS_ACCESS_KEY_ID", "test".to_owned()),
         ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ("AWS_ENDPOINT_URL", proxy.url()),
+        ("AWS_ENDPOINT_URL", front.url()),
     ];
     for (name, value) in common {
         command.env(name, value);
@@ -274,13 +311,20 @@ fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, proxy: &FaultProxy, t
                 .env("CFN_ONCE_ROLE", "primary")
                 .env("CFN_ONCE_TABLE", &bench.lease_table)
                 .env("CFN_ONCE_TOPIC_ARNS", TOPIC_ARN)
-                .env("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", proxy.url(), bench.bucket));
+                .env("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), bench.bucket))
+                // Its production roots (compiled in, or the system store with --rust-roots
+                // system) and the run's CA.
+                .env("SSL_CERT_FILE", bundle(tag, "rust", bench.stores.rust.as_deref(), front)?);
         }
         Side::Python => {
             command
                 .env("BENCH_IDEMPOTENCY_TABLE", &bench.idempotency_table)
                 .env("POWERTOOLS_SERVICE_NAME", "cfn-bench")
-                .env("LAMBDA_TASK_ROOT", &bench.peer_dir);
+                .env("LAMBDA_TASK_ROOT", &bench.peer_dir)
+                // botocore's bundle and OpenSSL's default store (crhelper's PUT context), each
+                // with the run's CA added.
+                .env("AWS_CA_BUNDLE", bundle(tag, "botocore", Some(&bench.stores.botocore), front)?)
+                .env("SSL_CERT_FILE", bundle(tag, "openssl", Some(&bench.stores.openssl_default), front)?);
         }
     }
     command

@@ -131,8 +131,8 @@ impl Report {
         out.push_str("What is measured, how, and why is in [benches/README.md](benches/README.md).\n\n");
         out.push_str(&format!(
             "cfn-once's Lambda function beside the Python way (crhelper + Powertools idempotency on DynamoDB), \
-             each run as Lambda runs it under a fake Runtime API against moto: {pairs} interleaved pairs, each run a \
-             cold start, one invocation of one record, then {warm_batches} warm batches of {BATCH} records.\n\n"
+             each run as Lambda runs it under a fake Runtime API against moto, every AWS call and response PUT over \
+             HTTPS: {pairs} interleaved pairs, each run a cold start, one invocation of one record, then {warm_batches} warm batches of {BATCH} records.\n\n"
         ));
         out.push_str(&format!("Command: `{command}`\n\n"));
         for (name, value) in environment {

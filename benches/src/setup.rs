@@ -26,11 +26,34 @@ pub struct Bench {
     log_dir: PathBuf,
     /// Checks answers directly on moto (not through a run's counting proxy).
     pub s3: aws_sdk_s3::Client,
+    /// The certificate stores each function loads in production, to which each run adds its CA.
+    pub stores: ProductionStores,
+}
+
+/// The trust stores the functions read in production, found where the peer's Python finds them.
+/// Each run hands every side its production store plus the run's CA, so each pays for the
+/// certificates it parses in production and no more.
+#[derive(Debug, Clone)]
+pub struct ProductionStores {
+    /// OpenSSL's default file (Python's `ssl.create_default_context()`, which crhelper builds
+    /// for every PUT): `ssl.get_default_verify_paths().cafile`.
+    pub openssl_default: PathBuf,
+    /// botocore's bundle (`botocore.httpsession.where()`), loaded per connection pool.
+    pub botocore: PathBuf,
+    /// The system store the Rust function read before it compiled its roots in
+    /// (`--rust-roots system`): rustls-native-certs' bundle file. `None`: it parses no store
+    /// (the compiled-in roots), and gets the run's CA alone.
+    pub rust: Option<PathBuf>,
 }
 
 impl Bench {
     /// Starts moto and provisions the tables and a versioned bucket.
-    pub async fn start(moto_python: &Path, rust_binary: &Path, peer_python: &Path) -> anyhow::Result<Self> {
+    pub async fn start(
+        moto_python: &Path,
+        rust_binary: &Path,
+        peer_python: &Path,
+        rust_system_roots: bool,
+    ) -> anyhow::Result<Self> {
         for (path, hint) in [
             (rust_binary, "build it: cargo build --release -p cfn-once --bin cfn-once-lambda (make bench does)"),
             (peer_python, "create it: make bench-venv"),
@@ -51,6 +74,17 @@ impl Bench {
         std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
         let peer_dir =
             std::fs::canonicalize("benches/python").context("benches/python (run from the repository root)")?;
+        let python_path = |code: &str| -> anyhow::Result<PathBuf> {
+            let out = std::process::Command::new(peer_python).args(["-c", code]).output()?;
+            anyhow::ensure!(out.status.success(), "{} -c {code:?} failed", peer_python.display());
+            let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            anyhow::ensure!(path.is_file(), "{} is not a file", path.display());
+            Ok(path)
+        };
+        let openssl_default = python_path("import ssl; print(ssl.get_default_verify_paths().cafile)")?;
+        let botocore = python_path("from botocore.httpsession import where; print(where())")?;
+        let rust = rust_system_roots.then(|| openssl_default.clone());
+        let stores = ProductionStores { openssl_default, botocore, rust };
         Ok(Self {
             moto,
             lease_table,
@@ -61,6 +95,7 @@ impl Bench {
             peer_dir,
             log_dir,
             s3,
+            stores,
         })
     }
 

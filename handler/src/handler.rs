@@ -124,7 +124,11 @@ impl Handler {
     /// Loads the AWS SDK configuration (region, credentials, endpoint) and serves Lambda
     /// invocations until the runtime stops.
     pub async fn run(self) -> Result<(), Error> {
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let tls = crate::adapters::https::client_config().map_err(Error::Setup)?;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .http_client(crate::adapters::https::sdk_http_client(tls))
+            .load()
+            .await;
         let config = match &self.role {
             Role::Sweeper(config) => return run_sweeper(config, &sdk).await,
             Role::Requests(config) => Config::clone(config),

@@ -3,7 +3,7 @@
 //!
 //! The level comes from `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then INFO (`config::log_level`),
 //! and applies to cfn-once's own crates. Every other target (lambda_runtime, the AWS SDK, hyper,
-//! reqwest, rustls, and whatever logs through the `log` crate) is capped at INFO whatever the
+//! hyper-rustls, rustls, and whatever logs through the `log` crate) is capped at INFO whatever the
 //! level: at DEBUG and TRACE those crates print raw events, request bodies and URLs, and a raw
 //! event carries the ResponseURL, a credential. Operators turn on TRACE when something is stuck;
 //! that must not leak it. (lambda_runtime's TRACE line also stops the runtime on an event that is
@@ -47,7 +47,7 @@ where
 }
 
 /// Installs the JSON subscriber on stdout for the process, and routes the `log` crate's records
-/// (reqwest, among others) through it, under the same filter. `level` comes from
+/// (rustls, among others) through it, under the same filter. `level` comes from
 /// `config::log_level`.
 pub fn init_json(level: LevelFilter) {
     // A second call (a second handler in one process) keeps the first subscriber.

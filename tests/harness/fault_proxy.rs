@@ -1,4 +1,4 @@
-//! A fault-injecting HTTP/1.1 proxy for tests. An AWS SDK client (or a reqwest client doing
+//! A fault-injecting HTTP/1.1 proxy for tests. An AWS SDK client (or an HTTP client doing
 //! presigned S3 PUTs) is pointed at the proxy's URL as its endpoint, and the proxy forwards each
 //! request to the local AWS emulator unless a rule injected by the test matches it; then it
 //! answers with an error, drops the connection, never answers, or lets the upstream apply the

@@ -81,7 +81,7 @@ struct Catalogue {
 
 impl Catalogue {
     async fn new() -> Self {
-        // Records of the `log` crate (reqwest, among others) reach tracing, as in the Lambda.
+        // Records of the `log` crate (rustls, among others) reach tracing, as in the Lambda.
         static BRIDGE: Once = Once::new();
         BRIDGE.call_once(|| {
             let _ = tracing_log::LogTracer::init();

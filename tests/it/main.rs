@@ -18,5 +18,6 @@ mod logs;
 mod ops;
 mod sweeper;
 mod templates;
+mod tls;
 mod two_regions;
 mod wire_faults;

@@ -2,47 +2,73 @@
 //!
 //! Redirects are never followed (a presigned URL that redirects is not CloudFormation's), no
 //! proxy from the environment is used, and no Content-Type is sent (the URL was signed without
-//! one). Errors describe the failure with reqwest's URL stripped, so the ResponseURL cannot leak
-//! through them.
+//! one). It runs on hyper with the process's TLS configuration (`https`), the same one the AWS
+//! SDK's calls use. Errors describe the failure from hyper's and the OS's error chain, which
+//! carries no URL, so the ResponseURL cannot leak through them.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use cfn_once_core::delivery::{PutError, ResponseSink};
 use cfn_once_core::response_url::ResponseUrl;
-use reqwest::StatusCode;
-use reqwest::redirect::Policy;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+/// The longest a connect may take, within an attempt's time.
+const CONNECT_TIMEOUT_MS_MAX: u64 = 3_000;
 
 /// PUTs response bodies over HTTPS (or HTTP for allow-listed local endpoints).
 #[derive(Debug, Clone)]
 pub struct HttpResponseSink {
-    client: reqwest::Client,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    attempt_timeout: Duration,
 }
 
 impl HttpResponseSink {
-    /// A sink whose every attempt gives up after `attempt_timeout_ms`.
-    pub fn new(attempt_timeout_ms: u64) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .redirect(Policy::none())
-            .no_proxy()
-            .timeout(Duration::from_millis(attempt_timeout_ms))
-            .connect_timeout(Duration::from_millis(attempt_timeout_ms.min(3_000)))
-            .build()?;
-        Ok(Self { client })
+    /// A sink whose every attempt gives up after `attempt_timeout_ms`, on the process's TLS
+    /// configuration (`https::client_config`: compiled-in roots, or `SSL_CERT_FILE`'s).
+    pub fn new(attempt_timeout_ms: u64) -> anyhow::Result<Self> {
+        let tls = crate::adapters::https::client_config().map_err(anyhow::Error::msg)?;
+        Ok(Self::with_tls(attempt_timeout_ms, &tls))
+    }
+
+    /// As `new`, on the TLS configuration `tls`.
+    pub fn with_tls(attempt_timeout_ms: u64, tls: &rustls::ClientConfig) -> Self {
+        let connect_timeout = Duration::from_millis(attempt_timeout_ms.min(CONNECT_TIMEOUT_MS_MAX));
+        let client = crate::adapters::https::hyper_client(tls, Some(connect_timeout));
+        Self { client, attempt_timeout: Duration::from_millis(attempt_timeout_ms) }
+    }
+
+    async fn attempt(&self, url: &ResponseUrl, body: &[u8]) -> Result<StatusCode, PutError> {
+        let request = http::Request::put(url.expose_secret())
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            // The URL passed the URL policy, so this does not happen; the error names no URL.
+            .map_err(|error| PutError::Permanent(format!("the PUT could not be built: {error}")))?;
+        let response = self.client.request(request).await.map_err(describe_send_error)?;
+        let status = response.status();
+        // Read the (empty) answer to its end so the connection goes back to the pool.
+        response.into_body().collect().await.map_err(|error| {
+            PutError::Retryable(format!("the answer to the PUT could not be read: {}", chain(&error)))
+        })?;
+        Ok(status)
     }
 }
 
 #[async_trait]
 impl ResponseSink for HttpResponseSink {
     async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
-        let response = self
-            .client
-            .put(url.expose_secret())
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|error| describe_send_error(error.without_url()))?;
-        classify_status(response.status())
+        match tokio::time::timeout(self.attempt_timeout, self.attempt(url, body)).await {
+            Ok(status) => classify_status(status?),
+            Err(_) => Err(PutError::Retryable(format!(
+                "the PUT had no answer within {} ms",
+                self.attempt_timeout.as_millis()
+            ))),
+        }
     }
 }
 
@@ -63,15 +89,22 @@ fn classify_status(status: StatusCode) -> Result<(), PutError> {
     )))
 }
 
-fn describe_send_error(error: reqwest::Error) -> PutError {
+/// `error` and its causes, "outer: inner: root".
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(&error);
+    let mut source = error.source();
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    if error.is_builder() || error.is_redirect() { PutError::Permanent(text) } else { PutError::Retryable(text) }
+    text
+}
+
+/// Every failure to send may be transient (refused, reset, a DNS or TLS failure, a timeout):
+/// retried within the request's time, and past it the copy goes to the dead-letter queue.
+fn describe_send_error(error: hyper_util::client::legacy::Error) -> PutError {
+    PutError::Retryable(format!("the PUT could not be sent: {}", chain(&error)))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod control_table;
 mod dynamodb_errors;
 pub mod dynamodb_lease;
 pub mod http_sink;
+pub mod https;
 pub mod sqs_queue;
 
 pub(crate) use dynamodb_errors::{Failure, classify};

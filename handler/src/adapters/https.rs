@@ -1,0 +1,267 @@
+//! The function's one TLS client configuration, and the HTTP client the AWS SDK calls through.
+//!
+//! Every HTTPS connection the function opens (DynamoDB, SQS, ARC, the ResponseURL PUT) uses the
+//! same `rustls` configuration, built once per process:
+//!
+//! - **Crypto**: rustls' aws-lc-rs provider with its defaults (TLS 1.3 and 1.2, AEAD suites only,
+//!   the X25519MLKEM768 post-quantum key exchange preferred). The workspace builds aws-lc without
+//!   its CPU-jitter entropy source (`.cargo/config.toml`): its random generator is then seeded
+//!   from the kernel (`getrandom`), as ring, BoringSSL and OpenSSL are. See docs/security.md,
+//!   "Randomness and trust roots", for why that costs nothing in security and saves ~30 ms of CPU
+//!   on every cold start's first TLS handshake.
+//! - **Trust roots**: Mozilla's root program, compiled in (`webpki-roots`), so a cold start
+//!   parses no certificate store; the image's store would cost ~15 ms of CPU per cold start (it
+//!   is read, base64-decoded and parsed twice over on a Debian-style layout). Every AWS endpoint
+//!   and every presigned S3 ResponseURL chains to Amazon Trust Services roots, which are in it.
+//!   `SSL_CERT_FILE` replaces them with the certificates of one PEM file (a private CA, a
+//!   TLS-inspecting egress proxy, the benchmark's local CA), as it does for OpenSSL.
+//!
+//! The SDK's own default client (smithy's hyper client with the image's native roots) is not
+//! built into the function: [`sdk_http_client`] is handed to `aws_config` instead, and the
+//! ResponseURL sink gets the same configuration, so both share one TLS session cache.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use rustls::{ClientConfig, RootCertStore};
+
+/// The variable naming a PEM file whose certificates replace the compiled-in trust roots.
+pub const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
+
+/// How long an idle connection stays in the pool: the SDK's own default. Lambda freezes the
+/// process between invocations; a pooled connection the server closed meanwhile fails its next
+/// request as a dispatch failure, which every caller already treats as an unknown outcome.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// Where the trust roots come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Roots {
+    /// Mozilla's root program as compiled in (`webpki-roots`).
+    Compiled,
+    /// The certificates of this PEM file (`SSL_CERT_FILE`).
+    File(std::path::PathBuf),
+}
+
+impl Roots {
+    /// `SSL_CERT_FILE` if it is set and not empty, else the compiled-in roots.
+    pub fn from_env() -> Self {
+        match std::env::var_os(CERT_FILE_VAR) {
+            Some(path) if !path.is_empty() => Self::File(path.into()),
+            _ => Self::Compiled,
+        }
+    }
+
+    /// The root store: no parsing for the compiled-in roots; a file must hold at least one
+    /// usable certificate.
+    pub fn store(&self) -> Result<RootCertStore, String> {
+        match self {
+            Self::Compiled => Ok(RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() }),
+            Self::File(path) => {
+                let shown = path.display();
+                let certs = CertificateDer::pem_file_iter(path)
+                    .map_err(|error| format!("{CERT_FILE_VAR}={shown} cannot be read: {error}"))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|error| format!("{CERT_FILE_VAR}={shown} is not a PEM file: {error}"))?;
+                let mut store = RootCertStore::empty();
+                let (added, _ignored) = store.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(format!("{CERT_FILE_VAR}={shown} holds no usable CA certificate"));
+                }
+                Ok(store)
+            }
+        }
+    }
+}
+
+/// The TLS client configuration for `roots`: aws-lc-rs, rustls' safe defaults, no client auth.
+pub fn client_config_with(roots: &Roots) -> Result<Arc<ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("the TLS configuration is not usable: {error}"))?
+        .with_root_certificates(roots.store()?)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The process's TLS client configuration, built on first use from [`Roots::from_env`]. An
+/// error names `SSL_CERT_FILE` and what is wrong with it; the function reports it as an init
+/// error instead of starting without the roots it was told to use.
+pub fn client_config() -> Result<Arc<ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<ClientConfig>, String>> = OnceLock::new();
+    CONFIG.get_or_init(|| client_config_with(&Roots::from_env())).clone()
+}
+
+/// The AWS SDK's HTTP client on `tls`: hyper over rustls, HTTP/1.1, one connection pool per
+/// distinct connect/read timeout a client asks for (the lease table's client and the queue's
+/// differ). Plain `http://` is allowed for local endpoints (`AWS_ENDPOINT_URL` at moto).
+pub fn sdk_http_client(tls: Arc<ClientConfig>) -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    aws_smithy_runtime_api::client::http::SharedHttpClient::new(SdkHttpClient { tls, pools: Arc::default() })
+}
+
+/// A pooled HTTP/1.1 client on `tls` whose connects give up after `connect_timeout`. Plain
+/// `http://` is allowed: the callers decide which URLs they call (the SDK its endpoints, the sink
+/// only ResponseURLs that passed the URL policy). Nothing here follows redirects or reads proxy
+/// settings from the environment.
+pub(crate) fn hyper_client<B>(
+    tls: &ClientConfig,
+    connect_timeout: Option<Duration>,
+) -> Client<HttpsConnector<TcpConnector>, B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let mut tcp = TcpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(connect_timeout);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .build(https)
+}
+
+type PoolKey = (Option<Duration>, Option<Duration>);
+
+#[derive(Clone)]
+struct SdkHttpClient {
+    tls: Arc<ClientConfig>,
+    pools: Arc<Mutex<HashMap<PoolKey, SharedHttpConnector>>>,
+}
+
+impl fmt::Debug for SdkHttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner).len();
+        f.debug_struct("SdkHttpClient").field("pools", &pools).finish_non_exhaustive()
+    }
+}
+
+impl HttpClient for SdkHttpClient {
+    fn http_connector(&self, settings: &HttpConnectorSettings, _: &RuntimeComponents) -> SharedHttpConnector {
+        let key = (settings.connect_timeout(), settings.read_timeout());
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        pools.entry(key).or_insert_with(|| SharedHttpConnector::new(Pool::new(&self.tls, key.0, key.1))).clone()
+    }
+}
+
+/// One hyper client (a connection pool) with fixed timeouts.
+struct Pool {
+    client: Client<HttpsConnector<TcpConnector>, SdkBody>,
+    read_timeout: Option<Duration>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool").field("read_timeout", &self.read_timeout).finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    fn new(tls: &ClientConfig, connect_timeout: Option<Duration>, read_timeout: Option<Duration>) -> Self {
+        Self { client: hyper_client(tls, connect_timeout), read_timeout }
+    }
+}
+
+impl HttpConnector for Pool {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let request = match request.try_into_http1x() {
+            Ok(request) => request,
+            Err(error) => return HttpConnectorFuture::ready(Err(ConnectorError::user(error.into()))),
+        };
+        let (client, read_timeout) = (self.client.clone(), self.read_timeout);
+        HttpConnectorFuture::new(async move {
+            let sending = client.request(request);
+            let response = match read_timeout {
+                Some(limit) => tokio::time::timeout(limit, sending)
+                    .await
+                    .map_err(|_| ConnectorError::timeout("no response within the read timeout".into()))?,
+                None => sending.await,
+            }
+            .map_err(classify)?;
+            HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
+                .map_err(|error| ConnectorError::other(error.into(), None))
+        })
+    }
+}
+
+/// The kind of the first I/O error in `error`'s chain, if any.
+pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        source = cause.source();
+    }
+    None
+}
+
+/// A timed-out connect is a timeout, any other I/O failure (refused, reset, a TLS handshake
+/// refused) is I/O, the rest is "other"; never "user", which callers read as "will never work".
+fn classify(error: hyper_util::client::legacy::Error) -> ConnectorError {
+    match io_kind(&error) {
+        Some(std::io::ErrorKind::TimedOut) => ConnectorError::timeout(error.into()),
+        Some(_) => ConnectorError::io(error.into()),
+        None => ConnectorError::other(error.into(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_roots_need_no_file_and_hold_the_amazon_roots() {
+        let store = Roots::Compiled.store().expect("compiled roots");
+        assert!(store.len() > 100, "Mozilla's program has well over 100 roots, got {}", store.len());
+        let amazon = store
+            .roots
+            .iter()
+            .filter(|anchor| anchor.subject.as_ref().windows(6).any(|window| window == b"Amazon"))
+            .count();
+        assert!(amazon >= 4, "Amazon Root CA 1-4 are what AWS endpoints chain to; found {amazon}");
+    }
+
+    #[test]
+    fn a_cert_file_that_is_missing_or_holds_no_certificate_is_an_error_naming_the_variable() {
+        let missing = Roots::File("/nonexistent/ca.pem".into()).store().expect_err("missing file");
+        assert!(missing.starts_with("SSL_CERT_FILE=/nonexistent/ca.pem cannot be read"), "{missing}");
+        let dir = std::env::temp_dir().join(format!("cfn-once-https-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let empty = dir.join("empty.pem");
+        std::fs::write(&empty, "no certificates here\n").expect("write");
+        let error = Roots::File(empty.clone()).store().expect_err("no certificate");
+        assert!(error.ends_with("holds no usable CA certificate"), "{error}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn the_configuration_uses_aws_lc_and_prefers_post_quantum_key_exchange() {
+        let config = client_config_with(&Roots::Compiled).expect("config");
+        let provider = config.crypto_provider();
+        let first = provider.kx_groups.first().expect("key exchange groups").name();
+        assert_eq!(first, rustls::NamedGroup::X25519MLKEM768, "post-quantum hybrid first");
+        assert!(provider.cipher_suites.iter().all(|suite| suite.version().version != rustls::ProtocolVersion::TLSv1_0));
+    }
+}

@@ -1,0 +1,140 @@
+//! HTTPS on the wire, as in production: the real `cfn-once-lambda` binary with every AWS call
+//! and its ResponseURL PUT going to a `TlsFront` (a fresh CA of its own) before a `FaultProxy`
+//! before moto. Trusting the front's CA through `SSL_CERT_FILE`, the function answers; not told
+//! to trust it, the function refuses the handshake and nothing reaches the proxy. Both tests run
+//! the same set-up, so the refusal cannot pass merely because the set-up is broken.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_tests::{
+    Exchange, FakeRuntime, FaultProxy, LambdaProcess, LocalRegion, Options, Posted, REGION, TlsFront,
+};
+use serde_json::Value;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one invocation through the front came to.
+struct Outcome {
+    /// What the function posted for the invocation.
+    posted: Option<Posted>,
+    /// The SQS message id of the invocation's one record.
+    message_id: String,
+    /// Every body PUT to the request's ResponseURL.
+    responses: Vec<Vec<u8>>,
+    /// Every request the proxy behind the front saw.
+    exchanges: Vec<Exchange>,
+    handshakes_completed: u64,
+    handshakes_failed: u64,
+    /// The function's log lines.
+    output: Vec<String>,
+}
+
+/// Publishes one Create of `Custom::Echo` whose ResponseURL is on the front, and hands it to the
+/// function, whose `AWS_ENDPOINT_URL` is the front too; with `SSL_CERT_FILE` at the front's CA
+/// if `trust_front`.
+async fn invoke_through_front(trust_front: bool) -> Outcome {
+    let region = LocalRegion::new(Options::default()).await;
+    let proxy = FaultProxy::start(&region.endpoint);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(cfn_once_tests::unique("tls"));
+    std::fs::create_dir_all(&dir).expect("a directory for the CA file");
+    let front = TlsFront::start(&proxy.url(), &dir).expect("a TLS front");
+    assert!(front.url().starts_with("https://"), "{}", front.url());
+
+    let mut sent = region.request("create-echo.json").await;
+    region.route_response_url(&mut sent, &front.url());
+    region.publish(&sent).await;
+
+    let mut env = vec![
+        ("AWS_REGION", REGION.to_owned()),
+        ("AWS_ENDPOINT_URL", front.url()),
+        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+        ("CFN_ONCE_ROLE", "primary".to_owned()),
+        ("CFN_ONCE_TABLE", region.table.clone()),
+        ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
+        ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), region.bucket)),
+    ];
+    if trust_front {
+        env.push(("SSL_CERT_FILE", front.ca_file().display().to_string()));
+    }
+    let runtime = FakeRuntime::start();
+    let lambda = LambdaProcess::spawn(&runtime, &env);
+    let (event, message_id) = batch_of_one(&region).await;
+    runtime.invoke("invocation-1", event, 60_000);
+    let posted = runtime.posted("invocation-1", TIMEOUT);
+    let outcome = Outcome {
+        posted,
+        message_id,
+        responses: region.responses(&sent).await,
+        exchanges: proxy.log(),
+        handshakes_completed: front.handshakes_completed(),
+        handshakes_failed: front.handshakes_failed(),
+        output: lambda.output(),
+    };
+    drop((lambda, front));
+    let _ = std::fs::remove_dir_all(dir);
+    outcome
+}
+
+/// The message ids the batch response reports as failed.
+fn failed_ids(posted: Option<&Posted>) -> Vec<String> {
+    let Some(Posted::Response(body)) = posted else { panic!("no batch response: {posted:?}") };
+    let response: Value = serde_json::from_slice(body).expect("the batch response is JSON");
+    let failures = response["batchItemFailures"].as_array().cloned().unwrap_or_default();
+    failures.iter().map(|failure| failure["itemIdentifier"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn trusting_the_front_s_ca_the_lambda_binary_answers_over_tls() {
+    let outcome = invoke_through_front(true).await;
+    assert_eq!(failed_ids(outcome.posted.as_ref()), Vec::<String>::new(), "{:?}", outcome.output);
+    assert_eq!(outcome.responses.len(), 1, "one PUT reached S3: {:?}", outcome.output);
+    let body = ResponseBody::parse(&outcome.responses[0]).expect("a response body");
+    assert_eq!(body.status, Status::Success, "{:?}", body.reason);
+    // The proxy behind the front saw the lease table's calls and the PUT, in plaintext.
+    let puts = outcome.exchanges.iter().filter(|exchange| exchange.method == "PUT").count();
+    let dynamodb = outcome.exchanges.iter().filter(|exchange| exchange.operation.is_some()).count();
+    assert_eq!(puts, 1, "{:?}", outcome.exchanges);
+    assert!(dynamodb > 0, "{:?}", outcome.exchanges);
+    assert!(outcome.handshakes_completed > 0, "every call came through the front");
+    assert_eq!(outcome.handshakes_failed, 0);
+}
+
+#[tokio::test]
+async fn not_told_to_trust_the_front_s_ca_the_lambda_binary_refuses_the_handshake() {
+    let outcome = invoke_through_front(false).await;
+    assert!(outcome.handshakes_failed > 0, "the function never tried the front: {:?}", outcome.output);
+    assert_eq!(outcome.handshakes_completed, 0, "a handshake completed with an untrusted certificate");
+    let refusal = outcome.output.iter().any(|line| line.contains("UnknownIssuer"));
+    assert!(refusal, "the function does not say it refused the certificate: {:?}", outcome.output);
+    assert_eq!(outcome.exchanges, Vec::new(), "a request got past the front");
+    assert_eq!(outcome.responses.len(), 0, "a PUT reached S3");
+    assert_eq!(failed_ids(outcome.posted.as_ref()), vec![outcome.message_id], "the record is reported failed");
+}
+
+/// The region's one queued message as the SQS event Lambda would hand the function, and its id.
+async fn batch_of_one(region: &LocalRegion) -> (Vec<u8>, String) {
+    let esm = region.esm(1).await;
+    loop {
+        let received = region
+            .sqs
+            .receive_message()
+            .queue_url(&region.queue.url)
+            .max_number_of_messages(1)
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        if let Some(message) = received.messages.unwrap_or_default().first() {
+            let mut event = SqsEvent::default();
+            event.records = vec![esm.record(message)];
+            let message_id = message.message_id().expect("a message id").to_owned();
+            return (serde_json::to_vec(&event).expect("an SQS event"), message_id);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
