@@ -293,6 +293,30 @@ impl LocalRegion {
         Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table))
     }
 
+    /// The next message on this region's queue as the one-record SQS event Lambda would hand a
+    /// function (received through `esm`, so its attributes are Lambda's), and its message id.
+    /// Waits for a message to arrive.
+    pub async fn batch_of_one(&self, esm: &LocalEventSourceMapping) -> (Vec<u8>, String) {
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue.url)
+                .max_number_of_messages(1)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+                .send()
+                .await
+                .expect("receive");
+            if let Some(message) = received.messages.unwrap_or_default().first() {
+                let mut event = SqsEvent::default();
+                event.records = vec![esm.record(message)];
+                let message_id = message.message_id().expect("a message id").to_owned();
+                return (serde_json::to_vec(&event).expect("an SQS event"), message_id);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// A local event source mapping on this region's queue.
     pub async fn esm(&self, batch_size: i32) -> LocalEventSourceMapping {
         LocalEventSourceMapping::new(
@@ -410,4 +434,39 @@ pub fn handler<'a>(
 pub fn now_ms() -> u64 {
     use cfn_once_core::clock::Clock;
     SystemClock.now_ms()
+}
+
+/// Log output captured in memory: a `MakeWriter` for a test's tracing subscriber.
+#[derive(Debug, Clone, Default)]
+pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Everything written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Everything written so far, as text (invalid UTF-8 replaced).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLogs {
+    type Writer = CapturedLogs;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
 }

@@ -7,8 +7,7 @@
 //! TRACE through the production subscriber (third-party crates and the `log` bridge included),
 //! is searched for the signed ResponseURLs the cases carried.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -17,11 +16,10 @@ use cfn_once::app::App;
 use cfn_once_cli::local::esm::LocalEventSourceMapping;
 use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::response::{ResponseBody, Status};
-use cfn_once_tests::{LocalRegion, Options, Sent};
+use cfn_once_tests::{CapturedLogs, LocalRegion, Options, Sent};
 use serde_json::{Value, json};
 use tracing::instrument::WithSubscriber;
 use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::fmt::MakeWriter;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -47,33 +45,11 @@ enum Expect {
 /// One row: a name, how to make the input from a fresh request, and the expected outcome.
 type Row = (&'static str, fn(&mut Sent) -> Input, Expect);
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 struct Catalogue {
     region: LocalRegion,
     app: App,
     esm: LocalEventSourceMapping,
-    captured: Captured,
+    captured: CapturedLogs,
     dispatch: tracing::Dispatch,
     /// Every signature a case's ResponseURL carried: none may appear in a log line.
     secrets: Vec<String>,
@@ -90,7 +66,7 @@ impl Catalogue {
         // The most permissive provider configuration a deployment could choose.
         let app = region.app(&region.config(&[("CFN_ONCE_ITEM_TABLES", "*")]));
         let esm = region.esm(10).await;
-        let captured = Captured::default();
+        let captured = CapturedLogs::default();
         let subscriber = cfn_once::logging::json_subscriber(LevelFilter::TRACE, captured.clone());
         let dispatch = tracing::Dispatch::new(subscriber);
         Self { region, app, esm, captured, dispatch, secrets: Vec::new() }
@@ -220,7 +196,7 @@ impl Catalogue {
                 failures.push(failure);
             }
         }
-        let logs = String::from_utf8_lossy(&self.captured.0.lock().expect("logs")).into_owned();
+        let logs = self.captured.text();
         assert!(logs.lines().count() > count, "the capture saw the handler's logs");
         for secret in &self.secrets {
             if logs.contains(secret.as_str()) {

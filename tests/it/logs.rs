@@ -2,43 +2,15 @@
 //! (an answer, a refusal, a PUT that fails, a malformed request) runs under a capturing
 //! subscriber at TRACE, the most verbose level anyone could configure.
 
-use std::io::Write;
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::SqsEvent;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
-use cfn_once_cli::local::esm::LocalEventSourceMapping;
-use cfn_once_tests::{FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
+use cfn_once_tests::{CapturedLogs, FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
 use serde_json::{Value, json};
 use tracing::instrument::WithSubscriber;
-use tracing_subscriber::fmt::MakeWriter;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 #[tokio::test]
 async fn no_log_line_contains_a_response_url() {
@@ -63,7 +35,7 @@ async fn no_log_line_contains_a_response_url() {
         region.publish(sent).await;
     }
 
-    let captured = Captured::default();
+    let captured = CapturedLogs::default();
     let subscriber =
         tracing_subscriber::fmt().json().with_max_level(tracing::Level::TRACE).with_writer(captured.clone()).finish();
     let dispatch = tracing::Dispatch::new(subscriber);
@@ -73,7 +45,7 @@ async fn no_log_line_contains_a_response_url() {
         received += esm.poll_once(&capturing_handler).await.expect("poll").received;
     }
 
-    let logs = String::from_utf8(captured.0.lock().expect("log buffer").clone()).expect("utf8 logs");
+    let logs = String::from_utf8(captured.bytes()).expect("utf8 logs");
     let lines: Vec<Value> = logs.lines().map(|line| serde_json::from_str(line).expect("every line is JSON")).collect();
     assert!(logs.contains("lease acquired"), "the capture saw the handler's logs");
     assert!(logs.contains(&answered.request_key.request_id), "spans carry the RequestId");
@@ -114,7 +86,7 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
 
     let first = region.request("create-echo.json").await;
     region.publish(&first).await;
-    runtime.invoke("invocation-1", batch_of_one(&region, &esm).await, 60_000);
+    runtime.invoke("invocation-1", region.batch_of_one(&esm).await.0, 60_000);
     assert!(matches!(runtime.posted("invocation-1", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
 
     // Not UTF-8: lambda_runtime cannot deserialize it and reports an error for this invocation.
@@ -124,7 +96,7 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
 
     let second = region.request("create-echo.json").await;
     region.publish(&second).await;
-    runtime.invoke("invocation-3", batch_of_one(&region, &esm).await, 60_000);
+    runtime.invoke("invocation-3", region.batch_of_one(&esm).await.0, 60_000);
     assert!(matches!(runtime.posted("invocation-3", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
     for sent in [&first, &second] {
         assert_eq!(region.responses(sent).await.len(), 1, "answered once");
@@ -139,25 +111,4 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
         assert!(leaking.is_empty(), "{} log line(s) carry a signed ResponseURL: {leaking:?}", leaking.len());
     }
     assert!(!output.iter().any(|line| line.contains("X-Amz-Signature")), "no presigned query in any line");
-}
-
-/// One message from the region's queue, as the SQS event Lambda would hand the function.
-async fn batch_of_one(region: &LocalRegion, esm: &LocalEventSourceMapping) -> Vec<u8> {
-    loop {
-        let received = region
-            .sqs
-            .receive_message()
-            .queue_url(&region.queue.url)
-            .max_number_of_messages(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        if let Some(message) = received.messages.unwrap_or_default().first() {
-            let mut event = SqsEvent::default();
-            event.records = vec![esm.record(message)];
-            return serde_json::to_vec(&event).expect("an SQS event");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

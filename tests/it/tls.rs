@@ -7,8 +7,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use aws_lambda_events::event::sqs::SqsEvent;
-use aws_sdk_sqs::types::MessageSystemAttributeName;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{
     Exchange, FakeRuntime, FaultProxy, LambdaProcess, LocalRegion, Options, Posted, REGION, TlsFront,
@@ -63,7 +61,7 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
     }
     let runtime = FakeRuntime::start();
     let lambda = LambdaProcess::spawn(&runtime, &env);
-    let (event, message_id) = batch_of_one(&region).await;
+    let (event, message_id) = region.batch_of_one(&region.esm(1).await).await;
     runtime.invoke("invocation-1", event, 60_000);
     let posted = runtime.posted("invocation-1", TIMEOUT);
     let outcome = Outcome {
@@ -114,27 +112,4 @@ async fn not_told_to_trust_the_front_s_ca_the_lambda_binary_refuses_the_handshak
     assert_eq!(outcome.exchanges, Vec::new(), "a request got past the front");
     assert_eq!(outcome.responses.len(), 0, "a PUT reached S3");
     assert_eq!(failed_ids(outcome.posted.as_ref()), vec![outcome.message_id], "the record is reported failed");
-}
-
-/// The region's one queued message as the SQS event Lambda would hand the function, and its id.
-async fn batch_of_one(region: &LocalRegion) -> (Vec<u8>, String) {
-    let esm = region.esm(1).await;
-    loop {
-        let received = region
-            .sqs
-            .receive_message()
-            .queue_url(&region.queue.url)
-            .max_number_of_messages(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .expect("receive");
-        if let Some(message) = received.messages.unwrap_or_default().first() {
-            let mut event = SqsEvent::default();
-            event.records = vec![esm.record(message)];
-            let message_id = message.message_id().expect("a message id").to_owned();
-            return (serde_json::to_vec(&event).expect("an SQS event"), message_id);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
