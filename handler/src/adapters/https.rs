@@ -7,11 +7,11 @@
 //!   the X25519MLKEM768 post-quantum key exchange preferred). The workspace builds aws-lc without
 //!   its CPU-jitter entropy source (`.cargo/config.toml`): its random generator is then seeded
 //!   from the kernel (`getrandom`), as ring, BoringSSL and OpenSSL are. See docs/security.md,
-//!   "Randomness and trust roots", for why that costs nothing in security and saves ~30 ms of CPU
-//!   on every cold start's first TLS handshake.
+//!   "Randomness and trust roots", for why that costs nothing in security; with the roots below it
+//!   took the first invocation from 63 to 5.7 ms of CPU (`make bench`, benches/README.md).
 //! - **Trust roots**: Mozilla's root program, compiled in (`webpki-roots`), so a cold start
-//!   parses no certificate store; the image's store would cost ~15 ms of CPU per cold start (it
-//!   is read, base64-decoded and parsed twice over on a Debian-style layout). Every AWS endpoint
+//!   parses no certificate store; the image's store cost 10 to 16 ms of CPU per cold start on the
+//!   benchmark's machine (read, base64-decoded and parsed, twice over on a Debian-style layout). Every AWS endpoint
 //!   and every presigned S3 ResponseURL chains to Amazon Trust Services roots, which are in it.
 //!   `SSL_CERT_FILE` replaces them with the certificates of one PEM file (a private CA, a
 //!   TLS-inspecting egress proxy, the benchmark's local CA), as it does for OpenSSL.
