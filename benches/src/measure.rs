@@ -305,9 +305,17 @@ fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, front: &TlsFront, tag
     for (name, value) in common {
         command.env(name, value);
     }
+    // The logging Lambda sets up from the template's LoggingConfig applies to both functions.
+    for name in ["AWS_LAMBDA_LOG_LEVEL", "AWS_LAMBDA_LOG_FORMAT"] {
+        if let Some(value) = bench.template_env.get(name) {
+            command.env(name, value);
+        }
+    }
     match side {
         Side::Rust => {
+            // The template's environment for the primary, then the names of this run's resources.
             command
+                .envs(&bench.template_env)
                 .env("CFN_ONCE_ROLE", "primary")
                 .env("CFN_ONCE_TABLE", &bench.lease_table)
                 .env("CFN_ONCE_TOPIC_ARNS", TOPIC_ARN)

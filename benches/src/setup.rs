@@ -28,6 +28,9 @@ pub struct Bench {
     pub s3: aws_sdk_s3::Client,
     /// The certificate stores each function loads in production, to which each run adds its CA.
     pub stores: ProductionStores,
+    /// The primary function's environment as `infra/regional.yaml` deploys it (with the
+    /// variables Lambda derives from its LoggingConfig), read by the simulator's template reader.
+    pub template_env: std::collections::BTreeMap<String, String>,
 }
 
 /// The trust stores the functions read in production, found where the peer's Python finds them.
@@ -85,6 +88,8 @@ impl Bench {
         let botocore = python_path("from botocore.httpsession import where; print(where())")?;
         let rust = rust_system_roots.then(|| openssl_default.clone());
         let stores = ProductionStores { openssl_default, botocore, rust };
+        let deployed = cfn_once_sim::deployed::Deployed::regional().map_err(anyhow::Error::msg)?;
+        let template_env = deployed.environment.get("primary").cloned().unwrap_or_default();
         Ok(Self {
             moto,
             lease_table,
@@ -96,6 +101,7 @@ impl Bench {
             log_dir,
             s3,
             stores,
+            template_env,
         })
     }
 

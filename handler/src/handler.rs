@@ -121,8 +121,10 @@ impl Handler {
         self.registrations.into_iter().fold(router, |router, register| register(router, sdk))
     }
 
-    /// Loads the AWS SDK configuration (region, credentials, endpoint) and serves Lambda
-    /// invocations until the runtime stops.
+    /// Loads the AWS SDK configuration (region, credentials, endpoint) on cfn-once's HTTPS client
+    /// (`adapters::https`: one TLS configuration, compiled-in roots or `SSL_CERT_FILE`'s, which
+    /// providers' clients made from the `SdkConfig` share) and serves Lambda invocations until the
+    /// runtime stops.
     pub async fn run(self) -> Result<(), Error> {
         let tls = crate::adapters::https::client_config().map_err(Error::Setup)?;
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())

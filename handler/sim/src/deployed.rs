@@ -46,7 +46,8 @@ pub struct Deployed {
     pub default_function_timeout: FunctionTimeout,
     /// The secondary queue's `DelaySeconds` with the template's default parameters.
     pub secondary_delay_s: u64,
-    /// The function's environment, resolved per role.
+    /// The function's environment, resolved per role, with the variables Lambda derives from its
+    /// `LoggingConfig` (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`).
     pub environment: BTreeMap<&'static str, BTreeMap<String, String>>,
 }
 
@@ -92,10 +93,20 @@ impl Deployed {
             .and_then(|e| e.get("Variables"))
             .and_then(Value::as_mapping)
             .ok_or("Function has no Environment.Variables")?;
+        // Lambda sets AWS_LAMBDA_LOG_FORMAT and AWS_LAMBDA_LOG_LEVEL from the LoggingConfig.
+        let logging = function.get("LoggingConfig");
+        let lambda_sets = [("LogFormat", "AWS_LAMBDA_LOG_FORMAT"), ("ApplicationLogLevel", "AWS_LAMBDA_LOG_LEVEL")];
         let mut environment = BTreeMap::new();
         for role in ["primary", "secondary"] {
             let resolver = template.resolver(role, None);
             let mut resolved = BTreeMap::new();
+            for (property, variable) in lambda_sets {
+                if let Some(value) = logging.and_then(|l| l.get(property)) {
+                    let value =
+                        scalar(&resolver.resolve(value)?).ok_or(format!("LoggingConfig.{property} is not a scalar"))?;
+                    resolved.insert(variable.to_owned(), value);
+                }
+            }
             for (name, value) in variables {
                 let name = name.as_str().ok_or("an environment variable's name is not a string")?;
                 if let Some(value) = scalar(&resolver.resolve(value)?) {
@@ -293,6 +304,14 @@ mod tests {
             assert_eq!(settings.role, role);
             assert_eq!(settings.max_receive_count, deployed.max_receive_count);
         }
+    }
+
+    #[test]
+    fn lambda_s_logging_variables_come_from_the_logging_config() {
+        let deployed = Deployed::regional().expect("the template parses");
+        let environment = &deployed.environment["primary"];
+        assert_eq!(environment.get("AWS_LAMBDA_LOG_LEVEL").map(String::as_str), Some("INFO"));
+        assert_eq!(environment.get("AWS_LAMBDA_LOG_FORMAT").map(String::as_str), Some("JSON"));
     }
 
     #[test]
