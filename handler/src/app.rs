@@ -18,10 +18,12 @@ use cfn_once_core::worker::{Handled, Ports, Settings, Worker};
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
-use crate::adapters::sqs_queue::{MessageQueue, SqsQueue};
+use crate::adapters::sqs_queue::SqsQueue;
 use crate::clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
 use crate::metrics::{EmfMetrics, MetricsFlush};
+use aws_lambda_events::event::sqs::SqsMessage;
+use cfn_once_core::batch::MessageQueue;
 
 /// The longest TCP and TLS connect an SDK call waits for; an AWS endpoint answers in milliseconds.
 const CONNECT_TIMEOUT_MS_MAX: u64 = 2_000;
@@ -35,7 +37,7 @@ pub struct App {
     /// The protocol for one delivery.
     pub worker: Worker,
     /// Where records are rescheduled or dead-lettered after the batch.
-    pub queue: Arc<dyn MessageQueue>,
+    pub queue: Arc<dyn MessageQueue<Message = SqsMessage>>,
     /// Told about every record's result (the local tools print it).
     pub observer: Option<Observer>,
     /// Where the metrics of each batch are flushed from, when a collector is installed.
@@ -83,7 +85,7 @@ impl App {
     }
 
     /// An app around `worker`, settling messages on `queue`.
-    pub fn with_queue(worker: Worker, queue: Arc<dyn MessageQueue>) -> Self {
+    pub fn with_queue(worker: Worker, queue: Arc<dyn MessageQueue<Message = SqsMessage>>) -> Self {
         Self { worker, queue, observer: None, metrics: None }
     }
 

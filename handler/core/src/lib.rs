@@ -15,6 +15,7 @@
 //! [`delivery`] PUTs it, [`worker`] ties them into the protocol for one delivery, and [`testing`]
 //! holds the fault-injecting doubles the test suites and the simulator share.
 
+pub mod batch;
 pub mod clock;
 pub mod config;
 pub mod control;

@@ -1,8 +1,8 @@
 //! What happens to a message after its batch: rescheduled with ChangeMessageVisibility, or moved
 //! to its queue's dead-letter queue by the handler itself.
 //!
-//! [`MessageQueue`] is the port `lambda::handle` settles records through; [`SqsQueue`] is its
-//! adapter. A record names its queue by ARN (`eventSourceARN`); the queue's URL, and the DLQ its
+//! [`SqsQueue`] is the adapter of the core's `batch::MessageQueue` port, which the batch settles
+//! records through. A record names its queue by ARN (`eventSourceARN`); the queue's URL, and the DLQ its
 //! redrive policy names, are looked up once per queue ARN and cached, so the adapter works for
 //! any queue the event source mapping polls, in AWS and on a local endpoint alike.
 //!
@@ -20,6 +20,7 @@ use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use cfn_once_core::batch::{MessageQueue, QueueError};
 use cfn_once_core::worker::DeadLetterCause;
 
 /// Message attributes the handler puts on a message it dead-letters.
@@ -40,37 +41,6 @@ pub mod dead_letter_attribute {
 
 /// Longest `why` put on a dead-lettered message (SQS allows 256 KiB; operators read a line).
 const REASON_BYTES_MAX: usize = 1_000;
-
-/// Settles records after a batch. Every method is one bounded piece of work; `lambda::handle`
-/// runs them concurrently under one timeout.
-#[async_trait]
-pub trait MessageQueue: Send + Sync + std::fmt::Debug {
-    /// Makes the record's message visible again after `delay_s` seconds.
-    async fn retry_after(&self, record: &SqsMessage, delay_s: u32) -> Result<(), QueueError>;
-
-    /// Sends the record's body to its queue's dead-letter queue, saying `why`. The caller then
-    /// reports the record as done, so the event source mapping deletes the original.
-    async fn dead_letter(&self, record: &SqsMessage, why: &str, cause: DeadLetterCause) -> Result<(), QueueError>;
-}
-
-/// A queue call that did not happen. A failed reschedule means the message reappears after the
-/// queue's own visibility timeout instead, which is later but safe; a failed move means the
-/// message is rescheduled and moved on a later receive.
-#[derive(Debug, thiserror::Error)]
-pub enum QueueError {
-    /// The record lacks a field the call needs.
-    #[error("record has no {0}")]
-    Missing(&'static str),
-    /// The record's queue ARN cannot be read.
-    #[error("eventSourceARN {0:?} is not an SQS queue ARN")]
-    BadArn(String),
-    /// The queue has no dead-letter queue to move a message to.
-    #[error("queue {0} has no redrive policy naming a dead-letter queue")]
-    NoDeadLetterQueue(String),
-    /// SQS refused the call or did not answer.
-    #[error("SQS call failed: {0}")]
-    Sqs(String),
-}
 
 /// The SQS adapter.
 #[derive(Debug)]
@@ -134,6 +104,8 @@ impl SqsQueue {
 
 #[async_trait]
 impl MessageQueue for SqsQueue {
+    type Message = SqsMessage;
+
     async fn retry_after(&self, record: &SqsMessage, delay_s: u32) -> Result<(), QueueError> {
         let queue_arn = record.event_source_arn.as_deref().ok_or(QueueError::Missing("eventSourceARN"))?;
         let receipt_handle = record.receipt_handle.as_deref().ok_or(QueueError::Missing("receiptHandle"))?;

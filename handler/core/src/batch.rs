@@ -1,0 +1,135 @@
+//! One Lambda invocation's batch of SQS records: every record handled on its own, and each
+//! settled on its queue (rescheduled, or moved to the DLQ) through the [`MessageQueue`] port.
+//!
+//! The event source mapping hands a function up to ten records at once, and this is the code
+//! that decides, for all of them together, when each message's visibility changes. The Lambda
+//! (`cfn_once::lambda`), the local event source mapping and the simulator all run it, so what
+//! the simulator shows about batches is what the deployed function does.
+//!
+//! Records are handled concurrently and independently; a bad record fails only itself. Each
+//! disposition says what the queue must do with its message: nothing (the event source mapping
+//! deletes it when the batch returns), make it visible again after a delay and report it failed,
+//! or send it to the DLQ and report it done. Every queue call is bounded by
+//! `Settings::queue_call_timeout_ms` and runs in the tail of the invocation the worker leaves
+//! for it (`Settings::batch_tail_ms`), so the batch answers before Lambda's deadline even when
+//! SQS is slow: a killed invocation would fail the whole batch.
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+
+use crate::clock::within;
+use crate::worker::{DeadLetterCause, Delivery, Disposition, Handled, Invocation, Worker};
+
+/// Visibility for a record whose move to the DLQ failed: it is moved on its next receive.
+pub const DEAD_LETTER_RETRY_S: u32 = 60;
+
+/// The queue a batch's records came from, as far as settling them goes. Every method is one
+/// bounded piece of work.
+#[async_trait]
+pub trait MessageQueue: Send + Sync + std::fmt::Debug {
+    /// One received message, as the adapter needs it to address the queue (SQS: the Lambda
+    /// event's record, with its receipt handle and queue ARN).
+    type Message: Send + Sync;
+
+    /// Makes the message visible again after `delay_s` seconds.
+    async fn retry_after(&self, message: &Self::Message, delay_s: u32) -> Result<(), QueueError>;
+
+    /// Sends the message's body to its queue's dead-letter queue, saying `why`. The batch then
+    /// reports the message done, so the event source mapping deletes the original.
+    async fn dead_letter(&self, message: &Self::Message, why: &str, cause: DeadLetterCause) -> Result<(), QueueError>;
+}
+
+/// A queue call that did not happen. A failed reschedule means the message reappears after the
+/// queue's own visibility timeout instead, which is later but safe; a failed move means the
+/// message is rescheduled and moved on a later receive.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The record lacks a field the call needs.
+    #[error("record has no {0}")]
+    Missing(&'static str),
+    /// The record's queue ARN cannot be read.
+    #[error("eventSourceARN {0:?} is not an SQS queue ARN")]
+    BadArn(String),
+    /// The queue has no dead-letter queue to move a message to.
+    #[error("queue {0} has no redrive policy naming a dead-letter queue")]
+    NoDeadLetterQueue(String),
+    /// SQS refused the call or did not answer.
+    #[error("SQS call failed: {0}")]
+    Sqs(String),
+}
+
+/// One record of the batch: the queue's message and what the protocol reads of it.
+#[derive(Debug)]
+pub struct Record<'a, M> {
+    /// The message, for the queue calls that settle it.
+    pub message: &'a M,
+    /// The queue's id of the message, for the logs.
+    pub message_id: &'a str,
+    /// Body, receive count and send time.
+    pub delivery: Delivery<'a>,
+}
+
+/// Handles every record of one invocation's batch and settles each on `queue`. Returns, in the
+/// records' order, whether each is to be reported failed (seen again); `observe` is told every
+/// record's result.
+pub async fn handle<Q>(
+    worker: &Worker,
+    queue: &Q,
+    invocation: &Invocation,
+    records: &[Record<'_, Q::Message>],
+    observe: &(dyn Fn(&Handled) + Send + Sync),
+) -> Vec<bool>
+where
+    Q: MessageQueue + ?Sized,
+{
+    let handled = join_all(records.iter().map(|record| async move {
+        let span = tracing::info_span!(
+            "record",
+            message_id = record.message_id,
+            receive_count = record.delivery.receive_count
+        );
+        let handled = tracing::Instrument::instrument(worker.handle_detailed(record.delivery, invocation), span).await;
+        observe(&handled);
+        handled.disposition
+    }))
+    .await;
+    join_all(
+        records.iter().zip(handled).map(|(record, disposition)| settle(worker, queue, record.message, disposition)),
+    )
+    .await
+}
+
+/// Does what the disposition asks of the queue, all within one SQS timeout; true if the record
+/// is to be reported failed (seen again).
+async fn settle<Q>(worker: &Worker, queue: &Q, message: &Q::Message, disposition: Disposition) -> bool
+where
+    Q: MessageQueue + ?Sized,
+{
+    let timeout_ms = worker.settings().queue_call_timeout_ms;
+    let work = async {
+        let delay_s = match disposition {
+            Disposition::Done(_) => return false,
+            Disposition::Retry { delay_s, .. } => delay_s,
+            Disposition::DeadLetter { why, cause } => match queue.dead_letter(message, &why, cause).await {
+                Ok(()) => return false,
+                Err(error) => {
+                    tracing::error!(%error, "could not move the message to the DLQ; it is moved on a later receive");
+                    DEAD_LETTER_RETRY_S
+                }
+            },
+        };
+        // Rescheduling is best effort: without it the message returns after the queue's own
+        // visibility timeout, later but safely.
+        if let Err(error) = queue.retry_after(message, delay_s).await {
+            tracing::warn!(%error, "could not reschedule the message; it returns after the queue's visibility timeout");
+        }
+        true
+    };
+    within(worker.clock().as_ref(), timeout_ms, work).await.unwrap_or_else(|| {
+        tracing::warn!(
+            timeout_ms,
+            "SQS did not answer in time; the message returns after the queue's visibility timeout"
+        );
+        true
+    })
+}
