@@ -33,6 +33,11 @@ pub mod names {
     pub const FENCE_CONFLICTS: &str = "FenceConflicts";
     /// Messages nobody can be answered for (they go to the DLQ).
     pub const DLQ_BOUND_FAILURES: &str = "DlqBoundFailures";
+    /// Provider runs that panicked (each answered FAILED).
+    pub const PROVIDER_PANICS: &str = "ProviderPanics";
+    /// Requests a primary received whose ServiceTimeout is shorter than the secondary's delay
+    /// plus the deadline margin: they have no failover.
+    pub const SHORT_SERVICE_TIMEOUTS: &str = "ShortServiceTimeout";
 }
 
 /// Writes to `writer` what was collected since the last flush.
@@ -108,6 +113,8 @@ impl MetricsSink for EmfMetrics {
             }
             MetricEvent::FenceConflict => metrics::counter!(names::FENCE_CONFLICTS).increment(1),
             MetricEvent::DlqBound => metrics::counter!(names::DLQ_BOUND_FAILURES).increment(1),
+            MetricEvent::ProviderPanicked => metrics::counter!(names::PROVIDER_PANICS).increment(1),
+            MetricEvent::ShortServiceTimeout => metrics::counter!(names::SHORT_SERVICE_TIMEOUTS).increment(1),
         }
     }
 }

@@ -230,6 +230,7 @@ impl LocalRegion {
             ("CFN_ONCE_SKEW_MS".into(), "200".into()),
             // The handler accepts bare requests exactly when the subscription delivers them.
             ("CFN_ONCE_RAW_DELIVERY".into(), self.options.raw_delivery.to_string()),
+            ("CFN_ONCE_VISIBILITY_TIMEOUT_S".into(), self.options.visibility_timeout_s.to_string()),
         ]);
         for (name, value) in overrides {
             vars.insert((*name).into(), (*value).into());
@@ -410,6 +411,7 @@ pub async fn live_request(
     if request["ResourceProperties"].get("TableName").is_some() {
         request["ResourceProperties"]["TableName"] = Value::String(item_table.to_owned());
     }
+    let stack_id = cfn_once_core::request::StackArn::parse(&stack_id).expect("the test's StackId is a stack ARN");
     Sent { request, key, request_key: RequestKey { stack_id, request_id } }
 }
 

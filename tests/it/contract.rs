@@ -18,7 +18,10 @@ const SKEW_MS: u64 = 1_000;
 
 fn key() -> RequestKey {
     RequestKey {
-        stack_id: "arn:aws:cloudformation:us-east-2:123456789012:stack/contract/guid".into(),
+        stack_id: cfn_once_core::request::StackArn::parse(
+            "arn:aws:cloudformation:us-east-2:123456789012:stack/contract/guid",
+        )
+        .expect("a stack ARN"),
         request_id: unique("request"),
     }
 }

@@ -34,7 +34,7 @@ async fn create_update_delete(raw_delivery: bool) {
     let body = answer(&region, &create).await;
     assert_eq!(body.status, Status::Success, "{body:?}");
     assert_eq!(body.request_id, create.request_key.request_id);
-    assert_eq!(body.stack_id, create.request_key.stack_id);
+    assert_eq!(body.stack_id, create.request_key.stack_id.as_str());
     assert_eq!(body.logical_resource_id, "Greeting");
     assert!(body.physical_resource_id.starts_with("Greeting-"), "{}", body.physical_resource_id);
     assert_eq!(body.data["Message"], json!("hello from cfn-once"));
@@ -94,6 +94,14 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     delete.request["PhysicalResourceId"] = json!(body.physical_resource_id);
     assert_eq!(answer(&region, &delete).await.status, Status::Success);
     assert!(tenant_item(&region).await.is_none(), "Delete removed the item");
+    let tombstone = stored_tenant_item(&region).await.expect("the delete's tombstone");
+    let mut names: Vec<&str> = tombstone.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["cfn_once_deleted_ms", "cfn_once_expires_at", "cfn_once_fence", "cfn_once_fence_scope", "pk"],
+        "only the key and the fence remain, until TTL or the next write of the key"
+    );
 }
 
 #[tokio::test]
@@ -111,8 +119,14 @@ async fn the_rollback_delete_of_an_abandoned_create_removes_what_it_wrote() {
     assert!(tenant_item(&region).await.is_none(), "the rollback Delete removed the item");
 }
 
-/// The item the fixture's `Custom::DynamoDBItem` writes, read consistently.
+/// The item the fixture's `Custom::DynamoDBItem` writes, read consistently; a deleted item's
+/// tombstone (`cfn_once::fenced`) is no item.
 async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
+    stored_tenant_item(region).await.filter(|item| !item.contains_key(cfn_once::fenced::DELETED_ATTRIBUTE))
+}
+
+/// Whatever is stored at the fixture's key, tombstones included.
+async fn stored_tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
     let output = region
         .customer_dynamodb
         .get_item()

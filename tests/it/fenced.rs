@@ -62,7 +62,46 @@ async fn s2_a_stale_fence_is_refused_and_a_newer_one_accepted() {
     assert_eq!(plan(&region).await.as_deref(), Some("three"));
     table.delete_item(&fence("request-c", 1), key()).await.expect("delete");
     assert_eq!(plan(&region).await, None);
+    assert_eq!(table.get_item(key()).await, Ok(None), "a tombstone reads as no item");
     table.delete_item(&fence("request-c", 1), key()).await.expect("deleting what is gone succeeds");
+}
+
+/// S2 holds for deletes too: a stale write that arrives after a newer execution of the same
+/// request deleted the item must not bring it back (a plain DeleteItem leaves no fence behind).
+#[tokio::test]
+async fn s2_a_stale_write_after_a_newer_delete_is_refused() {
+    let region = LocalRegion::new(Options::default()).await;
+    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+    table.put_item(&fence("request-a", 1), item("one")).await.expect("fence 1 writes");
+    table.delete_item(&fence("request-a", 2), key()).await.expect("fence 2 deletes");
+    assert_eq!(
+        table.put_item(&fence("request-a", 1), item("resurrected")).await,
+        Err(FencedWriteError::FencedOut { fence: 1 }),
+        "the stale put under fence 1 is refused by the tombstone of fence 2"
+    );
+    assert_eq!(plan(&region).await, None, "the item stays deleted");
+    assert_eq!(table.get_item(key()).await, Ok(None));
+    let tombstone = region
+        .customer_dynamodb
+        .get_item()
+        .table_name(&region.item_table)
+        .set_key(Some(key()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get item")
+        .item
+        .expect("a tombstone is kept");
+    let expires_at: u64 = tombstone[cfn_once::fenced::EXPIRES_ATTRIBUTE].as_n().expect("a number").parse().expect("n");
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
+    assert!((now_s + 86_000..=now_s + 86_500).contains(&expires_at), "kept for a day: {expires_at} vs {now_s}");
+    // The next request's write replaces the tombstone.
+    table.put_item(&fence("request-b", 1), item("new")).await.expect("a later request writes the key again");
+    assert_eq!(plan(&region).await.as_deref(), Some("new"));
+    assert_eq!(
+        table.get_item(key()).await.expect("read").and_then(|i| i.get("Plan")?.as_s().ok().cloned()).as_deref(),
+        Some("new")
+    );
 }
 
 #[tokio::test]

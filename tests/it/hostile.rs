@@ -351,7 +351,18 @@ async fn identifiers_and_response_urls() {
                 set(sent, "StackId", json!("not-an-arn"));
                 Input::Publish
             },
-            Expect::Answered(Status::Success, None),
+            Expect::DeadLetter("not a CloudFormation stack ARN"),
+        ),
+        (
+            // Its lease record would be the active-region control item, which the sweeper
+            // would then delete, un-draining the primary.
+            "a request keyed like the control item",
+            |sent| {
+                set(sent, "StackId", json!("control#active"));
+                set(sent, "RequestId", json!("control"));
+                Input::Publish
+            },
+            Expect::DeadLetter("not a CloudFormation stack ARN"),
         ),
         (
             "a plain-http ResponseURL to S3",

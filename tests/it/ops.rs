@@ -27,13 +27,13 @@ const SETTINGS: [(&str, &str); 7] = [
     ("CFN_ONCE_LEASE_MS", "2000"),
     ("CFN_ONCE_HEARTBEAT_MS", "500"),
     ("CFN_ONCE_SKEW_MS", "200"),
-    ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
+    ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn inspect_one(target: &OpsTarget, sent: &Sent) -> InspectReport {
     let options = InspectOptions {
-        stack_id: sent.request_key.stack_id.clone(),
+        stack_id: sent.request_key.stack_id.to_string(),
         request_id: Some(sent.request_key.request_id.clone()),
         logical_id: None,
         limit: 1,
@@ -117,7 +117,7 @@ async fn inspect_tells_a_request_in_each_of_its_states() {
     let latest = inspect(
         &target,
         &InspectOptions {
-            stack_id: running.request_key.stack_id.clone(),
+            stack_id: running.request_key.stack_id.to_string(),
             request_id: None,
             logical_id: Some("Greeting".into()),
             limit: 5,
@@ -257,4 +257,45 @@ fn sibling_binary(name: &str) -> std::path::PathBuf {
     let test_binary = std::env::current_exe().expect("the test binary's path");
     let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).expect("a target directory");
     profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// SQS answers a receive from a sample of its servers, so an empty answer does not mean an
+/// empty queue. Played here by the proxy, which answers the first two receives on the DLQ with
+/// no messages while 25 are there: every one must still be read, and the summary says so.
+#[tokio::test]
+async fn reading_a_dlq_does_not_stop_at_an_empty_receive() {
+    let regions = TwoRegions::new(1, &SETTINGS).await;
+    let mut target = OpsTarget::from_env_file(&regions.env.file);
+    let dlq_url = regions.env.file.queues.primary_dlq.clone();
+    for index in 0..25 {
+        regions
+            .sqs_primary
+            .send_message()
+            .queue_url(&dlq_url)
+            .message_body(format!("{{\"not\": \"a request\", \"index\": {index}}}"))
+            .send()
+            .await
+            .expect("a message in the DLQ");
+    }
+    let proxy = cfn_once_tests::FaultProxy::start(&regions.env.file.endpoint_url);
+    let dlq_name = dlq_url.rsplit('/').next().expect("a queue name").to_owned();
+    proxy.inject(
+        cfn_once_tests::Match::OperationWith("ReceiveMessage".into(), dlq_name),
+        cfn_once_tests::Fault::Respond {
+            status: 200,
+            content_type: "application/x-amz-json-1.0".into(),
+            body: "{}".into(),
+        },
+        2,
+    );
+    target.endpoint_url = Some(proxy.url());
+    let queue = target.queues[0].clone();
+    let sqs = target.sqs(&queue).await;
+    let held = cfn_once_cli::ops::dlq::hold_all(&sqs, &queue, 1_000).await.expect("hold");
+    let summary = held.summary("primary DLQ");
+    println!("{summary}");
+    assert_eq!(held.messages.len(), 25, "{summary}");
+    assert_eq!(held.left.visible, 0, "{summary}");
+    assert!(summary.starts_with("primary DLQ: held 25 message(s); its counts then: 0 visible"), "{summary}");
+    cfn_once_cli::ops::dlq::release(&sqs, &queue, &held.messages).await.expect("release");
 }

@@ -18,7 +18,10 @@ async fn expired_records_are_deleted_and_live_ones_and_the_control_item_kept() {
     // 30 records: every third one still within its retention.
     for index in 0..30u64 {
         let key = RequestKey {
-            stack_id: "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g".into(),
+            stack_id: cfn_once_core::request::StackArn::parse(
+                "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g",
+            )
+            .expect("a stack ARN"),
             request_id: format!("r{index}"),
         };
         let expires_ms = if index % 3 == 0 { now + 86_400_000 } else { now - 1 };

@@ -167,6 +167,22 @@ fn a_crashed_invocation_leaves_time_to_answer() {
     assert_eq!(function["Properties"]["Timeout"], json!({"Ref": "FunctionTimeoutSeconds"}));
 }
 
+/// The handler shortens the visibility of records near their deadline only if it knows how long
+/// a crash would hide them, and counts requests without failover only if it knows the
+/// secondary's delay: both come from the same values as the queues'.
+#[test]
+fn the_handler_knows_the_queues_visibility_and_the_secondarys_delay() {
+    let template = template("regional.yaml");
+    let variables = &one(&template, "AWS::Serverless::Function")["Properties"]["Environment"]["Variables"];
+    let queue = &template["Resources"]["Queue"]["Properties"];
+    assert_eq!(variables["CFN_ONCE_VISIBILITY_TIMEOUT_S"], queue["VisibilityTimeout"], "the queue's own mapping");
+    assert_eq!(variables["CFN_ONCE_SECONDARY_DELAY_S"], json!({"Ref": "SecondaryDelaySeconds"}));
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
+    let settings = deployed.settings(Role::Secondary, "us-west-2").expect("the template configures the handler");
+    assert_eq!(settings.visibility_timeout_s, deployed.default_function_timeout.visibility_s);
+    assert_eq!(settings.secondary_delay_s, deployed.secondary_delay_s);
+}
+
 #[test]
 fn the_queue_redrives_to_its_dlq_and_the_secondary_delay_is_a_parameter() {
     let template = template("regional.yaml");

@@ -21,7 +21,7 @@ const SETTINGS: [(&str, &str); 8] = [
     ("CFN_ONCE_SKEW_MS", "200"),
     ("CFN_ONCE_CONTROL_CACHE_MS", "300"),
     ("CFN_ONCE_STANDBY_RETRY_S", "1"),
-    ("CFN_ONCE_DEADLINE_MARGIN_MS", "5000"),
+    ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -154,7 +154,11 @@ async fn the_drill_moves_new_work_to_the_secondary_and_back() {
         request: json!({}),
         key: key.to_owned(),
         request_key: cfn_once_core::request::RequestKey {
-            stack_id: String::new(),
+            // Only the RequestId is compared; the drill's stack is its own.
+            stack_id: cfn_once_core::request::StackArn::parse(
+                "arn:aws:cloudformation:us-east-1:123456789012:stack/cfn-once-drill/probe",
+            )
+            .expect("a stack ARN"),
             request_id: key.trim_start_matches("cfn-once-drill/").to_owned(),
         },
     };
@@ -184,7 +188,7 @@ async fn a_reused_request_id_is_a_new_attempt_and_the_old_outcome_is_not_replaye
     // The retried deployment: same StackId and RequestId, new ResponseURL, changed properties.
     let mut retried = regions.request("create-echo.json").await;
     retried.request["RequestId"] = json!(first.request_key.request_id);
-    retried.request["StackId"] = json!(first.request_key.stack_id);
+    retried.request["StackId"] = json!(first.request_key.stack_id.as_str());
     retried.request["ResourceProperties"]["Message"] = json!("second attempt");
     retried.request_key = first.request_key.clone();
     regions.publish(&retried).await;

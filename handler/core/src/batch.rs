@@ -9,16 +9,33 @@
 //! Records are handled concurrently and independently; a bad record fails only itself. Each
 //! disposition says what the queue must do with its message: nothing (the event source mapping
 //! deletes it when the batch returns), make it visible again after a delay and report it failed,
-//! or send it to the DLQ and report it done. Every queue call is bounded by
-//! `Settings::queue_call_timeout_ms` and runs in the tail of the invocation the worker leaves
-//! for it (`Settings::batch_tail_ms`), so the batch answers before Lambda's deadline even when
-//! SQS is slow: a killed invocation would fail the whole batch.
+//! or send it to the DLQ and report it done. Three rules keep L1 with batches:
+//!
+//! * **A record is settled when it is decided**, not when its slowest batch-mate is done: SQS
+//!   counts a new visibility from the call that sets it, so a backoff set after the batch would
+//!   bring its message back late by however long the batch ran.
+//! * **A crash near a deadline leaves a copy.** A killed or crashed invocation leaves every
+//!   record of its batch invisible for the queue's visibility timeout, minutes, against a
+//!   deadline margin of seconds. A record whose deadline margin begins within that timeout gets
+//!   its visibility shortened when it is received (`Worker::visibility_if_lost_s`), all such
+//!   records in one call, so if the invocation dies the record comes back in time to be
+//!   answered. Each record's own settling waits for that call, so it cannot undo a backoff.
+//! * **A panic stays in its record.** The worker turns a provider's panic into that request's
+//!   FAILED answer; a panic anywhere else in one record's handling (a bug) makes only that
+//!   record retry. Nothing unwinds into the batch, which Lambda would fail as a whole.
+//!
+//! Every queue call is bounded by `Settings::queue_call_timeout_ms` and runs in time the worker
+//! leaves for it (`Settings::batch_tail_ms`), so the batch answers before Lambda's deadline even
+//! when SQS is slow: a killed invocation would fail the whole batch.
+
+use std::panic::AssertUnwindSafe;
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use futures_util::future::join_all;
 
 use crate::clock::within;
-use crate::worker::{DeadLetterCause, Delivery, Disposition, Handled, Invocation, Worker};
+use crate::worker::{DeadLetterCause, Delivery, Disposition, Handled, Invocation, Received, Worker, panic_message};
 
 /// Visibility for a record whose move to the DLQ failed: it is moved on its next receive.
 pub const DEAD_LETTER_RETRY_S: u32 = 60;
@@ -37,6 +54,11 @@ pub trait MessageQueue: Send + Sync + std::fmt::Debug {
     /// Sends the message's body to its queue's dead-letter queue, saying `why`. The batch then
     /// reports the message done, so the event source mapping deletes the original.
     async fn dead_letter(&self, message: &Self::Message, why: &str, cause: DeadLetterCause) -> Result<(), QueueError>;
+
+    /// Sets the visibility of several messages at once, in one call where the queue has one
+    /// (SQS: ChangeMessageVisibilityBatch, up to ten entries): each visible again after its
+    /// delay in seconds unless changed again.
+    async fn set_visibility(&self, messages: &[(&Self::Message, u32)]) -> Result<(), QueueError>;
 }
 
 /// A queue call that did not happen. A failed reschedule means the message reappears after the
@@ -69,9 +91,9 @@ pub struct Record<'a, M> {
     pub delivery: Delivery<'a>,
 }
 
-/// Handles every record of one invocation's batch and settles each on `queue`. Returns, in the
-/// records' order, whether each is to be reported failed (seen again); `observe` is told every
-/// record's result.
+/// Handles every record of one invocation's batch and settles each on `queue` as soon as it is
+/// decided. Returns, in the records' order, whether each is to be reported failed (seen
+/// again); `observe` is told every record's result.
 pub async fn handle<Q>(
     worker: &Worker,
     queue: &Q,
@@ -82,21 +104,67 @@ pub async fn handle<Q>(
 where
     Q: MessageQueue + ?Sized,
 {
-    let handled = join_all(records.iter().map(|record| async move {
-        let span = tracing::info_span!(
-            "record",
-            message_id = record.message_id,
-            receive_count = record.delivery.receive_count
-        );
-        let handled = tracing::Instrument::instrument(worker.handle_detailed(record.delivery, invocation), span).await;
-        observe(&handled);
-        handled.disposition
-    }))
-    .await;
-    join_all(
-        records.iter().zip(handled).map(|(record, disposition)| settle(worker, queue, record.message, disposition)),
-    )
-    .await
+    let received: Vec<Received<'_>> = records.iter().map(|record| worker.receive(record.delivery)).collect();
+    let now_ms = worker.clock().now_ms();
+    let near: Vec<(&Q::Message, u32)> = records
+        .iter()
+        .zip(&received)
+        .filter_map(|(record, received)| Some((record.message, worker.visibility_if_lost_s(received, now_ms)?)))
+        .collect();
+    let shortened = async {
+        if near.is_empty() {
+            return;
+        }
+        let timeout_ms = worker.settings().queue_call_timeout_ms;
+        match within(worker.clock().as_ref(), timeout_ms, queue.set_visibility(&near)).await {
+            Some(Ok(())) => {
+                tracing::info!(records = near.len(), "visibility shortened for records near their deadline")
+            }
+            Some(Err(error)) => {
+                tracing::warn!(%error, "could not shorten the visibility of records near their deadline")
+            }
+            None => tracing::warn!(
+                timeout_ms,
+                "SQS did not answer in time while shortening the visibility of records near their deadline"
+            ),
+        }
+    }
+    .shared();
+    // The shortening starts at once, beside the records' handling, which waits for it only to
+    // settle.
+    let handling = join_all(records.iter().zip(received).map(|(record, received)| {
+        let shortened = shortened.clone();
+        async move {
+            let span = tracing::info_span!(
+                "record",
+                message_id = record.message_id,
+                receive_count = record.delivery.receive_count
+            );
+            let summary = received.summary();
+            let handling = worker.handle_received(received, invocation);
+            let handled =
+                match AssertUnwindSafe(tracing::Instrument::instrument(handling, span.clone())).catch_unwind().await {
+                    Ok(handled) => handled,
+                    Err(payload) => span.in_scope(|| {
+                        let message = panic_message(payload.as_ref());
+                        tracing::error!(message, "handling the record panicked; it is retried");
+                        let delay_s = worker.settings().backoff_floor_s().unwrap_or(DEAD_LETTER_RETRY_S);
+                        Handled {
+                            request: summary,
+                            disposition: Disposition::Retry {
+                                delay_s,
+                                why: format!("handling the record panicked: {message}"),
+                            },
+                        }
+                    }),
+                };
+            observe(&handled);
+            shortened.await;
+            settle(worker, queue, record.message, handled.disposition).await
+        }
+    }));
+    let ((), to_retry) = futures_util::future::join(shortened, handling).await;
+    to_retry
 }
 
 /// Does what the disposition asks of the queue, all within one SQS timeout; true if the record

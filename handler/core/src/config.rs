@@ -44,6 +44,13 @@ pub const SQS_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 pub const MAX_RECEIVE_COUNT_DEFAULT: u32 = 1_000;
 /// CloudFormation waits at most an hour (`ServiceTimeout` is 1 to 3600 s).
 pub const DEADLINE_CEILING_S_MAX: u64 = 3_600;
+/// Default `CFN_ONCE_VISIBILITY_TIMEOUT_S`: SQS's longest visibility timeout, 12 hours. Unset,
+/// every record is treated as one a crash could hide past its deadline margin, which costs one
+/// ChangeMessageVisibilityBatch per batch; `infra/regional.yaml` sets the queue's own value.
+pub const VISIBILITY_TIMEOUT_S_DEFAULT: u64 = 43_200;
+/// Default `CFN_ONCE_SECONDARY_DELAY_S`: the secondary queue's `DelaySeconds` that
+/// `infra/regional.yaml` defaults to.
+pub const SECONDARY_DELAY_S_DEFAULT: u64 = 60;
 
 /// The handler's configuration. Deliberately no `Default`: a deployment states what it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,9 +113,18 @@ pub struct Config {
     /// from when it was sent.
     pub deadline_ceiling_s: u64,
     /// `CFN_ONCE_DEADLINE_MARGIN_MS` (default 20000): when this little is left before a request's
-    /// deadline and nobody has answered, answer FAILED now. Must exceed the time an answer needs
-    /// (`Settings::answer_ms`, computed from the call timeouts).
+    /// deadline and nobody has answered, answer FAILED now. Must exceed the time a taker-over
+    /// needs to answer (an acquire and `Settings::answer_ms`, computed from the call timeouts).
     pub deadline_margin_ms: u64,
+    /// `CFN_ONCE_VISIBILITY_TIMEOUT_S` (default 43200, SQS's longest): the queue's visibility
+    /// timeout, for which a crashed invocation hides every record of its batch. A record received
+    /// closer than this to its deadline margin has its visibility shortened at once, so a crash
+    /// still leaves a copy to answer. The regional template sets it from the queue's value.
+    pub visibility_timeout_s: u64,
+    /// `CFN_ONCE_SECONDARY_DELAY_S` (default 60): the secondary queue's `DelaySeconds`. A primary
+    /// counts the requests whose deadline comes too soon for the secondary to answer them
+    /// (`ShortServiceTimeout`): they have no failover. The regional template sets it.
+    pub secondary_delay_s: u64,
 }
 
 /// Where a primary learns whether it is the active region.
@@ -385,6 +401,9 @@ impl Config {
         let deadline_ceiling_s =
             vars.number("CFN_ONCE_DEADLINE_CEILING_S", DEADLINE_CEILING_S_DEFAULT, 10, DEADLINE_CEILING_S_MAX);
         let deadline_margin_ms = vars.number("CFN_ONCE_DEADLINE_MARGIN_MS", DEADLINE_MARGIN_MS_DEFAULT, 1_000, 600_000);
+        let visibility_timeout_s =
+            vars.number("CFN_ONCE_VISIBILITY_TIMEOUT_S", VISIBILITY_TIMEOUT_S_DEFAULT, 0, 43_200);
+        let secondary_delay_s = vars.number("CFN_ONCE_SECONDARY_DELAY_S", SECONDARY_DELAY_S_DEFAULT, 0, 900);
 
         if topic_arns.is_empty() {
             problems.push(
@@ -432,13 +451,23 @@ impl Config {
             standby_retry_s,
             deadline_ceiling_s,
             deadline_margin_ms,
+            visibility_timeout_s,
+            secondary_delay_s,
         };
         let settings = Settings::from_config(&config);
-        if config.deadline_margin_ms <= settings.answer_ms() {
+        if config.deadline_margin_ms <= settings.take_over_answer_ms() {
             problems.push(format!(
-                "CFN_ONCE_DEADLINE_MARGIN_MS ({}) must exceed the {} ms an answer needs (three lease-store calls of CFN_ONCE_STORE_TIMEOUT_MS and a PUT of CFN_ONCE_PUT_TIMEOUT_MS), or a FAILED answer near the deadline has no time to be sent",
+                "CFN_ONCE_DEADLINE_MARGIN_MS ({}) must exceed the {} ms a taker-over needs to answer (an acquire and three more lease-store calls of CFN_ONCE_STORE_TIMEOUT_MS, and a PUT of CFN_ONCE_PUT_TIMEOUT_MS): leases end where the margin begins, so a holder that crashes just before it leaves exactly the margin to answer FAILED",
                 config.deadline_margin_ms,
-                settings.answer_ms()
+                settings.take_over_answer_ms()
+            ));
+        }
+        if let Some(floor_s) = settings.backoff_floor_s()
+            && config.retry_delay_s_max < floor_s
+        {
+            problems.push(format!(
+                "CFN_ONCE_RETRY_DELAY_S_MAX ({}) is shorter than the {floor_s} s backoff floor that keeps a message's receives within CFN_ONCE_MAX_RECEIVE_COUNT ({}) until its deadline; set it to at least {floor_s}",
+                config.retry_delay_s_max, config.max_receive_count
             ));
         }
         if settings.backoff_floor_s().is_none() {
@@ -575,7 +604,9 @@ mod tests {
         .expect_err("invalid");
         assert!(error.to_string().contains("must be shorter than CFN_ONCE_LEASE_MS"));
         assert!(
-            error.to_string().contains("CFN_ONCE_DEADLINE_MARGIN_MS (5000) must exceed the 14000 ms an answer needs"),
+            error
+                .to_string()
+                .contains("CFN_ONCE_DEADLINE_MARGIN_MS (5000) must exceed the 17000 ms a taker-over needs to answer"),
             "{error}"
         );
     }
@@ -604,6 +635,53 @@ mod tests {
         ])
         .expect("a short ceiling needs fewer receives");
         assert_eq!(Settings::from_config(&shorter).backoff_floor_s(), Some(8));
+    }
+
+    #[test]
+    fn the_longest_backoff_cannot_be_shorter_than_the_backoff_floor() {
+        let with = |delay: &str| {
+            config(&[
+                ("AWS_REGION", "us-east-1"),
+                ("CFN_ONCE_ROLE", "primary"),
+                ("CFN_ONCE_TABLE", "leases"),
+                ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+                ("CFN_ONCE_RETRY_DELAY_S_MAX", delay),
+            ])
+        };
+        let error = with("2").expect_err("a 2 s ceiling under a 4 s floor");
+        assert!(
+            error.to_string().contains(
+                "CFN_ONCE_RETRY_DELAY_S_MAX (2) is shorter than the 4 s backoff floor that keeps a message's receives within CFN_ONCE_MAX_RECEIVE_COUNT (1000) until its deadline; set it to at least 4"
+            ),
+            "{error}"
+        );
+        assert!(with("4").is_ok(), "the floor itself is enough");
+    }
+
+    #[test]
+    fn the_queue_parameters_the_handler_relies_on_are_read() {
+        let config = config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+            ("CFN_ONCE_VISIBILITY_TIMEOUT_S", "180"),
+            ("CFN_ONCE_SECONDARY_DELAY_S", "90"),
+        ])
+        .expect("valid");
+        assert_eq!((config.visibility_timeout_s, config.secondary_delay_s), (180, 90));
+        let defaults = super::tests::config(&[
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+        ])
+        .expect("valid");
+        assert_eq!(
+            (defaults.visibility_timeout_s, defaults.secondary_delay_s),
+            (VISIBILITY_TIMEOUT_S_DEFAULT, SECONDARY_DELAY_S_DEFAULT),
+            "unset, every record counts as one a crash could hide past its margin"
+        );
     }
 
     #[test]

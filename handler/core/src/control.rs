@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, within};
 use crate::decision::Activity;
 
 /// The control source could not say.
@@ -80,6 +80,24 @@ impl CachedActivity {
     /// The answer when the source cannot give one: the last known, else the fallback.
     fn stale_or_fallback(&self) -> Activity {
         self.last().map_or(self.fallback, |(activity, _)| activity)
+    }
+
+    /// The answer within `timeout_ms`. A source that answers later than that has failed, and is
+    /// treated as one that failed: the last known answer stands, else the fallback. (A drained
+    /// primary whose slow control made it act as active would start work it must leave.)
+    pub async fn activity_within(&self, timeout_ms: u64) -> Activity {
+        match within(self.clock.as_ref(), timeout_ms, self.activity()).await {
+            Some(Ok(activity)) => activity,
+            Some(Err(_)) | None => {
+                let fallback = self.stale_or_fallback();
+                tracing::warn!(
+                    timeout_ms,
+                    ?fallback,
+                    "no answer from the active-region control in time; using the last known or configured answer"
+                );
+                fallback
+            }
+        }
     }
 }
 

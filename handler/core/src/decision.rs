@@ -91,6 +91,9 @@ pub enum Action {
     Run {
         /// The fencing token this delivery's lease holds.
         fence: u64,
+        /// Whether an earlier execution of this attempt held the lease before (and may have
+        /// run the provider).
+        took_over: bool,
         /// The work in progress to poll.
         poll: Option<PollRecord>,
     },
@@ -169,7 +172,9 @@ pub fn decide(seen: &Seen, situation: &Situation) -> Action {
         Seen::Mine { fence, took_over, poll } if deadline_near => {
             Action::FailWithoutRunning { fence: *fence, took_over: *took_over, poll: poll.clone() }
         }
-        Seen::Mine { fence, poll, .. } => Action::Run { fence: *fence, poll: poll.clone() },
+        Seen::Mine { fence, took_over, poll } => {
+            Action::Run { fence: *fence, took_over: *took_over, poll: poll.clone() }
+        }
         Seen::Waiting { .. } if deadline_near => Action::Acquire,
         Seen::Waiting { .. } if !starts_new_work => Action::Leave,
         Seen::Waiting { poll_at_ms } => {
@@ -241,12 +246,16 @@ mod tests {
         row(committed(true, NOW_MS - 1), false, all(Drop(Done::Duplicate)));
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
         row(Seen::Superseded, false, all(Drop(Done::Superseded)));
-        row(Seen::Mine { fence: 3, took_over: true, poll: None }, false, all(Run { fence: 3, poll: None }));
+        row(
+            Seen::Mine { fence: 3, took_over: true, poll: None },
+            false,
+            all(Run { fence: 3, took_over: true, poll: None }),
+        );
         let poll = Some(waiting());
         row(
             Seen::Mine { fence: 4, took_over: true, poll: poll.clone() },
             false,
-            all(Run { fence: 4, poll: poll.clone() }),
+            all(Run { fence: 4, took_over: true, poll: poll.clone() }),
         );
     }
 

@@ -148,7 +148,7 @@ fn body() -> impl Strategy<Value = String> {
 
 fn request_like_text_with_properties(properties: &str) -> String {
     format!(
-        r#"{{"RequestType":"Create","ResponseURL":"{URL}","StackId":"s","RequestId":"r","LogicalResourceId":"L","ResourceType":"Custom::Echo","ResourceProperties":{{"P":{properties}}}}}"#
+        r#"{{"RequestType":"Create","ResponseURL":"{URL}","StackId":"arn:aws:cloudformation:us-east-1:123456789012:stack/s/g","RequestId":"r","LogicalResourceId":"L","ResourceType":"Custom::Echo","ResourceProperties":{{"P":{properties}}}}}"#
     )
 }
 
@@ -204,11 +204,19 @@ fn identifier() -> impl Strategy<Value = String> {
     ]
 }
 
+/// StackIds decoding accepts: stack ARNs, up to the longest names and ids.
+fn stack_arn() -> impl Strategy<Value = String> {
+    ("[A-Za-z][A-Za-z0-9-]{0,127}", "[a-z0-9-]{1,128}", proptest::sample::select(vec!["aws", "aws-cn", "aws-us-gov"]))
+        .prop_map(|(name, id, partition)| {
+            format!("arn:{partition}:cloudformation:us-east-1:123456789012:stack/{name}/{id}")
+        })
+}
+
 /// Requests with hostile but accepted identifiers: what decoding lets through.
 fn decoded_request() -> impl Strategy<Value = Request> {
     (
         proptest::sample::select(vec!["Create", "Update", "Delete"]),
-        identifier(),
+        stack_arn(),
         identifier(),
         identifier(),
         identifier(),

@@ -279,7 +279,8 @@ impl ProviderTest {
     /// Whether `request`'s record says its provider's work is in progress.
     fn waiting(&self, request: &TestRequest) -> bool {
         let key = crate::request::RequestKey {
-            stack_id: STACK_ID.to_owned(),
+            stack_id: crate::request::StackArn::parse(STACK_ID)
+                .unwrap_or_else(|| unreachable!("the kit's StackId is a stack ARN")),
             request_id: request.request["RequestId"].as_str().unwrap_or_default().to_owned(),
         };
         let record = drive(&self.clock, self.store.read(&key));
@@ -428,10 +429,12 @@ impl<P: Provider> Provider for Counted<P> {
 
 /// An in-memory table written under fences, with the condition `cfn_once::FencedTable` sends to
 /// DynamoDB: a write is accepted unless a newer fence of the same request already wrote the
-/// item. Use it behind your provider's storage trait in tests.
+/// item. A delete leaves a tombstone holding its fence, as `FencedTable` does, so a stale write
+/// cannot bring the item back. Use it behind your provider's storage trait in tests.
 #[derive(Debug, Default)]
 pub struct FencedMap {
-    items: Mutex<BTreeMap<String, (Value, Fence)>>,
+    /// Each key's value (`None`: a tombstone) and the fence that wrote it.
+    items: Mutex<BTreeMap<String, (Option<Value>, Fence)>>,
 }
 
 /// A fenced write refused: a newer execution of the same request already wrote the item.
@@ -458,21 +461,22 @@ impl FencedMap {
     pub fn put(&self, fence: &Fence, key: &str, value: Value) -> Result<(), FencedOut> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         Self::admit(items.get(key).map(|(_, written)| written), fence, key)?;
-        items.insert(key.to_owned(), (value, fence.clone()));
+        items.insert(key.to_owned(), (Some(value), fence.clone()));
         Ok(())
     }
 
-    /// Deletes `key` under `fence`; deleting what is not there succeeds.
+    /// Deletes `key` under `fence`, leaving a tombstone with the fence; deleting what is not
+    /// there succeeds (and leaves a tombstone too).
     pub fn delete(&self, fence: &Fence, key: &str) -> Result<(), FencedOut> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         Self::admit(items.get(key).map(|(_, written)| written), fence, key)?;
-        items.remove(key);
+        items.insert(key.to_owned(), (None, fence.clone()));
         Ok(())
     }
 
-    /// The value at `key`.
+    /// The value at `key`; `None` if there is none, or a delete left only its tombstone.
     pub fn get(&self, key: &str) -> Option<Value> {
-        self.items.lock().unwrap_or_else(PoisonError::into_inner).get(key).map(|(value, _)| value.clone())
+        self.items.lock().unwrap_or_else(PoisonError::into_inner).get(key).and_then(|(value, _)| value.clone())
     }
 
     /// The fence that wrote `key` last.

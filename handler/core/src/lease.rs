@@ -421,7 +421,11 @@ mod tests {
 
     fn record(state: LeaseState, fingerprint: &str, lease_until_ms: u64, attempts: &[&str]) -> LeaseRecord {
         LeaseRecord {
-            key: RequestKey { stack_id: "s".into(), request_id: "r".into() },
+            key: RequestKey {
+                stack_id: crate::request::StackArn::parse("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g")
+                    .expect("an ARN"),
+                request_id: "r".into(),
+            },
             fence: 3,
             owner: "us-east-1/inv/1".into(),
             lease_until_ms,
@@ -461,7 +465,11 @@ mod tests {
 
     fn sent_at(fingerprint: &str, now_ms: u64, sent_ms: u64) -> AcquireRequest {
         AcquireRequest {
-            key: RequestKey { stack_id: "s".into(), request_id: "r".into() },
+            key: RequestKey {
+                stack_id: crate::request::StackArn::parse("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g")
+                    .expect("an ARN"),
+                request_id: "r".into(),
+            },
             fingerprint: fp(fingerprint),
             sent_ms,
             owner: "us-west-2/inv/2".into(),

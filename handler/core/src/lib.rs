@@ -36,6 +36,7 @@ pub mod response;
 pub mod response_url;
 pub mod settings;
 pub mod testing;
+pub mod timestamp;
 pub mod worker;
 
 #[cfg(test)]

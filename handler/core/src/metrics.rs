@@ -34,6 +34,12 @@ pub enum MetricEvent {
     /// A record that can only end in the DLQ: nobody can be answered, or the ResponseURL
     /// refused the answer for good.
     DlqBound,
+    /// A provider panicked; its request is answered FAILED.
+    ProviderPanicked,
+    /// A primary received a request whose deadline comes before the secondary's copy could be
+    /// answered (ServiceTimeout shorter than the secondary's delay plus the deadline margin):
+    /// that request has no failover.
+    ShortServiceTimeout,
 }
 
 /// The metrics port.

@@ -79,7 +79,7 @@ impl ProviderContext {
     ) -> Self {
         Self {
             fence,
-            stack_id: request.key.stack_id.clone(),
+            stack_id: request.key.stack_id.to_string(),
             request_id: request.key.request_id.clone(),
             logical_resource_id: request.logical_resource_id.clone(),
             resource_type: resource_type.to_owned(),

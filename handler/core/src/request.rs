@@ -40,9 +40,87 @@ pub const PHYSICAL_ID_BYTES_MAX: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestKey {
     /// CloudFormation's StackId: the stack's ARN.
-    pub stack_id: String,
+    pub stack_id: StackArn,
     /// CloudFormation's RequestId, which it may reuse when it retries a failed deployment.
     pub request_id: String,
+}
+
+/// A CloudFormation stack's ARN, as CloudFormation sends it in `StackId`:
+/// `arn:<partition>:cloudformation:<region>:<account>:stack/<name>/<id>`.
+///
+/// Every request key holds one, and the only way to make one is [`StackArn::parse`], so a
+/// request's lease record can never be keyed like an item of another kind in the lease table
+/// (the active-region control's partition, `control#active`, is no stack ARN): the key spaces
+/// are disjoint by construction.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackArn(String);
+
+impl StackArn {
+    /// Parses a stack ARN; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix("arn:")?;
+        let parts: Vec<&str> = rest.splitn(5, ':').collect();
+        let [partition, service, region, account, resource] = parts.as_slice() else {
+            return None;
+        };
+        let (name, id) = resource.strip_prefix("stack/")?.split_once('/')?;
+        let name_ok = name.len() <= 128
+            && name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        let id_ok = !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        let partition_ok =
+            partition.starts_with("aws") && partition.bytes().all(|b| b.is_ascii_lowercase() || b == b'-');
+        let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
+        (partition_ok
+            && *service == "cloudformation"
+            && crate::config::is_region(region)
+            && account_ok
+            && name_ok
+            && id_ok)
+            .then(|| Self(text.to_owned()))
+    }
+
+    /// The ARN's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The region in the ARN: the stack's region.
+    pub fn region(&self) -> &str {
+        self.0.split(':').nth(3).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for StackArn {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for StackArn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<StackArn> for String {
+    fn from(arn: StackArn) -> Self {
+        arn.0
+    }
+}
+
+impl PartialEq<str> for StackArn {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for StackArn {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
 }
 
 /// Create, Update or Delete.
@@ -116,6 +194,12 @@ pub enum Undeliverable {
     /// The ResponseURL failed the [`UrlPolicy`], so nothing may be sent to it.
     #[error("{0}; nothing was sent")]
     Url(#[from] UrlRefused),
+    /// The StackId is not a CloudFormation stack ARN: CloudFormation always sends one, and a
+    /// lease record may only ever be keyed by one.
+    #[error(
+        "request's StackId is not a CloudFormation stack ARN (arn:aws:cloudformation:<region>:<account>:stack/<name>/<id>); the record goes to the DLQ"
+    )]
+    NotAStack,
 }
 
 /// Which SNS topics may send requests, and where responses may go.
@@ -143,6 +227,10 @@ pub struct Request {
     pub fingerprint: Fingerprint,
     /// The parsed request, or why it could not be parsed.
     pub body: RequestBody,
+    /// When SNS published the request (the envelope's `Timestamp`), epoch ms: the same for
+    /// every queue's copy, and never later than any copy's SentTimestamp. `None` for a bare
+    /// request (raw delivery) or an envelope without a readable Timestamp.
+    pub published_ms: Option<u64>,
 }
 
 /// The request itself, or why it could not be parsed (answered FAILED with that reason).
@@ -236,17 +324,17 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
         }
         Err(error) => return Err(Undeliverable::NotJson(describe_json_error(&error))),
     };
+    let published_ms = published_ms(&outer);
     let mut request = match unwrap_envelope(outer, policy)? {
         Unwrapped::Request(request) => request,
-        Unwrapped::TooDeep(message) => return decode_too_deep(&message, policy),
+        Unwrapped::TooDeep(message) => {
+            return decode_too_deep(&message, policy).map(|request| Request { published_ms, ..request });
+        }
     };
     let fingerprint = Fingerprint::of(&request);
 
     let object = request.as_object_mut().ok_or(Undeliverable::Unrecognised)?;
-    let key = RequestKey {
-        stack_id: required_id(object, "StackId", STACK_ID_BYTES_MAX)?,
-        request_id: required_id(object, "RequestId", REQUEST_ID_BYTES_MAX)?,
-    };
+    let key = request_key(object)?;
     let logical_resource_id = required_id(object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
     let physical_resource_id = match object.get("PhysicalResourceId") {
         Some(Value::String(id)) if !id.is_empty() => {
@@ -267,7 +355,13 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
         Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
         Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
     };
-    Ok(Request { key, logical_resource_id, response_url, fingerprint, body })
+    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms })
+}
+
+/// The publish time an SNS envelope carries (`Timestamp`, ISO 8601 in UTC).
+fn published_ms(outer: &Value) -> Option<u64> {
+    let envelope = outer.as_object().filter(|map| map.get("Type").and_then(Value::as_str) == Some("Notification"))?;
+    crate::timestamp::parse_ms(envelope.get("Timestamp")?.as_str()?)
 }
 
 /// What an SQS body holds once its envelope, if any, is off.
@@ -326,10 +420,7 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
     if !object.contains_key("RequestType") && !object.contains_key("ResponseURL") {
         return Err(Undeliverable::Unrecognised);
     }
-    let key = RequestKey {
-        stack_id: required_id(&object, "StackId", STACK_ID_BYTES_MAX)?,
-        request_id: required_id(&object, "RequestId", REQUEST_ID_BYTES_MAX)?,
-    };
+    let key = request_key(&object)?;
     let logical_resource_id = required_id(&object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
     let physical_resource_id = match object.get("PhysicalResourceId") {
         Some(Value::String(id)) if !id.is_empty() => {
@@ -353,6 +444,7 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
         response_url,
         fingerprint: Fingerprint::of_text(text),
         body: RequestBody::Malformed { reason, kind, physical_resource_id },
+        published_ms: None,
     })
 }
 
@@ -453,6 +545,15 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
     (depth == 0 && index > at).then_some(index)
 }
 
+/// The request's key: its StackId, which must be a stack ARN, and its RequestId.
+fn request_key(object: &Map<String, Value>) -> Result<RequestKey, Undeliverable> {
+    let stack_id = required_id(object, "StackId", STACK_ID_BYTES_MAX)?;
+    Ok(RequestKey {
+        stack_id: StackArn::parse(&stack_id).ok_or(Undeliverable::NotAStack)?,
+        request_id: required_id(object, "RequestId", REQUEST_ID_BYTES_MAX)?,
+    })
+}
+
 fn required_id(object: &Map<String, Value>, field: &'static str, bytes_max: usize) -> Result<String, Undeliverable> {
     match object.get(field) {
         Some(Value::String(value)) if !value.is_empty() => {
@@ -516,6 +617,67 @@ pub fn provider_properties(properties: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stack_id_must_be_a_stack_arn() {
+        for good in [
+            "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "arn:aws-cn:cloudformation:cn-north-1:123456789012:stack/My-Stack-1/5b0a3c20-5a1e-11ef-9d3f-0a1b2c3d4e5f",
+            "arn:aws-us-gov:cloudformation:us-gov-west-1:123456789012:stack/s/g",
+        ] {
+            let arn = StackArn::parse(good).unwrap_or_else(|| panic!("{good}"));
+            assert_eq!(arn.as_str(), good);
+        }
+        assert_eq!(
+            StackArn::parse("arn:aws:cloudformation:eu-west-1:123456789012:stack/s/g")
+                .map(|arn| arn.region().to_owned()),
+            Some("eu-west-1".to_owned())
+        );
+        for bad in [
+            "control#active",
+            "",
+            "s",
+            "arn:aws:cloudformation:us-east-1:123456789012:stack/demo",
+            "arn:aws:cloudformation:us-east-1:123456789012:stack//guid",
+            "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid/more",
+            "arn:aws:cloudformation:us-east-1:12345:stack/demo/guid",
+            "arn:aws:sqs:us-east-1:123456789012:stack/demo/guid",
+            "arn:aws:cloudformation:us-east-1.evil:123456789012:stack/demo/guid",
+            "arn:aws:cloudformation:us-east-1:123456789012:stack/1demo/guid",
+            "arn:aws:cloudformation:us-east-1:123456789012:changeSet/demo/guid",
+            "arn:aws:cloudformation:us-east-1:123456789012:stack/de mo/guid",
+        ] {
+            assert_eq!(StackArn::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_envelope_carries_its_publish_time() {
+        let request = json!({
+            "RequestType": "Create",
+            "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=x",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "RequestId": "r",
+            "LogicalResourceId": "L",
+            "ResourceType": "Custom::Echo",
+            "ResourceProperties": {},
+        });
+        let policy = InputPolicy {
+            topic_arns: vec!["arn:aws:sns:us-east-1:123456789012:t".into()],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+        };
+        let envelope = |timestamp: Value| {
+            json!({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:123456789012:t", "Message": request.to_string(), "Timestamp": timestamp})
+                .to_string()
+        };
+        let decoded = decode(Some(&envelope(json!("2026-12-01T10:20:57.123Z"))), &policy).expect("decoded");
+        assert_eq!(decoded.published_ms, Some(1_796_120_457_123));
+        let unreadable = decode(Some(&envelope(json!("yesterday"))), &policy).expect("still decoded");
+        assert_eq!(unreadable.published_ms, None, "an unreadable Timestamp counts as none");
+        let bare = decode(Some(&request.to_string()), &policy).expect("raw delivery");
+        assert_eq!(bare.published_ms, None);
+    }
     use crate::response_url::AllowedPrefix;
     use serde_json::json;
 

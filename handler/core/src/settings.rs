@@ -81,6 +81,13 @@ pub struct Settings {
     pub deadline_margin_ms: u64,
     /// The queue's redrive `maxReceiveCount`: receives before SQS moves a message to the DLQ.
     pub max_receive_count: u32,
+    /// How long an answer of the active-region control is reused (`CachedActivity`).
+    pub control_cache_ms: u64,
+    /// The queue's visibility timeout: how long a crashed invocation hides its batch.
+    pub visibility_timeout_s: u64,
+    /// The secondary queue's delay: a primary's request due sooner than this and the margin has
+    /// no failover.
+    pub secondary_delay_s: u64,
 }
 
 impl Settings {
@@ -114,7 +121,24 @@ impl Settings {
             deadline_ceiling_s: config.deadline_ceiling_s,
             deadline_margin_ms: config.deadline_margin_ms,
             max_receive_count: config.max_receive_count,
+            control_cache_ms: config.control_cache_ms,
+            visibility_timeout_s: config.visibility_timeout_s,
+            secondary_delay_s: config.secondary_delay_s,
         }
+    }
+
+    /// Time a delivery that takes over near the deadline needs to answer: the acquire, then
+    /// what any answer needs ([`Settings::answer_ms`]). The deadline margin must exceed it.
+    pub fn take_over_answer_ms(&self) -> u64 {
+        self.store_call_timeout_ms + self.answer_ms()
+    }
+
+    /// How long before a request's deadline every lease of it ends at the latest, on the
+    /// holder's clock: the deadline margin and the skew margin. A taker-over sees the lease
+    /// expired exactly where the margin begins, and the margin holds the time it needs to
+    /// answer, so a holder crashing just before then still leaves time to answer FAILED.
+    pub fn lease_end_before_deadline_ms(&self) -> u64 {
+        self.deadline_margin_ms + self.skew_ms
     }
 
     /// Kept at the end of an invocation for the batch's SQS calls (concurrent, one timeout) and

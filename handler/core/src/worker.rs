@@ -28,11 +28,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tracing::Instrument;
 
 use crate::clock::{Clock, within};
-use crate::control::{ActivitySource, ControlError};
+use crate::control::{ActivitySource, CachedActivity};
 use crate::deadline::RequestDeadline;
 use crate::decision::{Action, Activity, FirstStep, Role, Situation, decide, first_step};
 use crate::delivery::{PutError, ResponseSink, put_with_retries};
@@ -44,7 +47,7 @@ use crate::lease::{
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::{Fence, Progress, ProviderContext, ProviderError, Router, STATE_BYTES_MAX, Waiting};
 use crate::random::{Random, full_jitter_ms};
-use crate::request::{InputPolicy, Request, RequestKind, decode};
+use crate::request::{InputPolicy, Request, RequestKind, Undeliverable, decode};
 use crate::response::{self, Outcome, ResponseBody, Status, foreign_text};
 use crate::settings::BACKOFF_FLOOR_S_MAX;
 pub use crate::settings::Settings;
@@ -67,9 +70,9 @@ pub const VISIBILITY_S_MAX: u32 = 43_200;
 /// record change under it, decide again.
 const DECISIONS_MAX: u32 = 4;
 
-/// The last poll of a wait is scheduled this long before the deadline margin begins, so that
-/// its message, brought back on a whole second, still finds the deadline not near.
-const LAST_POLL_EARLY_MS: u64 = 1_000;
+/// The last poll of a wait is scheduled this long before the point where leases must end for
+/// the deadline (`Job::lease_cap_ms`), so that it still has this long to run.
+const LAST_POLL_RUN_MS: u64 = 5_000;
 
 /// The longest part of a provider's last state quoted in a FAILED Reason.
 const STATE_REASON_CHARS_MAX: usize = 256;
@@ -117,6 +120,44 @@ pub struct RequestSummary {
     pub request_type: Option<RequestKind>,
     /// The ResourceType, e.g. `Custom::Echo`; `None` when the request could not be parsed.
     pub resource_type: Option<String>,
+}
+
+impl RequestSummary {
+    /// The summary of `request`.
+    pub fn of(request: &Request) -> Self {
+        Self {
+            stack_id: request.key.stack_id.to_string(),
+            request_id: request.key.request_id.clone(),
+            logical_resource_id: request.logical_resource_id.clone(),
+            request_type: request.kind(),
+            resource_type: request.resource_type().map(str::to_owned),
+        }
+    }
+}
+
+/// A delivery decoded, before it is handled ([`Worker::receive`]).
+#[derive(Debug)]
+pub struct Received<'a> {
+    delivery: Delivery<'a>,
+    decoded: Result<Box<Decoded>, Undeliverable>,
+}
+
+impl Received<'_> {
+    /// What the delivery is about, if it could be decoded.
+    pub fn summary(&self) -> Option<RequestSummary> {
+        self.decoded.as_ref().ok().map(|decoded| RequestSummary::of(&decoded.request))
+    }
+}
+
+/// A decoded request and when it was sent.
+#[derive(Debug)]
+struct Decoded {
+    request: Request,
+    /// The earliest of the publish time and the copy's send times, if any was known.
+    sent_ms: Option<u64>,
+    /// The same, or when the delivery was received if none was known.
+    attempt_sent_ms: u64,
+    deadline: RequestDeadline,
 }
 
 /// What to do with the message after this delivery.
@@ -208,7 +249,9 @@ pub struct Ports {
     pub clock: Arc<dyn Clock>,
     /// Jitter and owner nonces; seeded in tests and the simulator.
     pub random: Arc<dyn Random>,
-    /// Asked only by a primary; a secondary's decisions do not depend on it.
+    /// The active-region control's source, asked only by a primary (a secondary's decisions do
+    /// not depend on it). The worker puts it behind a [`CachedActivity`] with
+    /// `Settings::control_cache_ms`: pass the source itself, not a cache.
     pub control: Arc<dyn ActivitySource>,
     /// Where protocol events are counted.
     pub metrics: Arc<dyn MetricsSink>,
@@ -222,7 +265,9 @@ pub struct Worker {
     router: Arc<Router>,
     clock: Arc<dyn Clock>,
     random: Arc<dyn Random>,
-    control: Arc<dyn ActivitySource>,
+    /// The configured control behind its cache: one source read per time-to-live, and the
+    /// last known answer when the source fails or answers too late.
+    control: Arc<CachedActivity>,
     metrics: Arc<dyn MetricsSink>,
     input: Arc<InputPolicy>,
     settings: Arc<Settings>,
@@ -239,6 +284,8 @@ impl Worker {
     /// A worker over the given ports.
     pub fn new(ports: Ports, input: InputPolicy, settings: Settings) -> Self {
         let Ports { store, sink, router, clock, random, control, metrics } = ports;
+        let control =
+            Arc::new(CachedActivity::new(control, Arc::clone(&clock), settings.control_cache_ms, Activity::Active));
         Self {
             store,
             sink,
@@ -269,8 +316,56 @@ impl Worker {
 
     /// Handles one delivery and says which request it was about.
     pub async fn handle_detailed(&self, delivery: Delivery<'_>, invocation: &Invocation) -> Handled {
-        let request = match decode(delivery.body, &self.input) {
-            Ok(request) => request,
+        self.handle_received(self.receive(delivery), invocation).await
+    }
+
+    /// Decodes a delivery and works out its request's deadline, before anything is done with it
+    /// (the batch shortens the visibility of records near their deadline first).
+    pub fn receive<'a>(&self, delivery: Delivery<'a>) -> Received<'a> {
+        let decoded = decode(delivery.body, &self.input).map(|request| {
+            // The earliest of the publish time and the copy's send times: a copy SNS delivered
+            // late has no more time than CloudFormation gives.
+            let sent_ms = match (request.published_ms, delivery.sent_ms) {
+                (Some(published_ms), Some(sent_ms)) => Some(published_ms.min(sent_ms)),
+                (published_ms, sent_ms) => published_ms.or(sent_ms),
+            };
+            let attempt_sent_ms = sent_ms.unwrap_or_else(|| self.clock.now_ms());
+            let deadline = RequestDeadline::of(
+                attempt_sent_ms,
+                request.service_timeout_s(),
+                request.response_url.presigned_expiry_ms(),
+                self.settings.deadline_ceiling_s,
+            );
+            Box::new(Decoded { request, sent_ms, attempt_sent_ms, deadline })
+        });
+        Received { delivery, decoded }
+    }
+
+    /// The visibility to give a received record now, in seconds, so that if its invocation dies
+    /// the record comes back while its request can still be answered: `Some` for a record whose
+    /// deadline margin begins within the queue's visibility timeout (a crash would hide it past
+    /// that), `None` for every other.
+    pub fn visibility_if_lost_s(&self, received: &Received<'_>, now_ms: u64) -> Option<u32> {
+        let decoded = received.decoded.as_ref().ok()?;
+        let deadline = &decoded.deadline;
+        if now_ms >= deadline.at_ms {
+            return None;
+        }
+        let latest_wake_ms = deadline.latest_wake_ms(self.settings.deadline_margin_ms);
+        let visibility_ms = self.settings.visibility_timeout_s.saturating_mul(1000);
+        if latest_wake_ms >= now_ms.saturating_add(visibility_ms) {
+            return None;
+        }
+        let delay_s = u32::try_from(latest_wake_ms.saturating_sub(now_ms) / 1000).unwrap_or(u32::MAX);
+        let delay_s = delay_s.max(self.backoff_floor_s());
+        (u64::from(delay_s) < self.settings.visibility_timeout_s).then_some(delay_s)
+    }
+
+    /// Handles a received delivery and says which request it was about.
+    pub async fn handle_received(&self, received: Received<'_>, invocation: &Invocation) -> Handled {
+        let Received { delivery, decoded } = received;
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
             Err(error) => {
                 tracing::error!(%error, "record refused");
                 self.metrics.record(MetricEvent::DlqBound);
@@ -279,6 +374,7 @@ impl Worker {
                 return Handled { request: None, disposition };
             }
         };
+        let request = &decoded.request;
         let span = tracing::info_span!(
             "request",
             stack_id = %request.key.stack_id,
@@ -288,7 +384,7 @@ impl Worker {
             fingerprint = %request.fingerprint,
             fence = tracing::field::Empty,
         );
-        let disposition = self.process(&request, delivery, invocation).instrument(span.clone()).await;
+        let disposition = self.process(&decoded, delivery, invocation).instrument(span.clone()).await;
         span.in_scope(|| match &disposition {
             Disposition::Done(done) => tracing::info!(?done, "message done"),
             Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
@@ -296,31 +392,20 @@ impl Worker {
                 tracing::error!(why, cause = cause.as_str(), "message goes to the DLQ")
             }
         });
-        let summary = RequestSummary {
-            stack_id: request.key.stack_id.clone(),
-            request_id: request.key.request_id.clone(),
-            logical_resource_id: request.logical_resource_id.clone(),
-            request_type: request.kind(),
-            resource_type: request.resource_type().map(str::to_owned),
-        };
-        Handled { request: Some(summary), disposition }
+        Handled { request: Some(RequestSummary::of(request)), disposition }
     }
 
-    async fn process(&self, request: &Request, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
+    async fn process(&self, decoded: &Decoded, delivery: Delivery<'_>, invocation: &Invocation) -> Disposition {
         let settings = &self.settings;
         let now_ms = self.clock.now_ms();
+        let request = &decoded.request;
         let job = Job {
             request,
             invocation,
             receive_count: delivery.receive_count,
-            sent_ms: delivery.sent_ms,
-            attempt_sent_ms: delivery.sent_ms.unwrap_or(now_ms),
-            deadline: RequestDeadline::of(
-                delivery.sent_ms.unwrap_or(now_ms),
-                request.service_timeout_s(),
-                request.response_url.presigned_expiry_ms(),
-                settings.deadline_ceiling_s,
-            ),
+            sent_ms: decoded.sent_ms,
+            attempt_sent_ms: decoded.attempt_sent_ms,
+            deadline: decoded.deadline,
             owner: format!(
                 "{}/{}/{}",
                 settings.region,
@@ -332,14 +417,13 @@ impl Worker {
         };
         let activity = match settings.role {
             Role::Primary => {
+                if delivery.receive_count <= 1 {
+                    self.warn_if_no_failover(&job);
+                }
+                // A control that answers too slowly is one that failed: the last known answer
+                // stands (`CachedActivity::activity_within`).
                 let timeout_ms = settings.store_call_timeout_ms.min(job.time_left_ms(now_ms));
-                let answer = within(self.clock.as_ref(), timeout_ms, self.control.activity()).await;
-                answer.unwrap_or_else(|| Err(ControlError(format!("no answer within {timeout_ms} ms")))).unwrap_or_else(
-                    |error| {
-                        tracing::warn!(%error, "no answer from the active-region control; acting as active");
-                        Activity::Active
-                    },
-                )
+                self.control.activity_within(timeout_ms).await
             }
             // A secondary's decisions do not depend on it: see `decision`.
             Role::Secondary => Activity::Standby,
@@ -366,23 +450,11 @@ impl Worker {
             };
             match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(&job).await,
-                Action::Run { fence, poll } => return self.run_and_answer(&job, fence, poll).await,
+                Action::Run { fence, took_over, poll } => {
+                    return self.run_and_answer(&job, fence, took_over, poll).await;
+                }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
-                    tracing::Span::current().record("fence", fence);
-                    let reason = match &poll {
-                        Some(poll) => still_in_progress(&job, poll, now_ms),
-                        None => format!(
-                            "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
-                            describe(request),
-                            job.deadline.describe(),
-                        ),
-                    };
-                    let took_over = took_over || poll.is_some();
-                    tracing::error!(reason, took_over, "deadline near and nothing committed");
-                    // An execution this one took over from may have run the provider: its
-                    // rollback Delete must then reach the provider (see `response::build`).
-                    let outcome = if took_over { Outcome::failed(reason) } else { Outcome::refused(reason) };
-                    return self.commit_and_deliver(&job, fence, outcome).await;
+                    return self.fail_without_running(&job, fence, took_over, poll).await;
                 }
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);
@@ -414,6 +486,52 @@ impl Worker {
         self.retry(&job, "the record kept changing while deciding".into())
     }
 
+    /// Commits and PUTs FAILED without running the provider: the request's deadline leaves no
+    /// time to run it. With work in progress, the Reason says how long it waited.
+    async fn fail_without_running(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over: bool,
+        poll: Option<PollRecord>,
+    ) -> Disposition {
+        tracing::Span::current().record("fence", fence);
+        let now_ms = self.clock.now_ms();
+        let reason = match &poll {
+            Some(poll) => still_in_progress(job, poll, now_ms),
+            None => format!(
+                "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
+                describe(job.request),
+                job.deadline.describe(),
+            ),
+        };
+        let took_over = took_over || poll.is_some();
+        tracing::error!(reason, took_over, "deadline near and nothing committed");
+        // An execution this one took over from may have run the provider: its rollback Delete
+        // must then reach the provider (see `response::build`).
+        let outcome = if took_over { Outcome::failed(reason) } else { Outcome::refused(reason) };
+        self.commit_and_deliver(job, fence, outcome).await
+    }
+
+    /// A primary's warning that `job`'s request has no failover: its deadline comes before the
+    /// secondary's copy, delayed by the secondary queue, could still be answered. The
+    /// secondary's copy then finds the deadline near or passed, so if this region fails, the
+    /// request goes unanswered or FAILED.
+    fn warn_if_no_failover(&self, job: &Job<'_>) {
+        let settings = &self.settings;
+        let secondary_answers_from_ms =
+            job.attempt_sent_ms + settings.secondary_delay_s * 1000 + settings.deadline_margin_ms;
+        if job.deadline.at_ms < secondary_answers_from_ms {
+            tracing::warn!(
+                deadline_s = job.deadline.at_ms.saturating_sub(job.attempt_sent_ms) / 1000,
+                secondary_delay_s = settings.secondary_delay_s,
+                deadline_margin_ms = settings.deadline_margin_ms,
+                "this request's deadline comes before the secondary region could answer it: if this region fails, it has no failover; give the resource a ServiceTimeout of at least the secondary's delay plus the deadline margin"
+            );
+            self.metrics.record(MetricEvent::ShortServiceTimeout);
+        }
+    }
+
     /// Takes the lease, or reports the record that refused it. `Seen::Mine` on success.
     async fn acquire(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
         let (settings, request, owner) = (&self.settings, job.request, job.owner.as_str());
@@ -426,7 +544,7 @@ impl Worker {
                 sent_ms: job.attempt_sent_ms,
                 owner: owner.to_owned(),
                 now_ms,
-                lease_until_ms: now_ms + settings.lease_ms,
+                lease_until_ms: job.lease_until_ms(settings, now_ms),
                 skew_ms: settings.skew_ms,
                 expires_ms: now_ms + settings.retention_ms,
                 poll_lag_ms: job.poll_lag_ms(settings, now_ms),
@@ -487,21 +605,35 @@ impl Worker {
         Err(last)
     }
 
-    async fn run_and_answer(&self, job: &Job<'_>, fence: u64, poll: Option<PollRecord>) -> Disposition {
+    async fn run_and_answer(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over: bool,
+        poll: Option<PollRecord>,
+    ) -> Disposition {
         tracing::Span::current().record("fence", fence);
         let deadline = &job.deadline;
-        // The provider stops early enough for the answer (commit, PUT, record) to fit before the
-        // request's deadline, and before the invocation's end less the batch's tail.
-        let (run_end_ms, end, kept_ms, advice) = if deadline.at_ms < job.work_end_ms {
-            let run_end_ms = deadline.at_ms.saturating_sub(job.answer_ms);
-            (run_end_ms, format!("the request's deadline, set by {}", deadline.describe()), job.answer_ms, "")
+        let settings = &self.settings;
+        // The provider stops where this execution's lease must end for the request's deadline
+        // (a taker-over then still has the margin to answer), or, for the invocation, early
+        // enough for the answer (commit, PUT, record) and the batch's tail.
+        let request_end_ms = job.lease_cap_ms(settings);
+        let invocation_end_ms = job.work_end_ms.saturating_sub(job.answer_ms);
+        let (run_end_ms, end, kept_ms, advice) = if request_end_ms <= invocation_end_ms {
+            let kept_ms = settings.lease_end_before_deadline_ms();
+            (request_end_ms, format!("the request's deadline, set by {}", deadline.describe()), kept_ms, "")
         } else {
-            let run_end_ms = job.work_end_ms.saturating_sub(job.answer_ms);
             let advice = "; raise the function timeout or make the provider faster";
-            let kept_ms = job.invocation.deadline_ms.saturating_sub(run_end_ms);
-            (run_end_ms, "the Lambda invocation's deadline".to_owned(), kept_ms, advice)
+            let kept_ms = job.invocation.deadline_ms.saturating_sub(invocation_end_ms);
+            (invocation_end_ms, "the Lambda invocation's deadline".to_owned(), kept_ms, advice)
         };
-        if deadline.at_ms >= job.work_end_ms && run_end_ms < self.clock.now_ms() + RUN_MS_MIN {
+        let now_ms = self.clock.now_ms();
+        if request_end_ms <= invocation_end_ms && run_end_ms <= now_ms {
+            // The lease was taken where no lease may reach any more: answer without running.
+            return self.fail_without_running(job, fence, took_over, poll).await;
+        }
+        if request_end_ms > invocation_end_ms && run_end_ms < now_ms + RUN_MS_MIN {
             // Taking the lease used up this invocation (a slow store): rather than answer FAILED
             // for want of time that a later invocation has, let the lease expire and be taken over.
             return self.retry(job, "too little of this invocation was left to run the provider".into());
@@ -511,7 +643,7 @@ impl Worker {
             describe(job.request),
             kept_ms.div_ceil(1000)
         );
-        let outcome = match self.supervise(job.request, fence, poll.as_ref(), run_end_ms, reason).await {
+        let outcome = match self.supervise(job, fence, poll.as_ref(), run_end_ms, reason).await {
             Run::Finished(outcome) => outcome,
             Run::InProgress(waiting) => return self.wait(job, fence, waiting, poll.as_ref()).await,
             Run::LeaseLost => {
@@ -562,7 +694,7 @@ impl Worker {
         }
         let floor_ms = u64::from(self.backoff_floor_s()) * 1000;
         let after_ms = u64::try_from(waiting.poll_after.as_millis()).unwrap_or(u64::MAX).max(floor_ms);
-        let last_poll_ms = job.deadline.latest_wake_ms(settings.deadline_margin_ms).saturating_sub(LAST_POLL_EARLY_MS);
+        let last_poll_ms = job.lease_cap_ms(settings).saturating_sub(LAST_POLL_RUN_MS);
         let poll = PollRecord {
             fingerprint: request.fingerprint.clone(),
             state,
@@ -604,12 +736,14 @@ impl Worker {
     /// with `late_reason`). With `poll`, the provider's work in progress is polled instead.
     async fn supervise(
         &self,
-        request: &Request,
+        job: &Job<'_>,
         fence: u64,
         poll: Option<&PollRecord>,
         run_deadline_ms: u64,
         late_reason: String,
     ) -> Run {
+        let request = job.request;
+        let lease_cap_ms = job.lease_cap_ms(&self.settings);
         let lease_lost = Arc::new(AtomicBool::new(false));
         let context = ProviderContext::new(
             Fence { scope: fence_scope(request), value: fence },
@@ -656,7 +790,8 @@ impl Worker {
                 let now_ms = self.clock.now_ms();
                 let store = Arc::clone(&self.store);
                 let key = request.key.clone();
-                let lease_until_ms = now_ms + self.settings.lease_ms;
+                // Never past the request's lease cap, however long the provider runs.
+                let lease_until_ms = (now_ms + self.settings.lease_ms).min(lease_cap_ms.max(now_ms));
                 let clock = Arc::clone(&self.clock);
                 let timeout_ms = self.settings.store_call_timeout_ms;
                 heartbeat = Some(Box::pin(async move {
@@ -694,9 +829,24 @@ impl Worker {
         let attempts_max = self.settings.provider_attempts_max.max(1);
         let failed = |reason: String| Ok(Progress::Finished(Outcome::failed(reason)));
         for attempt in 1..=attempts_max {
-            let result = match poll {
-                Some(poll) => self.router.poll(request, context, &poll.state).await,
-                None => self.router.run(request, context).await,
+            let call = async {
+                match poll {
+                    Some(poll) => self.router.poll(request, context, &poll.state).await,
+                    None => self.router.run(request, context).await,
+                }
+            };
+            // Providers are users' code, and users' code panics. Caught here, a panic is this
+            // request's FAILED answer; uncaught, it would fail the whole batch (lambda_runtime
+            // reports the invocation failed) and hide every record of it for the visibility
+            // timeout, past the deadline margin of any request near its deadline.
+            let result = match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(result) => result,
+                Err(payload) => {
+                    let message = foreign_text(&panic_message(payload.as_ref()), PROVIDER_REASON_CHARS_MAX);
+                    tracing::error!(message, "the provider panicked; answering FAILED");
+                    self.metrics.record(MetricEvent::ProviderPanicked);
+                    return failed(format!("{label} failed: the provider panicked: {message}"));
+                }
             };
             match result {
                 Ok(progress) => return Ok(progress),
@@ -940,6 +1090,29 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
+    /// The latest a lease of this request may end, on the holder's clock: the deadline less the
+    /// deadline margin and the skew margin. A taker-over sees it expired where the margin
+    /// begins, with the margin's time left to answer FAILED; no lease or heartbeat reaches past
+    /// it (L1).
+    fn lease_cap_ms(&self, settings: &Settings) -> u64 {
+        // A millisecond less: a lease counts as expired once it ended more than the skew margin
+        // ago, and that must be true at the margin's first moment.
+        self.deadline.at_ms.saturating_sub(settings.lease_end_before_deadline_ms()).saturating_sub(1)
+    }
+
+    /// The end of a lease taken or extended at `now_ms`: a lease's length, cut at the cap. Past
+    /// the cap (a delivery answering inside the margin), just long enough for the answer: a
+    /// crash there cannot be made up for in time anyway, and a lease keeps two answering
+    /// deliveries from taking it from each other in turn.
+    fn lease_until_ms(&self, settings: &Settings, now_ms: u64) -> u64 {
+        let cap_ms = self.lease_cap_ms(settings);
+        if now_ms < cap_ms {
+            (now_ms + settings.lease_ms).min(cap_ms)
+        } else {
+            now_ms + settings.lease_ms.min(settings.answer_ms())
+        }
+    }
+
     /// Store calls made while deciding end in time for an answer to follow.
     fn decide_end_ms(&self) -> u64 {
         self.work_end_ms.saturating_sub(self.answer_ms)
@@ -971,6 +1144,15 @@ fn still_in_progress(job: &Job<'_>, poll: &PollRecord, now_ms: u64) -> String {
         poll.polls,
         foreign_text(&poll.state, STATE_REASON_CHARS_MAX)
     )
+}
+
+/// What a panic said: its message when it has one (`panic!` with a string or a format).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|message| (*message).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// "Custom::Echo Create", for Reasons.

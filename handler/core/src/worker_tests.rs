@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::clock::{Clock, ManualClock};
-use crate::control::FixedActivity;
+use crate::control::{ActivitySource, ControlError, FixedActivity};
 use crate::decision::{Activity, Role};
 use crate::delivery::PutPolicy;
 use crate::echo::{ECHO_TYPE, Echo};
@@ -25,7 +25,11 @@ use crate::testing::{
 #[path = "worker_wait_tests.rs"]
 mod waits;
 
+#[path = "worker_batch_tests.rs"]
+mod batches;
+
 const START_MS: u64 = 1_800_000_000_000;
+const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
 const OTHER_URL: &str =
     "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=two";
@@ -57,6 +61,12 @@ impl Harness {
     }
 
     fn worker_as(&self, region: &str, role: Role, activity: Activity) -> Worker {
+        self.worker_with(Settings { role, ..settings(region) }, Arc::new(FixedActivity(activity)))
+    }
+
+    /// A worker with these settings and this active-region control, accepting bare requests
+    /// and SNS envelopes from [`TOPIC`].
+    fn worker_with(&self, settings: Settings, control: Arc<dyn ActivitySource>) -> Worker {
         let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Counting", self.counting.clone());
         let ports = Ports {
             store: self.store.clone(),
@@ -64,11 +74,11 @@ impl Harness {
             router: Arc::new(router),
             clock: Arc::new(self.clock.clone()),
             random: Arc::new(SplitMix64::new(7)),
-            control: Arc::new(FixedActivity(activity)),
+            control,
             metrics: Arc::new(self.metrics.clone()),
         };
-        let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
-        Worker::new(ports, input, Settings { role, ..settings(region) })
+        let input = InputPolicy { topic_arns: vec![TOPIC.into()], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+        Worker::new(ports, input, settings)
     }
 
     fn invocation(&self, budget_ms: u64) -> Invocation {
@@ -111,6 +121,9 @@ fn settings(region: &str) -> Settings {
         deadline_margin_ms: 20_000,
         queue_call_timeout_ms: 1_000,
         max_receive_count: 1_000,
+        control_cache_ms: 0,
+        visibility_timeout_s: 960,
+        secondary_delay_s: 60,
     }
 }
 
@@ -447,7 +460,8 @@ fn the_record_is_keyed_by_stack_and_request() {
     assert_eq!(
         record.key,
         RequestKey {
-            stack_id: "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid".into(),
+            stack_id: crate::request::StackArn::parse("arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid")
+                .expect("a stack ARN"),
             request_id: "req-1".into()
         }
     );
@@ -567,10 +581,11 @@ fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
 #[test]
 fn l1_backoff_never_waits_past_the_deadline() {
     let h = Harness::new();
-    let body = echo_create(json!({"DelayMs": "5000", "ServiceTimeout": "120"}));
+    let body = echo_create(json!({"DelayMs": "3000", "ServiceTimeout": "120"}));
     let invocation = h.invocation(900_000);
-    // East holds a 10 s lease; west's copy was sent 95 s ago, so only 25 s are left: it may
-    // wait 5 s at most (deadline - 20 s margin), not until the lease ends (11 s).
+    // The copies were sent 95 s ago, so 25 s are left. East's lease ends where leases must
+    // (deadline - 20 s margin - 1 s skew: in 4 s), not 10 s on; west may wait 5 s at most
+    // (deadline - margin), when the lease counts as expired.
     let east = h.worker("us-east-1");
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
     let sent_ms = Some(h.clock.now_ms() - 95_000);
@@ -591,7 +606,7 @@ fn l1_a_provider_is_bounded_by_the_request_deadline_too() {
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert_eq!(
         reason,
-        "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 8 s kept to answer)"
+        "Custom::Echo Create did not finish before the request's deadline, set by the resource's ServiceTimeout (less 21 s kept to answer)"
     );
     assert!(h.clock.now_ms() <= START_MS + 60_000, "answered within the ServiceTimeout");
 }
@@ -771,4 +786,183 @@ mod time_bounds {
         assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
         assert_eq!(h.counting.calls(), 0);
     }
+}
+
+/// The deployed lease, heartbeat and skew (30 s, 10 s, 2 s): a lease longer than the deadline
+/// margin (20 s), which is what let a lease outlive the deadline.
+fn deployed_leases(region: &str, role: Role) -> Settings {
+    Settings { role, lease_ms: 30_000, heartbeat_ms: 10_000, skew_ms: 2_000, ..settings(region) }
+}
+
+#[test]
+fn l1_no_lease_outlives_the_point_where_a_taker_over_can_still_answer() {
+    let h = Harness::new();
+    let body = echo_create(json!({"DelayMs": "600000", "ServiceTimeout": "300"}));
+    let sent_ms = h.clock.now_ms();
+    let deadline_ms = sent_ms + 300_000;
+    let east = h.worker_with(deployed_leases("us-east-1", Role::Primary), Arc::new(FixedActivity(Activity::Active)));
+    let west = h.worker_with(deployed_leases("us-west-2", Role::Secondary), Arc::new(FixedActivity(Activity::Standby)));
+    // East runs a provider that will not finish, heartbeating every 10 s, and crashes 30 s
+    // before the deadline, just after a heartbeat.
+    let invocation = h.invocation(900_000);
+    let delivery = Delivery { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) };
+    let crashed =
+        drive_until(&h.clock, east.handle(delivery, &invocation), || h.clock.now_ms() >= deadline_ms - 30_000);
+    assert!(crashed.is_none(), "east crashed mid-provider");
+    let lease_until_ms = h.record().lease_until_ms;
+    assert!(
+        lease_until_ms + 2_000 < deadline_ms - 20_000,
+        "the lease ends {} s before the deadline: a taker-over would not see it expired before the margin",
+        deadline_ms.saturating_sub(lease_until_ms) / 1000
+    );
+    // West's copy comes back where the margin begins, and answers in it.
+    h.clock.set_ms(deadline_ms - 20_000);
+    let mut receive = 1;
+    let done = loop {
+        let invocation = h.invocation(900_000);
+        let delivery = Delivery { body: Some(&body), receive_count: receive, sent_ms: Some(sent_ms) };
+        match drive(&h.clock, west.handle(delivery, &invocation)) {
+            Disposition::Retry { delay_s, .. } => h.clock.advance_ms(u64::from(delay_s) * 1000),
+            other => break other,
+        }
+        receive += 1;
+    };
+    assert_eq!(answered(&done).1, Status::Failed, "{done:?}");
+    assert!(h.clock.now_ms() <= deadline_ms, "answered {} ms after the deadline", h.clock.now_ms() - deadline_ms);
+}
+
+#[test]
+fn l1_a_provider_stops_where_its_lease_must_end_and_heartbeats_never_pass_it() {
+    let h = Harness::new();
+    let east = h.worker_with(deployed_leases("us-east-1", Role::Primary), Arc::new(FixedActivity(Activity::Active)));
+    let body = echo_create(json!({"DelayMs": "600000", "ServiceTimeout": "300"}));
+    let sent_ms = h.clock.now_ms();
+    assert_eq!(answered(&handle_sent(&h, &east, &body, 0)).1, Status::Failed);
+    // Deadline 300 s, less the 20 s margin and the 2 s skew margin.
+    assert_eq!(h.clock.now_ms(), sent_ms + 278_000 - 1, "the provider ran until its lease had to end");
+    let reason = h.bodies(URL)[0].reason.clone().expect("a reason");
+    assert!(reason.ends_with("(less 22 s kept to answer)"), "{reason}");
+}
+
+/// Answers `first` at once, then takes `slow_ms` on the clock for every later read.
+#[derive(Debug)]
+struct SlowAfterFirst {
+    clock: ManualClock,
+    first: Activity,
+    later: Activity,
+    slow_ms: u64,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl ActivitySource for SlowAfterFirst {
+    async fn activity(&self) -> Result<Activity, ControlError> {
+        if self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return Ok(self.first);
+        }
+        self.clock.sleep_ms(self.slow_ms).await;
+        Ok(self.later)
+    }
+}
+
+#[test]
+fn a_control_slower_than_its_timeout_keeps_the_last_known_answer() {
+    let h = Harness::new();
+    // Drained: the control says standby, then every read takes 10 s (ARC with two endpoints
+    // unreachable, 2 s each and more), well past the 2 s store-call timeout.
+    let control = Arc::new(SlowAfterFirst {
+        clock: h.clock.clone(),
+        first: Activity::Standby,
+        later: Activity::Active,
+        slow_ms: 10_000,
+        reads: Default::default(),
+    });
+    let primary = h.worker_with(Settings { control_cache_ms: 5_000, ..settings("us-east-1") }, control);
+    let left = handle_sent(&h, &primary, &echo_create(json!({})), 0);
+    assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+    h.clock.advance_ms(6_000);
+    let (other, other_url) = batches_request(2);
+    let again = handle_sent(&h, &primary, &other, 0);
+    assert!(matches!(&again, Disposition::Retry { why, .. } if why.contains("standby")), "{again:?}");
+    assert!(h.sink.bodies(&other_url).is_empty(), "a drained primary started new work on a timed-out control read");
+    assert!(h.memory.snapshot().is_empty(), "no lease was taken");
+}
+
+/// A Create with its own RequestId and ResponseURL.
+fn batches_request(n: u32) -> (String, String) {
+    let url =
+        format!("https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k{n}?X-Amz-Signature=s{n}");
+    let mut body: Value = serde_json::from_str(&request("Create", ECHO_TYPE, json!({}), &url)).expect("json");
+    body["RequestId"] = json!(format!("req-{n}"));
+    (body.to_string(), url)
+}
+
+/// `request` in an SNS envelope published at `published_ms`.
+fn envelope(request: &str, published_ms: u64) -> String {
+    json!({
+        "Type": "Notification",
+        "MessageId": "m-1",
+        "TopicArn": TOPIC,
+        "Message": request,
+        "Timestamp": crate::timestamp::format_ms(published_ms),
+    })
+    .to_string()
+}
+
+#[test]
+fn l1_a_late_copy_counts_its_deadline_from_the_publish_time() {
+    let h = Harness::new();
+    let worker = h.worker("us-west-2");
+    // Published 200 s ago with a 300 s ServiceTimeout; SNS delivered this copy only 5 s ago.
+    let published_ms = h.clock.now_ms() - 200_000;
+    let deadline_ms = published_ms + 300_000;
+    let body = envelope(&echo_create(json!({"DelayMs": "120000", "ServiceTimeout": "300"})), published_ms);
+    let done = handle_sent(&h, &worker, &body, 5_000);
+    assert!(
+        h.clock.now_ms() < deadline_ms,
+        "answered {} s after CloudFormation stopped waiting",
+        (h.clock.now_ms() - deadline_ms) / 1000
+    );
+    assert_eq!(answered(&done).1, Status::Failed);
+    let reason = h.bodies(URL)[0].reason.clone().expect("a reason");
+    assert!(reason.contains("did not finish before the request's deadline"), "{reason}");
+}
+
+#[test]
+fn a_request_can_never_be_keyed_like_the_control_item() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let mut hostile: Value = serde_json::from_str(&echo_create(json!({}))).expect("json");
+    hostile["StackId"] = json!("control#active");
+    hostile["RequestId"] = json!("control");
+    let disposition = h.handle(&worker, &hostile.to_string());
+    assert!(
+        matches!(&disposition, Disposition::DeadLetter { cause: DeadLetterCause::Undeliverable, why } if why.contains("not a CloudFormation stack ARN")),
+        "{disposition:?}"
+    );
+    assert!(h.memory.snapshot().is_empty(), "nothing was written to the lease table");
+    assert!(h.sink.all().is_empty(), "nothing was sent");
+}
+
+#[test]
+fn a_primary_counts_requests_whose_deadline_leaves_the_secondary_no_time() {
+    let h = Harness::new();
+    // The secondary's copy comes 60 s late; with the 20 s margin, a 70 s ServiceTimeout leaves
+    // it nothing to answer in. 90 s does.
+    let primary = h.worker("us-east-1");
+    let short = echo_create(json!({"ServiceTimeout": "70"}));
+    h.handle(&primary, &short);
+    let count = || h.metrics.events().iter().filter(|event| **event == MetricEvent::ShortServiceTimeout).count();
+    assert_eq!(count(), 1);
+    let (enough, _) = batches_request(2);
+    let mut enough: Value = serde_json::from_str(&enough).expect("json");
+    enough["ResourceProperties"]["ServiceTimeout"] = json!("90");
+    h.handle(&primary, &enough.to_string());
+    assert_eq!(count(), 1, "90 s leaves the secondary time to answer");
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let (third, _) = batches_request(3);
+    let mut third: Value = serde_json::from_str(&third).expect("json");
+    third["ResourceProperties"]["ServiceTimeout"] = json!("30");
+    h.handle(&secondary, &third.to_string());
+    assert_eq!(count(), 1, "only primaries count");
 }

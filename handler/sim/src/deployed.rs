@@ -46,9 +46,20 @@ pub struct Deployed {
     pub default_function_timeout: FunctionTimeout,
     /// The secondary queue's `DelaySeconds` with the template's default parameters.
     pub secondary_delay_s: u64,
-    /// The function's environment, resolved per role, with the variables Lambda derives from its
-    /// `LoggingConfig` (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`).
+    /// The event source mapping: records per invocation (`BatchSize`).
+    pub batch_size: usize,
+    /// The event source mapping's `MaximumBatchingWindowInSeconds` (0 when the template sets
+    /// none, as SQS mappings of batches up to 10 default to).
+    pub batching_window_s: u64,
+    /// The event source mapping's `ScalingConfig.MaximumConcurrency`: invocations at once.
+    pub maximum_concurrency: usize,
+    /// The function's environment, resolved per role with the default function timeout, with
+    /// the variables Lambda derives from its `LoggingConfig` (`AWS_LAMBDA_LOG_FORMAT`,
+    /// `AWS_LAMBDA_LOG_LEVEL`).
     pub environment: BTreeMap<&'static str, BTreeMap<String, String>>,
+    /// The same for every allowed function timeout, by role and timeout in seconds: some
+    /// variables (the visibility timeout) follow it.
+    pub environment_by_timeout: BTreeMap<(&'static str, u64), BTreeMap<String, String>>,
 }
 
 impl Deployed {
@@ -88,6 +99,24 @@ impl Deployed {
             number(&defaults.resolve(redrive.get("maxReceiveCount").ok_or("RedrivePolicy has no maxReceiveCount")?)?)?;
         let secondary_delay_s =
             number(&defaults.resolve(queue.get("DelaySeconds").ok_or("Queue has no DelaySeconds")?)?)?;
+        let mapping = function
+            .get("Events")
+            .and_then(|events| events.get("Requests"))
+            .and_then(|event| event.get("Properties"))
+            .ok_or("Function has no Events.Requests event source mapping")?;
+        let batch_size = number(&defaults.resolve(mapping.get("BatchSize").ok_or("the mapping has no BatchSize")?)?)?;
+        let batching_window_s = match mapping.get("MaximumBatchingWindowInSeconds") {
+            Some(window) => number(&defaults.resolve(window)?)?,
+            None => 0,
+        };
+        let maximum_concurrency = number(
+            &defaults.resolve(
+                mapping
+                    .get("ScalingConfig")
+                    .and_then(|scaling| scaling.get("MaximumConcurrency"))
+                    .ok_or("the mapping has no ScalingConfig.MaximumConcurrency")?,
+            )?,
+        )?;
         let variables = function
             .get("Environment")
             .and_then(|e| e.get("Variables"))
@@ -96,9 +125,8 @@ impl Deployed {
         // Lambda sets AWS_LAMBDA_LOG_FORMAT and AWS_LAMBDA_LOG_LEVEL from the LoggingConfig.
         let logging = function.get("LoggingConfig");
         let lambda_sets = [("LogFormat", "AWS_LAMBDA_LOG_FORMAT"), ("ApplicationLogLevel", "AWS_LAMBDA_LOG_LEVEL")];
-        let mut environment = BTreeMap::new();
-        for role in ["primary", "secondary"] {
-            let resolver = template.resolver(role, None);
+        let resolve_environment = |role: &str, timeout: Option<&str>| -> Result<BTreeMap<String, String>, String> {
+            let resolver = template.resolver(role, timeout);
             let mut resolved = BTreeMap::new();
             for (property, variable) in lambda_sets {
                 if let Some(value) = logging.and_then(|l| l.get(property)) {
@@ -113,14 +141,27 @@ impl Deployed {
                     resolved.insert(name.to_owned(), value);
                 }
             }
-            environment.insert(role, resolved);
+            Ok(resolved)
+        };
+        let mut environment = BTreeMap::new();
+        let mut environment_by_timeout = BTreeMap::new();
+        for role in ["primary", "secondary"] {
+            environment.insert(role, resolve_environment(role, None)?);
+            for timeout in &function_timeouts {
+                let choice = timeout.timeout_s.to_string();
+                environment_by_timeout.insert((role, timeout.timeout_s), resolve_environment(role, Some(&choice))?);
+            }
         }
         Ok(Self {
             max_receive_count: u32::try_from(max_receive_count).map_err(|e| e.to_string())?,
             function_timeouts,
             default_function_timeout,
             secondary_delay_s,
+            batch_size: usize::try_from(batch_size).map_err(|e| e.to_string())?,
+            batching_window_s,
+            maximum_concurrency: usize::try_from(maximum_concurrency).map_err(|e| e.to_string())?,
             environment,
+            environment_by_timeout,
         })
     }
 
@@ -137,12 +178,29 @@ impl Deployed {
         self.config(role, region).map(|config| Settings::from_config(&config))
     }
 
+    /// The settings of a deployment with `role` in `region` whose FunctionTimeoutSeconds is
+    /// `timeout_s` (one of the allowed values).
+    pub fn settings_with_timeout(&self, role: Role, region: &str, timeout_s: u64) -> Result<Settings, String> {
+        let mut environment = self
+            .environment_by_timeout
+            .get(&(role.as_str(), timeout_s))
+            .cloned()
+            .ok_or_else(|| format!("{timeout_s} s is not an allowed FunctionTimeoutSeconds"))?;
+        environment.insert("AWS_REGION".into(), region.into());
+        let config = Config::from_lookup(|name| environment.get(name).cloned()).map_err(|e| e.to_string())?;
+        Ok(Settings::from_config(&config))
+    }
+
     /// The one-line summary `make simulate` prints before it starts.
     pub fn summary(&self) -> String {
         let FunctionTimeout { timeout_s, visibility_s } = self.default_function_timeout;
         format!(
-            "sqs: maxReceiveCount={} visibility={visibility_s}s function-timeout={timeout_s}s secondary-delay={}s (from {SOURCE})",
-            self.max_receive_count, self.secondary_delay_s
+            "sqs: maxReceiveCount={} visibility={visibility_s}s function-timeout={timeout_s}s secondary-delay={}s batch-size={} batching-window={}s concurrency={} (from {SOURCE})",
+            self.max_receive_count,
+            self.secondary_delay_s,
+            self.batch_size,
+            self.batching_window_s,
+            self.maximum_concurrency
         )
     }
 }

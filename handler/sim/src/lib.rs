@@ -1,20 +1,26 @@
 //! cfn-once-sim: a seeded, deterministic simulation of the cfn-once protocol under faults.
 //!
-//! It runs the real `cfn_once_core::worker::Worker` (decisions, lease protocol, heartbeats,
-//! deadlines, response building) for two regions on one virtual clock, against the real
-//! in-memory lease store (linearizable, as an MRSC table) or a replica per region with lag and
-//! last-writer-wins (MREC), and injects the scenario's faults: duplicate and delayed deliveries,
-//! Lambda crashes between any two steps, freezes longer than a lease, clock skew and jumps,
-//! throttling, lost requests and replies and hangs in the store, failed, lost and hung PUTs,
-//! region outages, and flips of the active region. After each seed it checks S1 (one answer),
-//! S2 (fenced writes), S3 (monotonic fences) and L1 (answered by the deadline).
+//! It runs the real batch code (`cfn_once_core::batch`) and through it the real
+//! `cfn_once_core::worker::Worker` (decisions, lease protocol, heartbeats, deadlines, response
+//! building) for two regions on one virtual clock, each region's Lambdas fed batches of the
+//! template's `BatchSize` by an event source mapping with the template's concurrency, against
+//! the real in-memory lease store (linearizable, as an MRSC table) or a replica per region with
+//! lag and last-writer-wins (MREC), and injects the scenario's faults: duplicate and late SNS
+//! deliveries, Lambda crashes between any two steps and region-wide kills at any moment
+//! (including the last minute before a deadline), freezes longer than a lease, providers that
+//! panic, clock skew and jumps, throttling, lost requests and replies and hangs in the store,
+//! control reads slower than their timeout, failed, lost and hung PUTs, region outages, and
+//! flips of the active region. After each seed it checks S1 (one answer), S2 (fenced writes),
+//! S3 (monotonic fences), DRAIN (a drained primary starts no new work), DLQ, BUDGET and L1
+//! (answered by the deadline, wherever some region could still answer).
 //!
-//! Where things are: [`scenario`] draws a seed's world, [`world`] runs it, [`stores`],
-//! [`sink`], [`provider`] and [`region`] are the simulated parts (and where invariants are
-//! observed), [`shared`] holds virtual time and observations.
+//! Where things are: [`scenario`] draws a seed's world, [`world`] runs it, [`queues`],
+//! [`stores`], [`sink`], [`provider`] and [`region`] are the simulated parts (and where
+//! invariants are observed), [`shared`] holds virtual time and observations.
 
 pub mod deployed;
 pub mod provider;
+pub mod queues;
 pub mod region;
 pub mod scenario;
 pub mod shared;
@@ -123,6 +129,18 @@ mod tests {
             "region outage in the middle of a wait",
             "deadline reached while waiting: answered FAILED",
             "scenario: primary down for good in the middle of a wait",
+            "scenario: Lambdas killed in the last minute before a deadline",
+            "scenario: long-running requests batched with a slow one",
+            "scenario: primary down, the secondary's copy delivered minutes late",
+            "scenario: drained primary, control slower than its timeout",
+            "batch of more than one record",
+            "provider panicked",
+            "Lambda killed in the last minute before a deadline",
+            "SNS delivered a copy late",
+            "visibility shortened for records near their deadline",
+            "control read slower than its timeout",
+            "delete with a receipt a later receive replaced",
+            "L1 excused: no region could answer in time",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

@@ -103,6 +103,9 @@ fn main() -> ExitCode {
     let mut coverage: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut failing: Vec<(u64, String)> = Vec::new();
     let mut violations = 0u64;
+    // Violations by invariant (the text before the colon), and failing seeds by story.
+    let mut by_invariant: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_story: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     // On a terminal the bar redraws in place every 1%; in a log it is a line every 10%.
     let terminal = std::io::stderr().is_terminal();
     let step = (args.seeds / if terminal { 100 } else { 10 }).max(1);
@@ -111,8 +114,15 @@ fn main() -> ExitCode {
         for (name, count) in outcome.coverage {
             *coverage.entry(name).or_default() += count;
         }
+        let story = by_story.entry(outcome.story).or_default();
+        story.0 += 1;
         if !outcome.violations.is_empty() {
+            story.1 += 1;
             violations += outcome.violations.len() as u64;
+            for violation in &outcome.violations {
+                let invariant = violation.split(':').next().unwrap_or_default().to_owned();
+                *by_invariant.entry(invariant).or_default() += 1;
+            }
             failing.push((seed, outcome.violations[0].clone()));
         }
         let done = done as u64 + 1;
@@ -142,6 +152,16 @@ fn main() -> ExitCode {
     println!("coverage (times each fault and path happened):");
     for (name, count) in &coverage {
         println!("  {count:>10}  {name}");
+    }
+    println!("stories (seeds, of which failing):");
+    for (story, (seeds, failed)) in &by_story {
+        println!("  {seeds:>10}  {failed:>8} failing  {story}");
+    }
+    if !by_invariant.is_empty() {
+        println!("violations by invariant:");
+        for (invariant, count) in &by_invariant {
+            println!("  {count:>10}  {invariant}");
+        }
     }
     if let Some((seed, _)) = failing.first() {
         println!("trace of the first failing seed, {seed}:");

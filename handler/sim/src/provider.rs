@@ -7,6 +7,8 @@
 //! `WaitMs` after it first ran, polled every `PollIntervalS`; each poll works `PollWorkMs`
 //! (sometimes longer than a lease), writes the fenced store again, and counts itself in the
 //! state, which also names the region that wrote it so a wait that moves region is counted.
+//!
+//! With `PanicPercent`, a run or poll panics now and then, as users' code does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,6 +25,9 @@ use crate::shared::Shared;
 /// The ResourceType the simulation sends.
 pub const SIM_TYPE: &str = "Custom::Sim";
 
+/// How the provider's panics begin, so the simulator's panic hook can keep them off stderr.
+pub const PANIC_PREFIX: &str = "simulated provider panic";
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct SimProperties {
@@ -34,6 +39,9 @@ pub struct SimProperties {
     poll_interval_s: u64,
     #[serde(default)]
     poll_work_ms: u64,
+    /// Each run and poll panics with this probability, in percent.
+    #[serde(default)]
+    panic_percent: u64,
 }
 
 /// What the provider keeps between polls.
@@ -46,6 +54,8 @@ struct SimWait {
     poll_work_ms: u64,
     polls: u32,
     region: String,
+    #[serde(default)]
+    panic_percent: u64,
 }
 
 impl SimWait {
@@ -87,6 +97,15 @@ impl SimProvider {
         Ok(())
     }
 
+    /// Panics with `percent` probability: users' code does.
+    fn maybe_panic(&self, percent: u64, item: &str) {
+        if percent > 0 && self.shared.dice(percent as f64 / 100.0) {
+            self.shared.cover("provider panicked");
+            self.shared.trace(Some(self.region), || format!("provider panics on {item}"));
+            panic!("{PANIC_PREFIX} on {item}");
+        }
+    }
+
     /// Sleeps half of `work_ms`, writes `item` under the fence, sleeps the rest.
     async fn work(&self, ctx: &ProviderContext, item: &str, work_ms: u64) -> Result<(), ProviderError> {
         ctx.sleep_ms(work_ms / 2).await;
@@ -107,6 +126,7 @@ impl SimProvider {
     }
 
     async fn run(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
+        self.maybe_panic(properties.panic_percent, &properties.item);
         self.work(ctx, &properties.item, properties.work_ms).await?;
         if properties.wait_ms == 0 {
             return Ok(Self::done(ctx, properties.item, 0));
@@ -119,6 +139,7 @@ impl SimProvider {
             poll_work_ms: properties.poll_work_ms,
             polls: 0,
             region: self.region.name().to_owned(),
+            panic_percent: properties.panic_percent,
         }
         .step()
     }
@@ -153,6 +174,7 @@ impl Provider for SimProvider {
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
         let mut wait: SimWait = serde_json::from_value(state)?;
+        self.maybe_panic(wait.panic_percent, &wait.item);
         self.shared.cover("poll ran");
         if wait.region != self.region.name() {
             self.shared.cover("poll ran in the other region than the last");

@@ -11,6 +11,7 @@ use cfn_once_core::decision::Activity;
 use std::sync::Mutex;
 
 use crate::scenario::Region;
+use crate::shared::Shared;
 
 /// Virtual time seen through a region's clock: true time plus an offset that can jump.
 #[derive(Debug)]
@@ -29,17 +30,31 @@ impl Clock for SkewedClock {
     }
 }
 
-/// The control item, as the region reads it (instantly consistent, as the table's item is).
+/// The control item, as the region reads it: instantly consistent, as the table's item is, but
+/// sometimes slow inside the fault window (a throttled table, or ARC's endpoints unreachable in
+/// turn), slower than the call's timeout. What it last answered the primary is recorded, for the
+/// drain check (`stores`): a primary told "standby" must start no new work.
 #[derive(Debug)]
 pub struct SimControl {
     pub region: Region,
     pub active: Arc<Mutex<Region>>,
+    pub shared: Arc<Shared>,
 }
 
 #[async_trait]
 impl ActivitySource for SimControl {
     async fn activity(&self) -> Result<Activity, ControlError> {
+        if self.shared.fault(self.shared.faults.control_slow) {
+            self.shared.cover("control read slower than its timeout");
+            let latency_ms = 3_500 + self.shared.below(6_500);
+            self.shared.clock.sleep_ms(latency_ms).await;
+        }
         let active = *self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(if active == self.region { Activity::Active } else { Activity::Standby })
+        let answer = if active == self.region { Activity::Active } else { Activity::Standby };
+        if self.region == Region::Primary {
+            let elapsed_ms = self.shared.elapsed_ms();
+            self.shared.observed().primary_told = Some((answer == Activity::Active, elapsed_ms));
+        }
+        Ok(answer)
     }
 }

@@ -1,19 +1,22 @@
 //! What one seed simulates: the requests, the faults and the weather, all drawn from the seed.
 //!
-//! Faults happen only inside a fault window (the first few minutes of virtual time); after it
-//! both regions stay up and every store and network call succeeds, so every request can still be
-//! answered well before its deadline. That is the premise of L1: "if at least one region stays
-//! up long enough after the last fault".
+//! Probabilistic faults (store and PUT failures, crashes between steps, freezes, duplicates,
+//! slow control reads) happen inside a fault window, the first few minutes of virtual time.
+//! Whole-region crashes of every running Lambda happen at any moment of the run. Deadlines fall
+//! anywhere: inside the window, just after it, or an hour away. L1 is owed whenever one region
+//! can still answer in time; where no region can (every region faulted in the request's last
+//! seconds, was down, or got its copy too late), the check says which rule excuses the request
+//! (`world`).
 //!
-//! Besides that weather, some seeds play one of the long faults a review of the deployed queues
-//! found, each of which used to send live requests' messages to the DLQ ([`Kind`]): a drained
-//! primary whose secondary is down for the rest of the run, a provider running for minutes on
-//! the longest function timeout whose Lambda then crashes, and a lease-store outage of ten
-//! minutes or more; and a long-running provider whose primary region goes down in the middle of
-//! its wait, after the fault window, which the secondary must finish with a SUCCESS. Some
-//! requests of every seed are long-running providers (they answer in progress and are polled),
-//! some of them waiting past their deadline. The function timeout, visibility timeout, receive
-//! limit and secondary delay are the template's (`deployed`).
+//! Besides that weather, some seeds play one of the stories a review found ([`Kind`]): a drained
+//! primary whose secondary is down for the rest of the run; a provider running for minutes on
+//! the longest function timeout whose Lambda then crashes; a lease-store outage of ten minutes
+//! or more; a long-running provider whose primary goes down in the middle of its wait; Lambdas
+//! killed in the last minute before a deadline; long-running requests batched with a slow one;
+//! the secondary's copy delivered minutes late with the primary down; a drained primary whose
+//! control reads are slower than their timeout. Some providers panic, some copies arrive late,
+//! many requests arrive in bursts that share a batch. The function timeout, visibility timeout,
+//! receive limit, secondary delay, batch size and concurrency are the template's (`deployed`).
 
 use cfn_once_core::random::{Random, SplitMix64};
 
@@ -88,6 +91,21 @@ pub enum Kind {
     /// goes down for good in the middle of its wait: the secondary must finish the wait and
     /// answer SUCCESS.
     OutageMidWait,
+    /// After the fault window, requests whose providers run or wait up to their deadlines, and
+    /// the Lambdas holding them killed in the last minute before a deadline: a crash there must
+    /// still leave a copy that someone sees in time to answer (FAILED, at least).
+    KillsNearDeadline,
+    /// A burst of requests published at once, so they share a batch: long-running ones polled
+    /// every few seconds and a slow one that takes most of the invocation. A backoff must count
+    /// from when its record was decided, not from when the slowest batch-mate finished.
+    SlowBatchMates,
+    /// The primary region goes down just after a request is published, and SNS delivers the
+    /// secondary's copy minutes late (it retries deliveries during a brownout). The deadline
+    /// counts from the publish time, not from the late copy's SentTimestamp.
+    LateCopy,
+    /// The primary is drained from the start and the control is often slower than its
+    /// timeout: a slow read must keep the last known answer, never make the primary active.
+    DrainedSlowControl,
 }
 
 impl Kind {
@@ -99,6 +117,10 @@ impl Kind {
             Self::LongProviderThenCrash => "scenario: provider for minutes on the longest timeout, then a crash",
             Self::StoreOutage => "scenario: lease-store outage of 10+ minutes",
             Self::OutageMidWait => "scenario: primary down for good in the middle of a wait",
+            Self::KillsNearDeadline => "scenario: Lambdas killed in the last minute before a deadline",
+            Self::SlowBatchMates => "scenario: long-running requests batched with a slow one",
+            Self::LateCopy => "scenario: primary down, the secondary's copy delivered minutes late",
+            Self::DrainedSlowControl => "scenario: drained primary, control slower than its timeout",
         }
     }
 }
@@ -115,6 +137,10 @@ pub struct RequestPlan {
     pub retry_of: Option<usize>,
     /// A long-running provider: in progress this long after its first run, then done.
     pub wait: Option<WaitPlan>,
+    /// Each run (or poll) of the provider panics with this probability, in percent.
+    pub panic_percent: u64,
+    /// SNS delivers this region's copy this long after the publish (its SentTimestamp too).
+    pub late: Option<(Region, u64)>,
 }
 
 /// How a long-running provider waits.
@@ -145,6 +171,8 @@ pub struct Faults {
     pub duplicate: f64,
     /// Per delivery: the Lambda is frozen, mid-run, for longer than a lease.
     pub freeze: f64,
+    /// Per read of the active-region control: it answers later than the call's timeout.
+    pub control_slow: f64,
 }
 
 /// Everything one seed simulates.
@@ -159,6 +187,9 @@ pub struct Scenario {
     /// Receives before SQS moves a message to the DLQ.
     pub max_receive_count: u32,
     pub secondary_delay_ms: u64,
+    /// The event source mapping's records per invocation and invocations at once per region.
+    pub batch_size: usize,
+    pub concurrency: usize,
     pub requests: Vec<RequestPlan>,
     pub faults: Faults,
     /// (region, from ms, to ms): the region's pollers are down and its running Lambdas die.
@@ -170,15 +201,12 @@ pub struct Scenario {
     /// (at ms, region, jump): a clock stepping, possibly far beyond the skew margin, and back
     /// when the fault window ends.
     pub jumps: Vec<(u64, Region, i64)>,
-    /// (at ms, region): every running Lambda of the region crashes; the region stays up.
+    /// (at ms, region): every running Lambda of the region crashes; the region stays up. Any
+    /// moment of the run, not only the fault window.
     pub crashes: Vec<(u64, Region)>,
     /// (from ms, to ms): every lease-store call fails.
     pub store_outage: Option<(u64, u64)>,
 }
-
-/// Time after the fault window and a crash's visibility timeout for backoffs (up to the
-/// handler's longest, five minutes) and a takeover to play out.
-const OWED_SLACK_MS: u64 = 600_000;
 
 struct Draw(SplitMix64);
 
@@ -213,6 +241,10 @@ impl Scenario {
             4..8 => Kind::LongProviderThenCrash,
             8..12 => Kind::StoreOutage,
             12..16 => Kind::OutageMidWait,
+            16..24 => Kind::KillsNearDeadline,
+            24..30 => Kind::SlowBatchMates,
+            30..34 => Kind::LateCopy,
+            34..38 => Kind::DrainedSlowControl,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -223,19 +255,22 @@ impl Scenario {
             _ => timeouts[draw.below(timeouts.len() as u64) as usize],
         };
         let window_end_ms = draw.between(30_000, 240_000);
-        // L1 is owed when a region stays up long enough after the last fault: a Lambda crashed
-        // at the window's end hides its message for the visibility timeout, and backoffs and
-        // leases take minutes more. Deadlines start after that.
-        let owed_from_s = (window_end_ms + function_timeout.visibility_s * 1_000 + OWED_SLACK_MS) / 1_000;
-        let service_timeout_min_s = owed_from_s.clamp(900, 3_600);
-        let request_count = draw.between(1, 4) as usize;
+        // Deadlines fall anywhere: in the fault window, just after it, or an hour away. Where
+        // faults leave no region the time to answer, the L1 check says which rule excuses it.
+        let service_timeout = |draw: &Draw| match draw.below(10) {
+            0..3 => draw.between(30, 600),
+            _ => draw.between(600, 3_600),
+        };
+        let request_count = draw.between(1, 6) as usize;
+        let burst_at_ms = draw.below(60_000);
         let mut requests: Vec<RequestPlan> = Vec::with_capacity(request_count + 1);
         for _ in 0..request_count {
             requests.push(RequestPlan {
-                sent_at_ms: draw.below(60_000),
+                // Some arrive together, as when a stack or a StackSet deploys many at once.
+                sent_at_ms: if draw.chance(0.4) { burst_at_ms } else { draw.below(60_000) },
                 // Some providers outlast a lease (and need heartbeats), most are quick.
                 work_ms: if draw.chance(0.3) { draw.between(5_000, 40_000) } else { draw.below(3_000) },
-                service_timeout_s: draw.between(service_timeout_min_s, 3_600),
+                service_timeout_s: service_timeout(&draw),
                 retry_of: None,
                 // Some wait for minutes, a few past their deadline.
                 wait: draw.chance(0.3).then(|| WaitPlan {
@@ -243,6 +278,8 @@ impl Scenario {
                     poll_interval_s: draw.between(1, 120),
                     poll_work_ms: if draw.chance(0.2) { draw.between(5_000, 40_000) } else { draw.below(2_000) },
                 }),
+                panic_percent: if draw.chance(0.1) { draw.between(10, 100) } else { 0 },
+                late: draw.chance(0.15).then(|| (draw.region(), draw.between(5_000, 600_000))),
             });
         }
         if draw.chance(0.25) {
@@ -255,9 +292,11 @@ impl Scenario {
                 service_timeout_s: 3_600,
                 retry_of: Some(original),
                 wait: None,
+                panic_percent: 0,
+                late: None,
             });
         }
-        let faults = Faults {
+        let mut faults = Faults {
             window_end_ms,
             store_transient: draw.probability(0.05),
             store_lost_request: draw.probability(0.03),
@@ -269,6 +308,7 @@ impl Scenario {
             crash: draw.probability(0.04),
             duplicate: draw.probability(0.3),
             freeze: draw.probability(0.3),
+            control_slow: draw.probability(0.2),
         };
         let mut outages = Vec::new();
         for _ in 0..draw.below(3) {
@@ -287,11 +327,14 @@ impl Scenario {
             let size = draw.between(1_000, 30_000) as i64;
             let (region, jump) = (draw.region(), if draw.chance(0.5) { size } else { -size });
             jumps.push((draw.below(window_end_ms), region, jump));
-            // Time sync steps the clock back when the fault window ends: L1 is owed after the
-            // last fault, and a clock off by more than the skew margin is one.
+            // Time sync steps the clock back when the fault window ends.
             jumps.push((window_end_ms, region, -jump));
         }
+        // Lambdas die at any moment of the run, not only in the fault window.
         let mut crashes = Vec::new();
+        for _ in 0..draw.below(3) {
+            crashes.push((draw.below(3_700_000), draw.region()));
+        }
         let mut store_outage = None;
         match kind {
             Kind::Weather => {}
@@ -308,6 +351,7 @@ impl Scenario {
                 let first = &mut requests[0];
                 first.work_ms = draw.between(longest_ms / 3, longest_ms);
                 first.service_timeout_s = 3_600;
+                first.panic_percent = 0;
                 let crash_ms = first.sent_at_ms + draw.between(60_000, first.work_ms);
                 crashes.push((crash_ms, Region::Primary));
             }
@@ -323,10 +367,13 @@ impl Scenario {
                 // goes down for good while the wait goes on, and the deadline is far.
                 // A retried deployment of it would now be sent before it; there is none.
                 requests.retain(|plan| plan.retry_of != Some(0));
+                crashes.clear();
                 let first = &mut requests[0];
                 first.sent_at_ms = window_end_ms + draw.below(30_000);
                 first.service_timeout_s = 3_600;
                 first.work_ms = draw.below(3_000);
+                first.panic_percent = 0;
+                first.late = None;
                 let in_progress_ms = draw.between(120_000, 1_200_000);
                 first.wait = Some(WaitPlan {
                     in_progress_ms,
@@ -336,6 +383,101 @@ impl Scenario {
                 let down_ms = first.sent_at_ms + draw.between(5_000, in_progress_ms);
                 outages.push((Region::Primary, down_ms, u64::MAX / 4));
             }
+            Kind::KillsNearDeadline => {
+                // After the window, providers that run or wait up to their deadlines; kills
+                // in the last minute before each deadline, of one region or both.
+                let after_ms = window_end_ms + function_timeout.visibility_s * 1_000;
+                for plan in &mut requests {
+                    plan.sent_at_ms = after_ms + draw.below(60_000);
+                    plan.service_timeout_s = draw.between(120, 900);
+                    plan.panic_percent = 0;
+                    if draw.chance(0.5) {
+                        plan.work_ms = plan.service_timeout_s * 1_000 + draw.below(60_000);
+                        plan.wait = None;
+                    } else {
+                        plan.work_ms = draw.below(3_000);
+                        plan.wait = Some(WaitPlan {
+                            in_progress_ms: plan.service_timeout_s * 1_000 + draw.below(60_000),
+                            poll_interval_s: draw.between(1, 30),
+                            poll_work_ms: if draw.chance(0.3) {
+                                draw.between(5_000, 40_000)
+                            } else {
+                                draw.below(2_000)
+                            },
+                        });
+                    }
+                    let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1_000;
+                    for _ in 0..draw.between(1, 3) {
+                        let region = if draw.chance(0.3) { None } else { Some(draw.region()) };
+                        let at_ms = deadline_ms.saturating_sub(draw.between(1_000, 60_000));
+                        for region in Region::BOTH.into_iter().filter(|r| region.is_none_or(|only| only == *r)) {
+                            crashes.push((at_ms, region));
+                        }
+                    }
+                }
+                requests.retain(|plan| plan.retry_of.is_none());
+            }
+            Kind::SlowBatchMates => {
+                // One burst; the secondary is down, so only the primary's batches answer.
+                let at_ms = window_end_ms + draw.below(30_000);
+                let invocation_ms = function_timeout.timeout_s * 1_000;
+                requests.retain(|plan| plan.retry_of.is_none());
+                for (index, plan) in requests.iter_mut().enumerate() {
+                    plan.sent_at_ms = at_ms;
+                    plan.panic_percent = 0;
+                    plan.late = None;
+                    if index == 0 {
+                        plan.work_ms = draw.between(invocation_ms / 3, invocation_ms * 2 / 3);
+                        plan.service_timeout_s = 3_600;
+                        plan.wait = None;
+                    } else {
+                        plan.work_ms = draw.below(1_000);
+                        plan.service_timeout_s = draw.between(60, 600);
+                        plan.wait = Some(WaitPlan {
+                            in_progress_ms: plan.service_timeout_s * 1_000 + draw.below(60_000),
+                            poll_interval_s: draw.between(1, 10),
+                            poll_work_ms: draw.below(1_000),
+                        });
+                    }
+                }
+                if requests.len() < 2 {
+                    requests.push(RequestPlan {
+                        sent_at_ms: at_ms,
+                        work_ms: 0,
+                        service_timeout_s: draw.between(60, 600),
+                        retry_of: None,
+                        wait: Some(WaitPlan { in_progress_ms: 3_600_000, poll_interval_s: 2, poll_work_ms: 0 }),
+                        panic_percent: 0,
+                        late: None,
+                    });
+                }
+                outages.retain(|(region, _, _)| *region == Region::Primary);
+                outages.push((Region::Secondary, 0, u64::MAX / 4));
+                crashes.clear();
+            }
+            Kind::LateCopy => {
+                requests.retain(|plan| plan.retry_of != Some(0));
+                let first = &mut requests[0];
+                let lateness_ms = draw.between(60_000, 600_000);
+                first.sent_at_ms = window_end_ms + draw.below(30_000);
+                first.late = Some((Region::Secondary, lateness_ms));
+                first.panic_percent = 0;
+                first.service_timeout_s =
+                    (lateness_ms + deployed.secondary_delay_s * 1_000) / 1_000 + draw.between(60, 900);
+                first.work_ms = draw.below(3_000);
+                first.wait = Some(WaitPlan {
+                    in_progress_ms: first.service_timeout_s * 1_000 + 600_000,
+                    poll_interval_s: draw.between(1, 60),
+                    poll_work_ms: draw.below(2_000),
+                });
+                let down_ms = first.sent_at_ms + draw.below(2_000);
+                outages.push((Region::Primary, down_ms, u64::MAX / 4));
+            }
+            Kind::DrainedSlowControl => {
+                flips.clear();
+                flips.push((0, Region::Secondary));
+                faults.control_slow = 0.6;
+            }
         }
         Self {
             seed,
@@ -344,6 +486,8 @@ impl Scenario {
             function_timeout,
             max_receive_count: deployed.max_receive_count,
             secondary_delay_ms: deployed.secondary_delay_s * 1_000,
+            batch_size: deployed.batch_size.max(1),
+            concurrency: deployed.maximum_concurrency.max(1),
             requests,
             faults,
             outages,

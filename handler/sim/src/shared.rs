@@ -33,6 +33,17 @@ pub struct Observed {
     pub fenced: BTreeMap<String, (String, u64)>,
     /// MREC replication in flight: (due ms, to region, record).
     pub replications: Vec<(u64, Region, LeaseRecord)>,
+    /// Every fault that happened, with when (elapsed ms) and where: the evidence the L1 check
+    /// reads to decide whether a region could still answer a request in time.
+    pub fault_log: Vec<(u64, Region, &'static str)>,
+    /// What the active-region control last answered the primary (true: active), and when
+    /// (elapsed ms).
+    pub primary_told: Option<(bool, u64)>,
+    /// When each invocation started (elapsed ms), by its id: every record of it reads the
+    /// control then.
+    pub invocations_started: BTreeMap<String, u64>,
+    /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
+    pub deadlines: BTreeMap<Fingerprint, u64>,
 }
 
 /// Shared by every simulated component of one seed.
@@ -43,17 +54,26 @@ pub struct Shared {
     /// (from, to) ms after the start: every lease-store call fails.
     pub store_outage: Option<(u64, u64)>,
     pub tracing: bool,
+    /// The handler's deadline margin: near a deadline, even a drained primary answers.
+    pub deadline_margin_ms: u64,
     dice: SplitMix64,
     observed: Mutex<Observed>,
 }
 
 impl Shared {
-    pub fn new(seed: u64, faults: Faults, store_outage: Option<(u64, u64)>, tracing: bool) -> Self {
+    pub fn new(
+        seed: u64,
+        faults: Faults,
+        store_outage: Option<(u64, u64)>,
+        deadline_margin_ms: u64,
+        tracing: bool,
+    ) -> Self {
         Self {
             clock: ManualClock::new(T0_MS),
             faults,
             store_outage,
             tracing,
+            deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
             observed: Mutex::new(Observed::default()),
         }
@@ -102,6 +122,12 @@ impl Shared {
     /// Counts an interesting path.
     pub fn cover(&self, name: &'static str) {
         *self.observed().coverage.entry(name).or_default() += 1;
+    }
+
+    /// Records a fault in `region` now, for the L1 check.
+    pub fn fault_happened(&self, region: Region, kind: &'static str) {
+        let elapsed_ms = self.elapsed_ms();
+        self.observed().fault_log.push((elapsed_ms, region, kind));
     }
 
     /// Records a broken invariant.

@@ -47,15 +47,18 @@ impl ResponseSink for SimSink {
         let faults = self.shared.faults;
         if self.shared.fault(faults.put_fail) {
             self.shared.cover("response PUT failed");
+            self.shared.fault_happened(self.region, "response PUT failed");
             return Err(PutError::Retryable("simulated S3 503".into()));
         }
         if self.shared.fault(faults.put_lost_reply) {
             self.shared.cover("response PUT landed, reply lost");
+            self.shared.fault_happened(self.region, "response PUT landed, reply lost");
             self.record(url, body);
             return Err(PutError::Retryable("simulated lost reply".into()));
         }
         if self.shared.fault(faults.put_hang) {
             self.shared.cover("response PUT hung");
+            self.shared.fault_happened(self.region, "response PUT hung");
             return std::future::pending().await;
         }
         self.record(url, body);

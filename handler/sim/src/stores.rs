@@ -76,6 +76,7 @@ impl RegionStore {
     fn roll(&self, operation: &'static str) -> Fault {
         if self.shared.store_out() {
             self.shared.cover("store call failed in an outage");
+            self.shared.fault_happened(self.region, "store call failed in an outage");
             // Half the calls are refused outright, half time out without an answer.
             let fault = if self.shared.dice(0.5) { Fault::Transient } else { Fault::LostRequest };
             self.shared.trace(Some(self.region), || format!("{operation}: store out, {fault:?}"));
@@ -94,13 +95,15 @@ impl RegionStore {
             Fault::None
         };
         if fault != Fault::None {
-            self.shared.cover(match fault {
+            let name = match fault {
                 Fault::Transient => "store throttled",
                 Fault::LostRequest => "store request lost",
                 Fault::LostReply => "store write applied, reply lost",
                 Fault::Hang => "store call hung",
                 Fault::None => unreachable!(),
-            });
+            };
+            self.shared.cover(name);
+            self.shared.fault_happened(self.region, name);
             self.shared.trace(Some(self.region), || format!("{operation}: injected {fault:?}"));
         }
         fault
@@ -167,6 +170,38 @@ impl RegionStore {
         }
     }
 
+    /// A primary the control last told "standby" starts no new work and takes no poll until
+    /// its request's deadline is near (the decision table's standby-primary column); taking
+    /// over an expired lease is allowed. A control read that times out must not change that.
+    fn check_drain(&self, before: Option<&LeaseRecord>, request: &AcquireRequest) {
+        if self.region != Region::Primary || before.is_some_and(|record| record.state == LeaseState::Running) {
+            return;
+        }
+        let observed = self.shared.observed();
+        // Every record of an invocation reads the control when the invocation starts. One that
+        // started after the control had told the primary "standby" (and nothing since said
+        // "active") must act on standby: a slow read keeps the last known answer. One that
+        // started before may have acted on the configured fallback, or on an earlier answer.
+        let invocation = request.owner.split('/').nth(1).unwrap_or_default();
+        let started_ms = observed.invocations_started.get(invocation).copied();
+        let told_standby = match (observed.primary_told, started_ms) {
+            (Some((false, told_ms)), Some(started_ms)) => told_ms < started_ms,
+            _ => false,
+        };
+        let deadline_ms = observed.deadlines.get(&request.fingerprint).copied();
+        drop(observed);
+        // Near the deadline by the primary's own clock (which may be stepped), a drained primary
+        // answers too.
+        let primary_elapsed_ms = request.now_ms.saturating_sub(crate::shared::T0_MS);
+        let slack_ms = self.shared.deadline_margin_ms + 1_000;
+        if told_standby && deadline_ms.is_some_and(|deadline_ms| primary_elapsed_ms + slack_ms < deadline_ms) {
+            self.shared.violation(format!(
+                "DRAIN: the primary took the lease of {:?} for new work although the control's last answer to it was standby",
+                request.key.request_id
+            ));
+        }
+    }
+
     /// MREC: the write replicates to the other region after the lag.
     fn replicate_later(&self, key: &RequestKey) {
         if let StoreMode::Mrec { lag_ms } = self.table.mode
@@ -186,6 +221,7 @@ impl LeaseStore for RegionStore {
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
                 self.cover_poll_taken(before.as_ref(), request);
+                self.check_drain(before.as_ref(), request);
                 let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
                 if fence <= previous {
                     self.shared.violation(format!(

@@ -79,3 +79,18 @@ impl ActivitySource for TableControl {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cfn_once_core::request::StackArn;
+
+    #[test]
+    fn the_control_item_can_never_be_a_request_record() {
+        // A lease record's partition key is always a stack ARN (`RequestKey::stack_id` is a
+        // `StackArn`, which only a stack ARN parses into): this item's is not one, so no request
+        // can ever be acquired over it, and the sweeper (which deletes lease records) never
+        // meets it as one.
+        assert_eq!(StackArn::parse(CONTROL_PK), None);
+    }
+}

@@ -27,7 +27,7 @@ use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
     Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RequestLabel, StoreError,
 };
-use cfn_once_core::request::RequestKey;
+use cfn_once_core::request::{RequestKey, StackArn};
 
 use super::dynamodb_errors::{Failure, classify};
 
@@ -93,7 +93,7 @@ impl DynamoLeaseStore {
 
     fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
         HashMap::from([
-            (attr::PK.to_owned(), AttributeValue::S(key.stack_id.clone())),
+            (attr::PK.to_owned(), AttributeValue::S(key.stack_id.to_string())),
             (attr::SK.to_owned(), AttributeValue::S(key.request_id.clone())),
         ])
     }
@@ -196,10 +196,8 @@ impl DynamoLeaseStore {
 /// A scanned item as a lease record, if it is one (StackId ARN key, a fence).
 fn lease_record(item: &HashMap<String, AttributeValue>) -> Option<LeaseRecord> {
     let text = |field: &str| item.get(field).and_then(|value| value.as_s().ok()).cloned();
-    let key = RequestKey { stack_id: text(attr::PK)?, request_id: text(attr::SK)? };
-    if !key.stack_id.starts_with("arn:") {
-        return None;
-    }
+    // Only lease records are keyed by a stack ARN (see `StackArn`): the control item is not.
+    let key = RequestKey { stack_id: StackArn::parse(&text(attr::PK)?)?, request_id: text(attr::SK)? };
     parse_record(&key, item).ok()
 }
 

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::SqsMessage;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, QueueAttributeName};
 use cfn_once_core::batch::{MessageQueue, QueueError};
 use cfn_once_core::worker::DeadLetterCause;
 
@@ -118,6 +118,44 @@ impl MessageQueue for SqsQueue {
             .send()
             .await
             .map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
+        Ok(())
+    }
+
+    async fn set_visibility(&self, records: &[(&SqsMessage, u32)]) -> Result<(), QueueError> {
+        // The batch's records all come from one queue (one event source mapping per function).
+        let Some((first, _)) = records.first() else { return Ok(()) };
+        let queue_arn = first.event_source_arn.as_deref().ok_or(QueueError::Missing("eventSourceARN"))?;
+        let queue_url = self.queue_url(queue_arn).await?;
+        for chunk in records.chunks(10) {
+            let mut entries = Vec::with_capacity(chunk.len());
+            for (index, (record, delay_s)) in chunk.iter().enumerate() {
+                let receipt_handle = record.receipt_handle.as_deref().ok_or(QueueError::Missing("receiptHandle"))?;
+                let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(index.to_string())
+                    .receipt_handle(receipt_handle)
+                    .visibility_timeout(i32::try_from(*delay_s).unwrap_or(i32::MAX))
+                    .build()
+                    .map_err(|error| QueueError::Sqs(error.to_string()))?;
+                entries.push(entry);
+            }
+            let output = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(&queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|error| QueueError::Sqs(DisplayErrorContext(&error).to_string()))?;
+            if let Some(failure) = output.failed.first() {
+                return Err(QueueError::Sqs(format!(
+                    "{} of {} entries refused, e.g. {}: {}",
+                    output.failed.len(),
+                    chunk.len(),
+                    failure.code,
+                    failure.message.as_deref().unwrap_or("no message")
+                )));
+            }
+        }
         Ok(())
     }
 

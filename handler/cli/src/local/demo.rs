@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use cfn_once_core::lease::{LeaseState, LeaseStore};
-use cfn_once_core::request::RequestKey;
+use cfn_once_core::request::{RequestKey, StackArn};
 use cfn_once_core::response::ResponseBody;
 use serde_json::Value;
 
@@ -207,7 +207,10 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
 
         let sent_at = Instant::now();
         sns.publish().topic_arn(&file.topic_arn).message(request.to_string()).send().await.context("publish")?;
-        let record_key = RequestKey { stack_id: stack_id.clone(), request_id };
+        let record_key = RequestKey {
+            stack_id: StackArn::parse(&stack_id).context("the sample StackId is not a stack ARN")?,
+            request_id,
+        };
         let answer = provision::wait_for_response(&s3, &file.response_bucket, &key, ANSWER_TIMEOUT, |_| {});
         let mut watch = WaitWatch::default();
         let body = tokio::select! {

@@ -18,7 +18,7 @@ use aws_config::SdkConfig;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::fingerprint::hex_prefix;
 use cfn_once_core::lease::LeaseStore;
-use cfn_once_core::request::RequestKey;
+use cfn_once_core::request::{RequestKey, StackArn};
 use cfn_once_core::response::{ResponseBody, Status};
 use serde::Serialize;
 use serde_json::json;
@@ -292,6 +292,7 @@ async fn probe(
     })
     .await?;
     let latency_ms = body.as_ref().map(|_| started.elapsed().as_millis() as u64);
+    let stack_id = StackArn::parse(&stack_id).context("the probe's StackId is not a stack ARN")?;
     let record = clients.store.read(&RequestKey { stack_id, request_id }).await?;
     let answered_by =
         record.filter(|r| r.response.is_some()).map(|r| r.owner.split('/').next().unwrap_or_default().to_owned());

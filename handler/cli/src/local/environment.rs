@@ -103,6 +103,8 @@ pub struct LocalEnvironment {
     /// A table in the customer region that `Custom::DynamoDBItem` may write.
     pub item_table: String,
     pub secondary_delay_s: u32,
+    /// The queues' visibility timeout, which the handlers are told (as the template tells them).
+    pub visibility_timeout_s: u32,
 }
 
 impl LocalEnvironment {
@@ -165,7 +167,14 @@ impl LocalEnvironment {
             table_name,
             response_bucket,
         };
-        Ok(Self { file, primary_queues, secondary_queues, item_table, secondary_delay_s: options.secondary_delay_s })
+        Ok(Self {
+            file,
+            primary_queues,
+            secondary_queues,
+            item_table,
+            secondary_delay_s: options.secondary_delay_s,
+            visibility_timeout_s: options.visibility_timeout_s,
+        })
     }
 
     /// The region a role runs in.
@@ -197,6 +206,9 @@ impl LocalEnvironment {
                 format!("{}/{}/", self.file.endpoint_url, self.file.response_bucket),
             ),
             ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
+            // What the regional template tells the function about its queues.
+            ("CFN_ONCE_VISIBILITY_TIMEOUT_S".into(), self.visibility_timeout_s.to_string()),
+            ("CFN_ONCE_SECONDARY_DELAY_S".into(), self.secondary_delay_s.to_string()),
         ]);
         for (name, value) in overrides {
             vars.insert((*name).to_owned(), (*value).to_owned());

@@ -36,17 +36,57 @@ pub struct DlqMessage {
     pub receive_count: Option<u32>,
 }
 
+/// Receives that may come back empty while the DLQ's counts still show visible messages,
+/// before [`hold_all`] stops and says so. SQS samples a subset of its servers on each receive,
+/// so an empty answer does not mean an empty queue; a long-polled receive asks them all.
+pub const EMPTY_RECEIVES_MAX: u32 = 10;
+
+/// What [`hold_all`] held, and what the DLQ's counts said when it stopped.
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    pub messages: Vec<DlqMessage>,
+    /// The DLQ's counts once everything that could be received was held: `visible` is what was
+    /// left unread (over `max`, or SQS did not hand it out), `in_flight` includes the held.
+    pub left: Depth,
+}
+
+impl Held {
+    /// "held 12 of the DLQ's messages; 0 visible, 12 in flight, 0 delayed left".
+    pub fn summary(&self, dlq: &str) -> String {
+        let left = &self.left;
+        let unread = if left.visible > 0 {
+            format!("; {} visible message(s) were not read: run the command again", left.visible)
+        } else {
+            String::new()
+        };
+        format!(
+            "{dlq}: held {} message(s); its counts then: {} visible, {} in flight (the held among them), {} delayed{unread}",
+            self.messages.len(),
+            left.visible,
+            left.in_flight,
+            left.delayed
+        )
+    }
+}
+
 /// Receives every message of `queue`'s DLQ (at most `max`), holding each invisible for
-/// [`HOLD_S`]. Release or move them before the hold ends, or they reappear by themselves.
-pub async fn hold_all(sqs: &aws_sdk_sqs::Client, queue: &QueueTarget, max: usize) -> anyhow::Result<Vec<DlqMessage>> {
+/// [`HOLD_S`]. Release or move them before the hold ends, or they reappear by themselves. An
+/// empty receive is not taken as an empty queue: reading goes on, long-polled, until the
+/// queue's counts show nothing visible, at most [`EMPTY_RECEIVES_MAX`] empty receives in a row.
+pub async fn hold_all(sqs: &aws_sdk_sqs::Client, queue: &QueueTarget, max: usize) -> anyhow::Result<Held> {
     let mut held = Vec::new();
-    while held.len() < max {
+    let mut empty_receives = 0;
+    loop {
+        if held.len() >= max {
+            break;
+        }
         let output = sqs
             .receive_message()
             .queue_url(&queue.dlq_url)
             .max_number_of_messages(10)
             .visibility_timeout(HOLD_S)
-            .wait_time_seconds(0)
+            // After an empty answer, a long poll, which asks every SQS server of the queue.
+            .wait_time_seconds(if empty_receives == 0 { 0 } else { 1 })
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()
@@ -54,8 +94,13 @@ pub async fn hold_all(sqs: &aws_sdk_sqs::Client, queue: &QueueTarget, max: usize
             .map_err(|e| anyhow!("ReceiveMessage on {}: {}", queue.dlq_url, DisplayErrorContext(&e)))?;
         let messages = output.messages.unwrap_or_default();
         if messages.is_empty() {
-            break;
+            empty_receives += 1;
+            if depth(sqs, &queue.dlq_url).await?.visible == 0 || empty_receives >= EMPTY_RECEIVES_MAX {
+                break;
+            }
+            continue;
         }
+        empty_receives = 0;
         for message in messages {
             let attributes = message.message_attributes.clone().unwrap_or_default();
             let text = |name: &str| attributes.get(name).and_then(|value| value.string_value.clone());
@@ -78,7 +123,8 @@ pub async fn hold_all(sqs: &aws_sdk_sqs::Client, queue: &QueueTarget, max: usize
             });
         }
     }
-    Ok(held)
+    let left = depth(sqs, &queue.dlq_url).await?;
+    Ok(Held { messages: held, left })
 }
 
 /// Makes held messages visible again at once.

@@ -3,10 +3,11 @@
 //! holding the DLQ's messages for a moment, then releasing them). By RequestId, or the latest
 //! requests of a logical resource in a stack.
 
+use anyhow::Context;
 use cfn_once::clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
-use cfn_once_core::request::RequestKey;
+use cfn_once_core::request::{RequestKey, StackArn};
 use serde::Serialize;
 
 use crate::local::report::terminal_safe;
@@ -32,6 +33,8 @@ pub struct InspectOptions {
 pub struct InspectReport {
     pub requests: Vec<Inspection>,
     pub queues: Vec<QueueCounts>,
+    /// Per DLQ read (with `--dead-letters`), how many messages were held and what was left.
+    pub dead_letters_read: Vec<String>,
 }
 
 /// One request.
@@ -73,7 +76,10 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
     let store = target.store().await;
     let records: Vec<(RequestKey, Option<LeaseRecord>)> = match (&options.request_id, &options.logical_id) {
         (Some(request_id), _) => {
-            let key = RequestKey { stack_id: options.stack_id.clone(), request_id: request_id.clone() };
+            let stack_id = StackArn::parse(&options.stack_id).with_context(|| {
+                format!("{:?} is not a stack ARN: name the stack by its StackId (arn:aws:cloudformation:...:stack/<name>/<id>)", options.stack_id)
+            })?;
+            let key = RequestKey { stack_id, request_id: request_id.clone() };
             let record = store.read(&key).await?;
             vec![(key, record)]
         }
@@ -92,6 +98,7 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
     let now_ms = SystemClock.now_ms();
     let mut queues = Vec::new();
     let mut held: Vec<(usize, DlqMessage)> = Vec::new();
+    let mut dead_letters_read = Vec::new();
     for (index, queue) in target.queues.iter().enumerate() {
         let sqs = target.sqs(queue).await;
         queues.push(QueueCounts {
@@ -101,7 +108,9 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
             dlq: dlq::depth(&sqs, &queue.dlq_url).await?,
         });
         if options.dead_letters {
-            let messages = dlq::hold_all(&sqs, queue, 10_000).await?;
+            let read = dlq::hold_all(&sqs, queue, 10_000).await?;
+            dead_letters_read.push(read.summary(&format!("{} {} DLQ", queue.region, queue.role)));
+            let messages = read.messages;
             let released = dlq::release(&sqs, queue, &messages).await;
             held.extend(messages.into_iter().map(|message| (index, message)));
             released?;
@@ -116,14 +125,14 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
                 .map(|(index, message)| copy_view(target, *index, message, record.as_ref()))
                 .collect();
             Inspection {
-                stack_id: key.stack_id,
+                stack_id: key.stack_id.to_string(),
                 request_id: key.request_id,
                 record: record.as_ref().map(|record| RecordView::of(record, now_ms)),
                 dead_letters,
             }
         })
         .collect();
-    Ok(InspectReport { requests, queues })
+    Ok(InspectReport { requests, queues, dead_letters_read })
 }
 
 /// How a DLQ copy relates to the record.
@@ -201,6 +210,7 @@ impl InspectReport {
                 queue.dlq.visible + queue.dlq.in_flight + queue.dlq.delayed
             ));
         }
+        out.extend(self.dead_letters_read.iter().map(|read| format!("read      {read}")));
         out.join("\n")
     }
 }

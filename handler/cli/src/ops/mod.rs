@@ -17,7 +17,7 @@ use anyhow::Context;
 use aws_config::SdkConfig;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once_core::fingerprint::Fingerprint;
-use cfn_once_core::request::RequestKey;
+use cfn_once_core::request::{RequestKey, StackArn};
 use serde_json::Value;
 
 use crate::local::environment::EnvFile;
@@ -187,7 +187,7 @@ pub fn identify(body: &str) -> Option<Identified> {
     };
     let text = |field: &str| request.get(field).and_then(Value::as_str).map(str::to_owned);
     Some(Identified {
-        key: RequestKey { stack_id: text("StackId")?, request_id: text("RequestId")? },
+        key: RequestKey { stack_id: StackArn::parse(&text("StackId")?)?, request_id: text("RequestId")? },
         logical_resource_id: text("LogicalResourceId").unwrap_or_default(),
         request_type: text("RequestType").unwrap_or_default(),
         fingerprint: Fingerprint::of(&request),
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn a_queued_request_is_identified_without_its_url() {
         let request = serde_json::json!({
-            "RequestType": "Create", "StackId": "arn:aws:cloudformation:us-east-2:1:stack/s/g", "RequestId": "r-1",
+            "RequestType": "Create", "StackId": "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g", "RequestId": "r-1",
             "LogicalResourceId": "Thing", "ResponseURL": "https://secret.example/x?X-Amz-Signature=s",
         });
         let envelope = serde_json::json!({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-2:1:t", "Message": request.to_string()});

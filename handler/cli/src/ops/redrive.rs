@@ -29,6 +29,8 @@ pub struct RedriveOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct RedriveReport {
     pub dry_run: bool,
+    /// Per DLQ, what was read of it (`dlq::Held::summary`).
+    pub read: Vec<String>,
     pub messages: Vec<Redriven>,
     pub moved: usize,
     pub skipped: usize,
@@ -55,10 +57,13 @@ pub struct Redriven {
 /// Redrives every DLQ of `target`.
 pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Result<RedriveReport> {
     let store = target.store().await;
-    let mut report = RedriveReport { dry_run: options.dry_run, messages: Vec::new(), moved: 0, skipped: 0 };
+    let mut report =
+        RedriveReport { dry_run: options.dry_run, read: Vec::new(), messages: Vec::new(), moved: 0, skipped: 0 };
     for queue in &target.queues {
         let sqs = target.sqs(queue).await;
         let held = dlq::hold_all(&sqs, queue, options.max).await?;
+        report.read.push(held.summary(&format!("{} {} DLQ", queue.region, queue.role)));
+        let held = held.messages;
         let mut leave = Vec::new();
         for message in &held {
             let record = match &message.identified {
@@ -152,6 +157,7 @@ impl RedriveReport {
             out.push(format!("    record: {}", message.record_says));
             out.push(format!("    {}", message.action));
         }
+        out.extend(self.read.iter().cloned());
         out.push(format!(
             "{} message(s) {}, {} left in the DLQ{}",
             if self.dry_run { self.messages.len() - self.skipped } else { self.moved },

@@ -94,7 +94,13 @@ mod tests {
 
     fn record(id: &str, state: LeaseState, sent_ago_ms: u64) -> LeaseRecord {
         LeaseRecord {
-            key: RequestKey { stack_id: "arn:aws:cloudformation:us-east-2:1:stack/s/g".into(), request_id: id.into() },
+            key: RequestKey {
+                stack_id: cfn_once_core::request::StackArn::parse(
+                    "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g",
+                )
+                .expect("a stack ARN"),
+                request_id: id.into(),
+            },
             fence: 1,
             owner: "us-east-1/inv/n".into(),
             lease_until_ms: NOW + 10_000,

@@ -100,7 +100,7 @@ impl RecordView {
         let holder_region = record.owner.split('/').next().unwrap_or_default().to_owned();
         let summary = summary(record, lease_left_ms, answer.as_ref(), in_progress.as_ref(), &holder_region);
         Self {
-            stack_id: record.key.stack_id.clone(),
+            stack_id: record.key.stack_id.to_string(),
             request_id: record.key.request_id.clone(),
             logical_resource_id: record.label.logical_resource_id.clone(),
             request_type: record.label.request_type.clone(),
