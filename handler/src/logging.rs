@@ -51,7 +51,26 @@ where
 /// `config::log_level`.
 pub fn init_json(level: LevelFilter) {
     // A second call (a second handler in one process) keeps the first subscriber.
-    let _ = json_subscriber(level, std::io::stdout).try_init();
+    if json_subscriber(level, std::io::stdout).try_init().is_ok() {
+        log_panics_as_json();
+    }
+}
+
+/// Reports panics as JSON log lines instead of the default hook's plain text on stderr: a
+/// provider's panic is caught and answered FAILED (`cfn_once_core::worker`), and its message and
+/// place belong in the same log stream as the request's other lines. The message is bounded and
+/// stripped like any foreign text.
+fn log_panics_as_json() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = cfn_once_core::worker::panic_message(info.payload());
+        let location = info.location().map(|location| format!("{}:{}", location.file(), location.line()));
+        tracing::error!(
+            target: "cfn_once::panic",
+            message = %cfn_once_core::response::foreign_text(&message, 512),
+            location = location.as_deref().unwrap_or("unknown"),
+            "panicked"
+        );
+    }));
 }
 
 #[cfg(test)]
