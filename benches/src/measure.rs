@@ -225,7 +225,8 @@ fn sqs_record(tag: &str, invocation: usize, record: usize, url: &str) -> Value {
         "TopicArn": TOPIC_ARN,
         "Subject": "AWS CloudFormation custom resource request",
         "Message": request.to_string(),
-        "Timestamp": "2026-11-30T08:00:00.000Z",
+        // Published now, as SNS stamps it: the handler counts the deadline from it.
+        "Timestamp": cfn_once_core::timestamp::format_ms(epoch_ms()),
         "SignatureVersion": "1",
         "Signature": "EXAMPLE",
         "SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-example.pem",
