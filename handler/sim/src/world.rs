@@ -102,11 +102,15 @@ impl Parameters {
         settings.deadline_margin_ms + u64::from(settings.backoff_floor_s().unwrap_or(60)) * 1_000 + 1_000
     }
 
-    /// How far before that window a clock fault still reaches: a lease or a backoff set on a
-    /// wrong clock outlives the fault by up to a lease (and its skew) or the longest backoff.
-    pub fn clock_fault_reach_ms(&self) -> u64 {
+    /// How far before that window a clock fault still reaches, with a queue visibility timeout
+    /// of `visibility_s`: what a Lambda schedules on a wrong clock outlives the fault, a lease
+    /// (and its skew) by its length, a backoff by the longest backoff, and a record's shortened
+    /// visibility (computed from the clock) by up to the visibility timeout.
+    pub fn clock_fault_reach_ms(&self, visibility_s: u64) -> u64 {
         let settings = &self.settings[0];
-        settings.lease_ms + settings.skew_ms + u64::from(settings.retry_delay_s_max) * 1_000
+        (settings.lease_ms + settings.skew_ms)
+            .max(u64::from(settings.retry_delay_s_max) * 1_000)
+            .max(visibility_s * 1_000)
     }
 }
 
@@ -745,8 +749,8 @@ impl World {
 
     /// A copy of `request` reached the DLQ: allowed only once nobody can be answered (never, in
     /// the simulation) or its request was answered or its deadline has passed. The handler
-    /// judges "passed" by its own clock, so a region whose clock was stepped ahead (a fault)
-    /// may move a copy early.
+    /// judges "passed" by its own clock, which may run ahead by up to the skew margin (more,
+    /// if it was stepped: a fault), so a move that early is not a violation.
     fn dead_lettered(&self, request: usize, by: &str, region: Region) {
         let elapsed_ms = self.shared.elapsed_ms();
         let plan = &self.scenario.requests[request];
@@ -754,7 +758,8 @@ impl World {
         let answered = self.shared.observed().puts.get(&self.urls[request]).is_some_and(|puts| !puts.is_empty());
         let superseded = self.scenario.requests.iter().any(|other| other.retry_of == Some(request));
         self.shared.trace(None, || format!("a copy of request {request} moved to the DLQ by {by}"));
-        if elapsed_ms < deadline_ms && !answered && !superseded {
+        let skew_ms = self.parameters.settings[region.index()].skew_ms;
+        if elapsed_ms + skew_ms < deadline_ms && !answered && !superseded {
             if self.clock_off_at(region, elapsed_ms) && by == "the handler" {
                 self.shared.cover("copy dead-lettered early by a region whose clock was stepped");
                 return;
@@ -860,7 +865,7 @@ impl World {
     fn check_liveness(&self) {
         let superseded: Vec<usize> = self.scenario.requests.iter().filter_map(|plan| plan.retry_of).collect();
         let window_ms = self.parameters.last_fault_window_ms();
-        let reach_ms = self.parameters.clock_fault_reach_ms();
+        let reach_ms = self.parameters.clock_fault_reach_ms(self.scenario.function_timeout.visibility_s);
         let observed = self.shared.observed();
         let mut missed = Vec::new();
         let mut excused: Vec<&'static str> = Vec::new();
