@@ -4,6 +4,12 @@
 
 pub use cfn_once_core::config::*;
 
+/// Lambda's Runtime API endpoint (`AWS_LAMBDA_RUNTIME_API`), which Lambda sets for the function's
+/// process; `None` outside Lambda (or a local stand-in of it).
+pub fn lambda_runtime_api() -> Option<String> {
+    std::env::var("AWS_LAMBDA_RUNTIME_API").ok().filter(|value| !value.trim().is_empty())
+}
+
 /// The log level: `AWS_LAMBDA_LOG_LEVEL` (Lambda's advanced logging controls), else
 /// `RUST_LOG` if it is a plain level, else INFO. Read before the rest of the configuration, so
 /// that configuration errors are logged.

@@ -7,6 +7,8 @@
 //! process. The same entry serves the lease table's sweeper: with `CFN_ONCE_MODE=sweeper` the
 //! function sweeps instead, and needs only `AWS_REGION` and `CFN_ONCE_TABLE`.
 
+use std::collections::BTreeMap;
+
 use aws_config::SdkConfig;
 use cfn_once_core::provider::{Provider, Router};
 use lambda_runtime::{LambdaEvent, service_fn};
@@ -15,7 +17,10 @@ use crate::app::App;
 use crate::config::{self, Config, ConfigError, Mode, SweeperConfig};
 
 /// Why a function built on cfn-once could not start or stopped serving.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its message, so that a `main` returning `Result<(), cfn_once::Error>` prints
+/// one readable line ("Error: configuration is invalid: ...").
+#[derive(thiserror::Error)]
 pub enum Error {
     /// The environment does not configure the function; the message names every problem.
     #[error(transparent)]
@@ -27,11 +32,49 @@ pub enum Error {
     /// The Lambda runtime stopped: the Runtime API failed, or the function was misconfigured.
     #[error("the Lambda runtime stopped: {0}")]
     Runtime(String),
+    /// The function was started outside Lambda: there is no Runtime API to serve.
+    #[error(
+        "not running in AWS Lambda: AWS_LAMBDA_RUNTIME_API is not set. The function serves Lambda's Runtime API; deploy it (infra/regional.yaml), or run it locally under a stand-in: `cargo lambda watch` in your crate, or `make local` in cfn-once's repository for the stock providers"
+    )]
+    NotInLambda,
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// What a provider is built from when the function starts ([`Handler::provider_with`]): the AWS
+/// SDK configuration the function loaded once (region, credentials, cfn-once's HTTPS client),
+/// and the settings the deployment gave the function's own providers
+/// (`CFN_ONCE_PROVIDER_ENVIRONMENT`, the regional template's `ProviderEnvironment`).
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderSetup<'a> {
+    sdk: &'a SdkConfig,
+    environment: &'a BTreeMap<String, String>,
+}
+
+impl<'a> ProviderSetup<'a> {
+    /// A setup on `sdk` with `environment` (tests and tools).
+    pub fn new(sdk: &'a SdkConfig, environment: &'a BTreeMap<String, String>) -> Self {
+        Self { sdk, environment }
+    }
+
+    /// The AWS SDK configuration: build clients with it (`aws_sdk_dynamodb::Client::new(setup.sdk())`).
+    pub fn sdk(&self) -> &'a SdkConfig {
+        self.sdk
+    }
+
+    /// A provider setting the deployment gave, e.g. `setup.var("POLICY_TABLE")`.
+    pub fn var(&self, name: &str) -> Option<&'a str> {
+        self.environment.get(name).map(String::as_str)
+    }
 }
 
 /// A registration applied to the router when the function starts, in the order given, with the
-/// AWS SDK configuration the function loaded.
-type Registration = Box<dyn FnOnce(Router, &SdkConfig) -> Router + Send>;
+/// AWS SDK configuration the function loaded and the providers' settings.
+type Registration = Box<dyn FnOnce(Router, &ProviderSetup<'_>) -> Router + Send>;
 
 /// What the function is: the request handler or the sweeper, each with its configuration.
 enum Role {
@@ -71,15 +114,15 @@ impl std::fmt::Debug for Handler {
 impl Handler {
     /// Installs the JSON logs (level from `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then INFO)
     /// and reads the configuration from the environment: the `CFN_ONCE_*` variables, or with
-    /// `CFN_ONCE_MODE=sweeper` the sweeper's. Every problem is logged and named in the error.
+    /// `CFN_ONCE_MODE=sweeper` the sweeper's. Every problem is named in the error, which `main`
+    /// prints once.
     pub fn from_env() -> Result<Self, Error> {
         crate::logging::init_json(config::log_level());
         let role = match config::mode() {
             Ok(Mode::Sweeper) => SweeperConfig::from_env().map(Role::Sweeper),
             Ok(Mode::Handler) => Config::from_env().map(|config| Role::Requests(Box::new(config))),
             Err(error) => Err(error),
-        }
-        .inspect_err(|error| tracing::error!(%error, "cannot start"))?;
+        }?;
         Ok(Self { role, standard: false, registrations: Vec::new() })
     }
 
@@ -95,16 +138,41 @@ impl Handler {
         self.provider_with(resource_type, move |_| provider)
     }
 
-    /// Serves `resource_type` with the provider `make` builds from the AWS SDK configuration the
-    /// function loads once at start (region, credentials), for providers that call AWS.
+    /// Serves `resource_type` with the provider `make` builds when the function starts, from the
+    /// AWS SDK configuration it loads once (region, credentials) and the settings the deployment
+    /// gave its providers ([`ProviderSetup`]), for providers that call AWS.
+    ///
+    /// ```no_run
+    /// # use cfn_once::prelude::*;
+    /// # struct Inventory { table: FencedTable }
+    /// # #[async_trait]
+    /// # impl Provider for Inventory {
+    /// #     type Properties = serde_json::Value;
+    /// #     async fn create(&self, _: &ProviderContext, _: Self::Properties) -> Result<Step, ProviderError> { Ok(ProviderOutput::new().into()) }
+    /// #     async fn update(&self, _: &ProviderContext, _: &str, _: Self::Properties, _: Option<Self::Properties>) -> Result<Step, ProviderError> { Ok(ProviderOutput::new().into()) }
+    /// #     async fn delete(&self, _: &ProviderContext, _: &str, _: Self::Properties) -> Result<Step<()>, ProviderError> { Ok(Step::Done(())) }
+    /// # }
+    /// # async fn start() -> Result<(), cfn_once::Error> {
+    /// Handler::from_env()?
+    ///     .provider_with("Custom::Inventory", |setup| Inventory {
+    ///         table: FencedTable::new(
+    ///             aws_sdk_dynamodb::Client::new(setup.sdk()),
+    ///             setup.var("INVENTORY_TABLE").unwrap_or("inventory"),
+    ///         ),
+    ///     })
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
     pub fn provider_with<P: Provider>(
         mut self,
         resource_type: &str,
-        make: impl FnOnce(&SdkConfig) -> P + Send + 'static,
+        make: impl FnOnce(&ProviderSetup<'_>) -> P + Send + 'static,
     ) -> Self {
         let resource_type = resource_type.to_owned();
-        self.registrations
-            .push(Box::new(move |router: Router, sdk: &SdkConfig| router.register(&resource_type, make(sdk))));
+        self.registrations.push(Box::new(move |router: Router, setup: &ProviderSetup<'_>| {
+            router.register(&resource_type, make(setup))
+        }));
         self
     }
 
@@ -118,7 +186,8 @@ impl Handler {
     /// The providers this handler serves, on `sdk`'s AWS configuration.
     pub fn router(self, config: &Config, sdk: &SdkConfig) -> Router {
         let router = if self.standard { crate::providers::standard_router(config, sdk) } else { Router::new() };
-        self.registrations.into_iter().fold(router, |router, register| register(router, sdk))
+        let setup = ProviderSetup::new(sdk, &config.provider_environment);
+        self.registrations.into_iter().fold(router, |router, register| register(router, &setup))
     }
 
     /// Loads the AWS SDK configuration (region, credentials, endpoint) on cfn-once's HTTPS client
@@ -126,6 +195,9 @@ impl Handler {
     /// providers' clients made from the `SdkConfig` share) and serves Lambda invocations until the
     /// runtime stops.
     pub async fn run(self) -> Result<(), Error> {
+        if config::lambda_runtime_api().is_none() {
+            return Err(Error::NotInLambda);
+        }
         let tls = crate::adapters::https::client_config().map_err(Error::Setup)?;
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
             .http_client(crate::adapters::https::sdk_http_client(tls))

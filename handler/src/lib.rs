@@ -50,43 +50,65 @@
 //! ```
 //!
 //! Build it with `cargo lambda build --release --arm64` and deploy it with the templates in
-//! `infra/` (the README's "Write your own provider"). With the `testing` feature,
-//! [`testing::ProviderTest`](cfn_once_core::kit::ProviderTest) runs a provider through the real protocol in memory, in
-//! microseconds: duplicates, a takeover mid-run, Delete after a failed Create, and a provider
-//! that answers [`Step::InProgress`] followed through its polls.
+//! `infra/` (the README's "Write your own provider").
 //!
-//! This crate is the shell around `cfn_once_core`, which does no I/O: [`config`] reads the
-//! environment once, [`handler`] is the entry ([`Handler`]), [`app`] wires the adapters,
-//! [`lambda`] turns an SQS batch into a partial batch response, [`adapters`] implement the
-//! core's ports on DynamoDB, SQS and HTTP (and ARC, with the `arc` feature), [`sweeper`]
-//! deletes expired lease records, [`fenced`] offers fenced DynamoDB writes to provider
-//! authors, [`providers`] holds the shipped providers, [`logging`] sets up JSON logs and
-//! [`metrics`] writes CloudWatch embedded-metric-format lines. The local and operator tools
-//! (`cfn-once local`, `demo`, `drill`) live in the separate `cfn-once-cli` package, so the
-//! function carries only what it runs.
+//! # Where to look
+//!
+//! - [`prelude`]: everything a provider author names, in one `use`.
+//! - [`Provider`], [`ProviderContext`], [`ProviderOutput`], [`Step`], [`ProviderError`]: the
+//!   resource logic, and what it is given and returns.
+//! - [`Handler`] and [`ProviderSetup`]: the function's one builder.
+//! - [`fenced`] ([`FencedTable`]): DynamoDB writes that are fenced (a stale execution cannot
+//!   overwrite a newer one) and owned (a resource never overwrites or deletes what it did not
+//!   create).
+//! - [`testing`]: the provider test kit, [`testing::ProviderTest`], which runs a provider through
+//!   the real protocol in memory, in microseconds: duplicates, takeovers mid-run and mid-poll, a
+//!   stale execution's write after a takeover, a region lost during a wait, Delete after a failed
+//!   Create. Add it with the `testing` feature (`[dev-dependencies] cfn-once = { ..., features =
+//!   ["testing"] }`); its documentation is here whatever the features.
+//! - [`providers`]: the shipped `Custom::Echo` and `Custom::DynamoDBItem`, to deploy as they are
+//!   or to read as examples.
+//!
+//! The rest of the crate (the adapters, the wiring, the Lambda entry, logging, metrics, the
+//! sweeper, the configuration) is cfn-once's own machinery, public for its tools and tests and
+//! hidden from these pages; ARCHITECTURE.md maps it. The core that does no I/O is the
+//! `cfn-once-core` crate.
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod adapters;
+#[doc(hidden)]
 pub mod app;
+#[doc(hidden)]
 pub mod clock;
+#[doc(hidden)]
 pub mod config;
 pub mod fenced;
+#[doc(hidden)]
 pub mod handler;
+#[doc(hidden)]
 pub mod lambda;
+#[doc(hidden)]
 pub mod logging;
+#[doc(hidden)]
 pub mod metrics;
+pub mod prelude;
 pub mod providers;
+#[doc(hidden)]
 pub mod sweeper;
-#[cfg(feature = "testing")]
+// Documented whatever the features, so that `cargo doc -p cfn-once` shows the kit to authors
+// who have not enabled it (cargo cannot pass features to a dependency's documentation).
+#[cfg(any(feature = "testing", doc))]
 pub mod testing;
 
 pub use async_trait::async_trait;
+#[doc(hidden)]
 pub use cfn_once_core as core;
 pub use cfn_once_core::properties::{PropertyError, from_properties};
 pub use cfn_once_core::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
 pub use fenced::{FencedTable, FencedWriteError};
-pub use handler::{Error, Handler};
+pub use handler::{Error, Handler, ProviderSetup};
 
 // The README's Rust examples compile as doctests, so the README cannot drift from the API.
 #[doc = include_str!("../../README.md")]

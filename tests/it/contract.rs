@@ -250,8 +250,12 @@ async fn a_wait_stores_the_state_releases_the_lease_and_is_fenced(store: Arc<dyn
     let lagging = AcquireRequest { poll_lag_ms: 5_000, ..acquire(&key, "a", "west/1", T0 + 34_999) };
     assert!(matches!(store.acquire(&lagging).await.expect("acquire"), Acquire::Refused(_)), "not past the lag");
     match store.acquire(&acquire(&key, "a", "west/1", T0 + 30_000)).await.expect("acquire") {
-        Acquire::Acquired { fence, took_over, poll } => {
-            assert_eq!((fence, took_over, poll), (2, true, Some(first.clone())))
+        Acquire::Acquired { fence, took_over, interrupted, poll } => {
+            assert_eq!(
+                (fence, took_over, interrupted, poll),
+                (2, true, false, Some(first.clone())),
+                "a due poll interrupts nobody"
+            )
         }
         other => panic!("a due poll was refused: {other:?}"),
     }
@@ -280,7 +284,9 @@ async fn a_new_attempt_replaces_a_wait_at_once(store: Arc<dyn LeaseStore>) {
     store.wait(&key, 1, &poll("a", T0 + 600_000, 0), T0).await.expect("wait");
     // CloudFormation gave up on attempt a and retried the deployment: b need not wait for a's poll.
     match store.acquire(&sent_at(&key, "b", "east/2", T0 + 1_000, T0 + 1_000)).await.expect("acquire") {
-        Acquire::Acquired { fence, took_over, poll } => assert_eq!((fence, took_over, poll), (2, false, None)),
+        Acquire::Acquired { fence, took_over, interrupted, poll } => {
+            assert_eq!((fence, took_over, interrupted, poll), (2, false, false, None))
+        }
         other => panic!("{other:?}"),
     }
     let record = store.read(&key).await.expect("read").expect("record");

@@ -99,8 +99,15 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["cfn_once_deleted_ms", "cfn_once_expires_at", "cfn_once_fence", "cfn_once_fence_scope", "pk"],
-        "only the key and the fence remain, until TTL or the next write of the key"
+        [
+            "cfn_once_deleted_ms",
+            "cfn_once_expires_at",
+            "cfn_once_fence",
+            "cfn_once_fence_scope",
+            "cfn_once_owner",
+            "pk"
+        ],
+        "only the key, the fence and the owner remain, until TTL or the next write of the key"
     );
 }
 

@@ -113,3 +113,142 @@ async fn a_missing_table_is_named() {
         Err(FencedWriteError::NoSuchTable { table: "no-such-table".into() })
     );
 }
+
+mod owned {
+    //! Owned writes on a real table: a resource writes where nothing is, where a tombstone is, or
+    //! where its own item is; another resource's item, or one cfn-once did not write, is refused
+    //! unless adopted; a delete removes only the resource's own item. One condition per write.
+
+    use super::*;
+    use cfn_once::fenced::{Condition, Deleted, Owner, Update, WriteRules, Written};
+
+    fn rules(stack: &str, logical: &str, scope: &str, fence_value: u64) -> WriteRules {
+        WriteRules { fence: fence(scope, fence_value), owner: Some(Owner::new(stack, logical)), adopt: false }
+    }
+
+    fn attributes(plan: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([("Plan".to_owned(), AttributeValue::S(plan.into()))])
+    }
+
+    async fn raw(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
+        region
+            .customer_dynamodb
+            .get_item()
+            .table_name(&region.item_table)
+            .set_key(Some(key()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get item")
+            .item
+    }
+
+    #[tokio::test]
+    async fn a_resource_writes_what_is_free_or_its_own_and_nothing_else() {
+        let region = LocalRegion::new(Options::default()).await;
+        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let mine = rules("stack-a", "Tenant", "create-1", 1);
+        assert_eq!(table.write(mine.clone()).put(key(), attributes("one")).await, Ok(Written::Created));
+        assert_eq!(
+            raw(&region).await.and_then(|item| item.get("cfn_once_owner")?.as_s().ok().cloned()).as_deref(),
+            Some("stack-a/Tenant"),
+            "the item records its owner"
+        );
+        let again = rules("stack-a", "Tenant", "update-1", 1);
+        assert_eq!(table.write(again).put(key(), attributes("two")).await, Ok(Written::Replaced));
+
+        // Another resource naming the same key is refused, and told whose it is.
+        let other = rules("stack-a", "Other", "create-2", 1);
+        assert_eq!(
+            table.write(other.clone()).put(key(), attributes("theirs")).await,
+            Err(FencedWriteError::OwnedByAnother { owner: Some(Owner::new("stack-a", "Tenant")) })
+        );
+        assert_eq!(plan(&region).await.as_deref(), Some("two"), "the owner's item is intact");
+        // Its Delete (the rollback of that failed Create) leaves it alone, and succeeds.
+        assert_eq!(
+            table.write(other.clone()).delete(key()).await,
+            Ok(Deleted::NotOwned { owner: Some(Owner::new("stack-a", "Tenant")) })
+        );
+        assert_eq!(plan(&region).await.as_deref(), Some("two"));
+        // Adopting takes it over, and says from whom.
+        assert_eq!(
+            table.write(other.clone().adopting(true)).put(key(), attributes("adopted")).await,
+            Ok(Written::Adopted { previous_owner: Some(Owner::new("stack-a", "Tenant")) })
+        );
+        // Now the first resource's Delete finds it not its own.
+        let first_deletes = rules("stack-a", "Tenant", "delete-1", 1);
+        assert!(matches!(table.write(first_deletes).delete(key()).await, Ok(Deleted::NotOwned { .. })));
+        assert_eq!(plan(&region).await.as_deref(), Some("adopted"));
+        // The adopter's own Delete removes it, leaving a tombstone anyone may write over.
+        assert_eq!(table.write(rules("stack-a", "Other", "delete-2", 1)).delete(key()).await, Ok(Deleted::Deleted));
+        assert_eq!(plan(&region).await, None);
+        assert_eq!(table.write(rules("stack-a", "Other", "delete-3", 1)).delete(key()).await, Ok(Deleted::Absent));
+        assert_eq!(
+            table.write(rules("stack-b", "New", "create-3", 1)).put(key(), attributes("new")).await,
+            Ok(Written::Created)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_item_cfn_once_did_not_write_is_never_taken_or_deleted_unasked() {
+        let region = LocalRegion::new(Options::default()).await;
+        // A record that existed before the stack.
+        region
+            .customer_dynamodb
+            .put_item()
+            .table_name(&region.item_table)
+            .set_item(Some(item("production")))
+            .send()
+            .await
+            .expect("a pre-existing item");
+        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let create = rules("stack-a", "Tenant", "create-1", 1);
+        assert_eq!(
+            table.write(create.clone()).put(key(), attributes("oops")).await,
+            Err(FencedWriteError::OwnedByAnother { owner: None })
+        );
+        assert_eq!(table.write(create).delete(key()).await, Ok(Deleted::NotOwned { owner: None }));
+        assert_eq!(plan(&region).await.as_deref(), Some("production"), "the production record is intact");
+    }
+
+    #[tokio::test]
+    async fn updates_are_fenced_owned_and_may_carry_a_condition_of_their_own() {
+        let region = LocalRegion::new(Options::default()).await;
+        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let seats = |count: &str| {
+            Update::new()
+                .set("#plan = :plan")
+                .add_to("#seats :n")
+                .name("#plan", "Plan")
+                .name("#seats", "Seats")
+                .value(":plan", AttributeValue::S("pro".into()))
+                .value(":n", AttributeValue::N(count.into()))
+        };
+        let mine = rules("stack-a", "Tenant", "r", 2);
+        let after = table.write(mine.clone()).update(key(), seats("5")).await.expect("creates the item");
+        assert_eq!(after["Seats"].as_n().map(String::as_str), Ok("5"));
+        let after = table.write(mine.clone()).update(key(), seats("3")).await.expect("an atomic counter");
+        assert_eq!(after["Seats"].as_n().map(String::as_str), Ok("8"));
+        assert_eq!(after["cfn_once_owner"].as_s().map(String::as_str), Ok("stack-a/Tenant"));
+        // A stale execution of the same request is fenced out.
+        assert_eq!(
+            table.write(rules("stack-a", "Tenant", "r", 1)).update(key(), seats("100")).await,
+            Err(FencedWriteError::FencedOut { fence: 1 })
+        );
+        // Another resource may not update it.
+        assert!(matches!(
+            table.write(rules("stack-a", "Other", "x", 1)).update(key(), seats("1")).await,
+            Err(FencedWriteError::OwnedByAnother { .. })
+        ));
+        // The author's own condition, ANDed with the rules.
+        let frozen = Condition::new("#plan = :frozen")
+            .name("#plan", "Plan")
+            .value(":frozen", AttributeValue::S("frozen".into()));
+        assert_eq!(
+            table.write(mine).condition(frozen).update(key(), seats("1")).await,
+            Err(FencedWriteError::ConditionFailed)
+        );
+        let now = table.get_item(key()).await.expect("read").expect("the item");
+        assert_eq!(now["Seats"].as_n().map(String::as_str), Ok("8"), "no refused update applied");
+    }
+}

@@ -167,6 +167,32 @@ fn a_crashed_invocation_leaves_time_to_answer() {
     assert_eq!(function["Properties"]["Timeout"], json!({"Ref": "FunctionTimeoutSeconds"}));
 }
 
+/// A function with providers of its own deploys from the same template: extra managed policies
+/// for its role and settings for its providers, both parameters, both empty by default.
+#[test]
+fn a_function_of_your_own_gets_its_policies_and_settings_from_parameters() {
+    let template = template("regional.yaml");
+    let parameters = &template["Parameters"];
+    assert_eq!(
+        (
+            parameters["ExtraManagedPolicyArns"]["Type"].as_str(),
+            parameters["ExtraManagedPolicyArns"]["Default"].as_str()
+        ),
+        (Some("CommaDelimitedList"), Some(""))
+    );
+    assert_eq!(parameters["ProviderEnvironment"]["Default"].as_str(), Some("{}"));
+    assert_eq!(
+        template["Conditions"]["HasExtraManagedPolicies"],
+        json!({"Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": "ExtraManagedPolicyArns"}]}, ""]}]})
+    );
+    let variables = &one(&template, "AWS::Serverless::Function")["Properties"]["Environment"]["Variables"];
+    assert_eq!(variables["CFN_ONCE_PROVIDER_ENVIRONMENT"], json!({"Ref": "ProviderEnvironment"}));
+    // The default parses: the stock function starts with it.
+    let deployed = Deployed::regional().expect("infra/regional.yaml");
+    let config = deployed.config(Role::Primary, "us-east-1").expect("the template configures the handler");
+    assert!(config.provider_environment.is_empty());
+}
+
 /// The handler shortens the visibility of records near their deadline only if it knows how long
 /// a crash would hide them, and counts requests without failover only if it knows the
 /// secondary's delay: both come from the same values as the queues'.
@@ -369,7 +395,19 @@ fn every_role_holds_exactly_these_permissions() {
                     });
                 }
             }
-            assert!(role["Properties"].get("ManagedPolicyArns").is_none(), "{name} {role_name}: no managed policies");
+            // Managed policies only where an author adds them for their own providers.
+            let managed = role["Properties"].get("ManagedPolicyArns");
+            if (name, role_name.as_str()) == ("regional.yaml", "FunctionRole") {
+                assert_eq!(
+                    managed,
+                    Some(
+                        &json!({"Fn::If": ["HasExtraManagedPolicies", {"Ref": "ExtraManagedPolicyArns"}, {"Ref": "AWS::NoValue"}]})
+                    ),
+                    "the function's role takes ExtraManagedPolicyArns, and nothing else, as managed policies"
+                );
+            } else {
+                assert!(managed.is_none(), "{name} {role_name}: no managed policies");
+            }
         }
         for (function_name, function) in resources(&template, "AWS::Serverless::Function") {
             assert!(function["Properties"].get("Policies").is_none(), "{name} {function_name}: roles are explicit");

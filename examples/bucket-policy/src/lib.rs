@@ -3,15 +3,14 @@
 //!
 //! An example of a cfn-once provider in its own crate: typed properties (CloudFormation sends
 //! every scalar as a string; cfn-once coerces `"30"` and `"true"`), validation that fails with a
-//! readable Reason, a PhysicalResourceId derived from what identifies the resource, a Delete that
-//! succeeds for ids it never returned (the rollback of a failed Create), and fenced writes, so an
-//! execution that lost its lease cannot overwrite the one that took over. Storage sits behind
-//! [`PolicyStore`], so the tests run the provider with `cfn_once::testing` and no AWS.
+//! readable Reason, a PhysicalResourceId derived from what identifies the resource, and writes
+//! that are fenced (an execution that lost its lease cannot overwrite the one that took over)
+//! and owned: the resource never overwrites a policy another resource (or something other than
+//! cfn-once) wrote, unless told to adopt it, and its Delete, even a rollback's for an id it
+//! never returned, removes only its own. Storage sits behind [`PolicyStore`], so the tests run
+//! the provider with `cfn_once::testing` and no AWS.
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::AttributeValue;
-use cfn_once::{Fence, FencedTable, Provider, ProviderContext, ProviderError, ProviderOutput, Step, async_trait};
+use cfn_once::prelude::*;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -34,15 +33,18 @@ pub struct Properties {
     /// Who is told before objects expire.
     #[serde(default)]
     pub notify: Vec<String>,
+    /// Take over a policy the bucket already has that is not this resource's.
+    #[serde(default)]
+    pub adopt: bool,
 }
 
-/// Where policies are kept: one item per bucket, every write fenced.
+/// Where policies are kept: one item per bucket, every write fenced and owned.
 #[async_trait]
 pub trait PolicyStore: Send + Sync + 'static {
-    /// Writes `bucket`'s policy under `fence`.
-    async fn put(&self, fence: &Fence, bucket: &str, policy: Value) -> Result<(), ProviderError>;
-    /// Deletes `bucket`'s policy under `fence`; deleting a missing one succeeds.
-    async fn delete(&self, fence: &Fence, bucket: &str) -> Result<(), ProviderError>;
+    /// Writes `bucket`'s policy under `rules`.
+    async fn put(&self, rules: &WriteRules, bucket: &str, policy: Value) -> Result<Written, FencedWriteError>;
+    /// Deletes `bucket`'s policy under `rules`: only if the resource owns it.
+    async fn delete(&self, rules: &WriteRules, bucket: &str) -> Result<Deleted, FencedWriteError>;
 }
 
 /// The provider.
@@ -56,59 +58,47 @@ impl<S: PolicyStore> BucketPolicy<S> {
     pub fn new(store: S) -> Self {
         Self { store }
     }
-
-    async fn put(&self, ctx: &ProviderContext, properties: Properties) -> Result<ProviderOutput, ProviderError> {
-        validate(&properties)?;
-        let policy = json!({
-            "MaxAgeDays": properties.max_age_days,
-            "Strict": properties.strict,
-            "Notify": properties.notify,
-        });
-        self.store.put(&ctx.fence, &properties.bucket_name, policy).await?;
-        Ok(ProviderOutput {
-            physical_resource_id: Some(format!("{ID_PREFIX}{}", properties.bucket_name)),
-            data: [("MaxAgeDays".to_owned(), json!(properties.max_age_days.to_string()))].into(),
-            no_echo: false,
-        })
-    }
 }
 
 impl BucketPolicy<DynamoPolicyStore> {
-    /// The provider on the DynamoDB table `table`, with `sdk`'s region and credentials.
-    pub fn on_dynamodb(sdk: &aws_config::SdkConfig, table: String) -> Self {
-        Self::new(DynamoPolicyStore { table: FencedTable::new(aws_sdk_dynamodb::Client::new(sdk), table) })
+    /// The provider on the DynamoDB table `POLICY_TABLE` names (the regional template's
+    /// `ProviderEnvironment`), `bucket-policies` by default.
+    pub fn on_dynamodb(setup: &ProviderSetup<'_>) -> Self {
+        let table = setup.var("POLICY_TABLE").unwrap_or("bucket-policies");
+        Self::new(DynamoPolicyStore(FencedTable::new(aws_sdk_dynamodb::Client::new(setup.sdk()), table)))
     }
 }
 
 #[async_trait]
 impl<S: PolicyStore> Provider for BucketPolicy<S> {
     type Properties = Properties;
+    // Another bucket gives another id: CloudFormation then deletes the old policy itself.
+    const UPDATE_THROUGH_CREATE: bool = true;
 
     async fn create(&self, ctx: &ProviderContext, properties: Properties) -> Result<Step, ProviderError> {
-        self.put(ctx, properties).await.map(Step::Done)
+        validate(&properties)?;
+        let bucket = &properties.bucket_name;
+        let policy =
+            json!({"MaxAgeDays": properties.max_age_days, "Strict": properties.strict, "Notify": properties.notify});
+        let output = ProviderOutput::with_id(format!("{ID_PREFIX}{bucket}"))
+            .data("MaxAgeDays", properties.max_age_days.to_string());
+        match self.store.put(&ctx.owned().adopting(properties.adopt), bucket, policy).await {
+            Ok(Written::Adopted { .. }) => Ok(output.data("Adopted", "true").into()),
+            Ok(_) => Ok(output.into()),
+            Err(FencedWriteError::OwnedByAnother { owner }) => Err(ProviderError::Failed(format!(
+                "bucket {bucket} already has a retention policy, {}; set Adopt: \"true\" to take it over",
+                owner.map_or("which cfn-once did not write".to_owned(), |owner| format!("owned by {owner}"))
+            ))),
+            Err(error) => Err(error.into()),
+        }
     }
 
-    async fn update(
-        &self,
-        ctx: &ProviderContext,
-        _physical_resource_id: &str,
-        properties: Properties,
-        _old_properties: Option<Properties>,
-    ) -> Result<Step, ProviderError> {
-        // Another bucket gives another id: CloudFormation then deletes the old policy itself.
-        self.put(ctx, properties).await.map(Step::Done)
-    }
-
-    async fn delete(
-        &self,
-        ctx: &ProviderContext,
-        physical_resource_id: &str,
-        properties: Properties,
-    ) -> Result<Step<()>, ProviderError> {
-        // Our id names the bucket; any other id is the rollback of a Create that failed after
-        // it may have written, and the properties name the bucket then.
-        let bucket = physical_resource_id.strip_prefix(ID_PREFIX).unwrap_or(&properties.bucket_name);
-        self.store.delete(&ctx.fence, bucket).await.map(Step::Done)
+    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: Properties) -> Result<Step<()>, ProviderError> {
+        // Our id names the bucket; any other id is the rollback of a Create that failed, which may
+        // have written, and the properties name the bucket then. Either way, only our own goes.
+        let bucket = id.strip_prefix(ID_PREFIX).unwrap_or(&properties.bucket_name);
+        self.store.delete(&ctx.owned(), bucket).await?;
+        Ok(Step::Done(()))
     }
 }
 
@@ -123,10 +113,8 @@ pub fn validate(properties: &Properties) -> Result<(), ProviderError> {
         return Err(ProviderError::Failed(format!("BucketName {name:?} is not an S3 bucket name")));
     }
     if !(1..=3650).contains(&properties.max_age_days) {
-        return Err(ProviderError::Failed(format!(
-            "MaxAgeDays is {}: it must be from 1 to 3650",
-            properties.max_age_days
-        )));
+        let days = properties.max_age_days;
+        return Err(ProviderError::Failed(format!("MaxAgeDays is {days}: it must be from 1 to 3650")));
     }
     if let Some(bad) = properties.notify.iter().find(|address| !address.contains('@')) {
         return Err(ProviderError::Failed(format!("Notify entry {bad:?} is not an email address")));
@@ -134,22 +122,18 @@ pub fn validate(properties: &Properties) -> Result<(), ProviderError> {
     Ok(())
 }
 
-/// Policies in a DynamoDB table keyed by `bucket` (a string), written with fenced writes.
+/// Policies in a DynamoDB table keyed by `bucket` (a string).
 #[derive(Debug)]
-pub struct DynamoPolicyStore {
-    table: FencedTable,
-}
+pub struct DynamoPolicyStore(FencedTable);
 
 #[async_trait]
 impl PolicyStore for DynamoPolicyStore {
-    async fn put(&self, fence: &Fence, bucket: &str, policy: Value) -> Result<(), ProviderError> {
-        let mut item = HashMap::from([("bucket".to_owned(), AttributeValue::S(bucket.to_owned()))]);
-        item.insert("policy".to_owned(), AttributeValue::S(policy.to_string()));
-        Ok(self.table.put_item(fence, item).await?)
+    async fn put(&self, rules: &WriteRules, bucket: &str, policy: Value) -> Result<Written, FencedWriteError> {
+        let key = item([("bucket", AttributeValue::S(bucket.to_owned()))]);
+        self.0.write(rules.clone()).put(key, item([("policy", AttributeValue::S(policy.to_string()))])).await
     }
 
-    async fn delete(&self, fence: &Fence, bucket: &str) -> Result<(), ProviderError> {
-        let key = HashMap::from([("bucket".to_owned(), AttributeValue::S(bucket.to_owned()))]);
-        Ok(self.table.delete_item(fence, key).await?)
+    async fn delete(&self, rules: &WriteRules, bucket: &str) -> Result<Deleted, FencedWriteError> {
+        self.0.write(rules.clone()).delete(item([("bucket", AttributeValue::S(bucket.to_owned()))])).await
     }
 }

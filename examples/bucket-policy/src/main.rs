@@ -1,11 +1,10 @@
 //! The Lambda function: cfn-once's stock providers plus `Custom::BucketPolicy`, writing to the
-//! table named by `POLICY_TABLE`.
+//! table the deployment names in `POLICY_TABLE` (the regional template's `ProviderEnvironment`).
 
 #[tokio::main]
 async fn main() -> Result<(), cfn_once::Error> {
-    let table = std::env::var("POLICY_TABLE").unwrap_or_else(|_| "bucket-policies".to_owned());
     cfn_once::Handler::from_env()?
-        .provider_with("Custom::BucketPolicy", |sdk| bucket_policy::BucketPolicy::on_dynamodb(sdk, table))
+        .provider_with("Custom::BucketPolicy", bucket_policy::BucketPolicy::on_dynamodb)
         .with_standard_providers()
         .run()
         .await

@@ -1,23 +1,24 @@
 //! Custom::BucketPolicy through cfn-once's real protocol, in memory, with the provider test kit.
 
-use bucket_policy::{BucketPolicy, PolicyStore, RESOURCE_TYPE};
-use cfn_once::testing::{FencedMap, ProviderTest};
-use cfn_once::{Fence, ProviderError, async_trait};
-use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// The kit's fenced in-memory table behind the provider's storage trait.
+use bucket_policy::{BucketPolicy, PolicyStore, RESOURCE_TYPE};
+use cfn_once::prelude::*;
+use cfn_once::testing::{FencedMap, ProviderTest};
+use serde_json::{Value, json};
+
+/// The kit's fenced, owned in-memory table behind the provider's storage trait.
 #[derive(Clone, Default)]
 struct Memory(Arc<FencedMap>);
 
 #[async_trait]
 impl PolicyStore for Memory {
-    async fn put(&self, fence: &Fence, bucket: &str, policy: Value) -> Result<(), ProviderError> {
-        self.0.put(fence, bucket, policy).map_err(|refused| ProviderError::Failed(refused.to_string()))
+    async fn put(&self, rules: &WriteRules, bucket: &str, policy: Value) -> Result<Written, FencedWriteError> {
+        Ok(self.0.put(rules, bucket, policy)?)
     }
 
-    async fn delete(&self, fence: &Fence, bucket: &str) -> Result<(), ProviderError> {
-        self.0.delete(fence, bucket).map_err(|refused| ProviderError::Failed(refused.to_string()))
+    async fn delete(&self, rules: &WriteRules, bucket: &str) -> Result<Deleted, FencedWriteError> {
+        Ok(self.0.delete(rules, bucket)?)
     }
 }
 
@@ -57,7 +58,7 @@ fn create_update_delete() {
 fn bad_properties_fail_clearly_and_their_rollback_delete_succeeds() {
     let (mut kit, store) = kit();
     let not_a_number = kit.create(RESOURCE_TYPE, properties("logs-example", "thirty"));
-    assert_eq!(not_a_number.status(), cfn_once::core::response::Status::Failed);
+    assert_eq!(not_a_number.status(), Some(Status::Failed));
     assert!(
         not_a_number.reason().is_some_and(|r| r.contains("invalid property MaxAgeDays")),
         "{:?}",
@@ -66,7 +67,7 @@ fn bad_properties_fail_clearly_and_their_rollback_delete_succeeds() {
     assert_eq!(kit.provider_runs(), 0, "properties that do not coerce never reach the provider");
     // CloudFormation rolls back with a Delete of the id the failed Create answered.
     let rollback = kit.delete(RESOURCE_TYPE, not_a_number.physical_resource_id(), properties("logs-example", "thirty"));
-    assert_eq!(rollback.status(), cfn_once::core::response::Status::Success);
+    assert_eq!(rollback.status(), Some(Status::Success));
 
     let too_long = kit.create(RESOURCE_TYPE, properties("logs-example", "9999"));
     assert_eq!(
@@ -74,6 +75,55 @@ fn bad_properties_fail_clearly_and_their_rollback_delete_succeeds() {
         Some("Custom::BucketPolicy Create failed: MaxAgeDays is 9999: it must be from 1 to 3650")
     );
     assert_eq!(store.0.get("logs-example"), None, "nothing was written");
+}
+
+#[test]
+fn a_policy_the_resource_did_not_write_is_never_taken_or_deleted_unasked() {
+    let (mut kit, store) = kit();
+    // The bucket had a policy before the stack, set by hand.
+    store.0.insert_unowned("logs-example", json!({"MaxAgeDays": 3650}));
+    let refused = kit.create(RESOURCE_TYPE, properties("logs-example", "30"));
+    assert_eq!(
+        refused.reason(),
+        Some(
+            "Custom::BucketPolicy Create failed: bucket logs-example already has a retention policy, which cfn-once did not write; set Adopt: \"true\" to take it over"
+        )
+    );
+    // The rollback Delete of that failed Create leaves the policy alone, and succeeds.
+    let rollback = kit.delete(RESOURCE_TYPE, refused.physical_resource_id(), properties("logs-example", "30"));
+    assert_eq!(rollback.status(), Some(Status::Success));
+    assert_eq!(store.0.get("logs-example"), Some(json!({"MaxAgeDays": 3650})), "the existing policy is intact");
+
+    // Asked to, the resource adopts it, and says so; then it is the resource's to delete.
+    let mut adopt = properties("logs-example", "30");
+    adopt["Adopt"] = json!("true");
+    let adopted = kit.create(RESOURCE_TYPE, adopt.clone());
+    assert_eq!((adopted.status(), adopted.data().get("Adopted")), (Some(Status::Success), Some(&json!("true"))));
+    kit.delete(RESOURCE_TYPE, adopted.physical_resource_id(), adopt);
+    assert_eq!(store.0.get("logs-example"), None);
+}
+
+#[test]
+fn two_resources_cannot_name_one_bucket() {
+    let (mut kit, store) = kit();
+    let first = kit.create(RESOURCE_TYPE, properties("logs-example", "30"));
+    assert_eq!(first.status(), Some(Status::Success));
+    let second = kit.create_request(RESOURCE_TYPE, properties("logs-example", "7")).logical_resource_id("OtherPolicy");
+    let refused = kit.deliver(&second);
+    assert!(
+        refused
+            .reason()
+            .is_some_and(|r| r.contains("owned by") && r.ends_with("/Resource; set Adopt: \"true\" to take it over")),
+        "{:?}",
+        refused.reason()
+    );
+    let rollback = kit.delete_request(RESOURCE_TYPE, refused.physical_resource_id(), properties("logs-example", "7"));
+    assert_eq!(kit.deliver(&rollback.logical_resource_id("OtherPolicy")).status(), Some(Status::Success));
+    assert_eq!(
+        store.0.get("logs-example").map(|p| p["MaxAgeDays"].clone()),
+        Some(json!(30)),
+        "the first resource's policy"
+    );
 }
 
 #[test]
@@ -95,4 +145,22 @@ fn a_takeover_after_a_crash_writes_under_the_newer_fence() {
     assert_eq!(kit.provider_runs(), 2, "the provider ran under both fences: it must be idempotent");
     assert_eq!(store.0.fence_of("logs-example"), Some(2));
     assert_eq!(kit.puts(&request).len(), 1, "one answer");
+}
+
+#[test]
+fn a_stale_execution_that_resumes_after_the_takeover_is_fenced_out() {
+    let (mut kit, store) = kit();
+    let request = kit.create_request(RESOURCE_TYPE, properties("logs-example", "30"));
+    let takeover = kit.stale_write_after_take_over(&request);
+    assert_eq!(takeover.answer.fence(), Some(2), "{:?}", takeover.answer.disposition);
+    // The frozen execution ran its provider under fence 1 after fence 2 had written: refused,
+    // and it committed nothing.
+    assert!(
+        matches!(&takeover.stale, cfn_once::testing::Disposition::Retry { why, .. } if why.contains("taken over")),
+        "{:?}",
+        takeover.stale
+    );
+    let written = store.0.written_by("logs-example").expect("written");
+    assert_eq!(written.value, 2, "the policy is fence 2's, in scope {}", written.scope);
+    assert_eq!(kit.puts(&request).len(), 1, "one answer, the taker-over's");
 }

@@ -125,6 +125,11 @@ pub struct Config {
     /// counts the requests whose deadline comes too soon for the secondary to answer them
     /// (`ShortServiceTimeout`): they have no failover. The regional template sets it.
     pub secondary_delay_s: u64,
+    /// `CFN_ONCE_PROVIDER_ENVIRONMENT` (default none): settings for the function's own
+    /// providers, a JSON object of names to strings (`{"POLICY_TABLE": "bucket-policies"}`),
+    /// handed to them at start (`cfn_once::ProviderSetup::var`). The regional template passes
+    /// its `ProviderEnvironment` parameter here.
+    pub provider_environment: std::collections::BTreeMap<String, String>,
 }
 
 /// Where a primary learns whether it is the active region.
@@ -404,6 +409,13 @@ impl Config {
         let visibility_timeout_s =
             vars.number("CFN_ONCE_VISIBILITY_TIMEOUT_S", VISIBILITY_TIMEOUT_S_DEFAULT, 0, 43_200);
         let secondary_delay_s = vars.number("CFN_ONCE_SECONDARY_DELAY_S", SECONDARY_DELAY_S_DEFAULT, 0, 900);
+        let provider_environment = match vars.get("CFN_ONCE_PROVIDER_ENVIRONMENT") {
+            None => std::collections::BTreeMap::new(),
+            Some(text) => provider_environment(&text).unwrap_or_else(|why| {
+                vars.problems.push(format!("CFN_ONCE_PROVIDER_ENVIRONMENT {why}"));
+                std::collections::BTreeMap::new()
+            }),
+        };
 
         if topic_arns.is_empty() {
             problems.push(
@@ -453,6 +465,7 @@ impl Config {
             deadline_margin_ms,
             visibility_timeout_s,
             secondary_delay_s,
+            provider_environment,
         };
         let settings = Settings::from_config(&config);
         if config.deadline_margin_ms <= settings.take_over_answer_ms() {
@@ -478,6 +491,27 @@ impl Config {
         }
         if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
     }
+}
+
+/// Parses `CFN_ONCE_PROVIDER_ENVIRONMENT`: a JSON object whose values are strings, named like
+/// environment variables.
+fn provider_environment(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let parsed: serde_json::Value = serde_json::from_str(text)
+        .map_err(|_| "is not JSON: expected an object such as {\"TABLE\": \"name\"}".to_owned())?;
+    let object = parsed.as_object().ok_or("is not a JSON object: expected {\"NAME\": \"value\", ...}")?;
+    let mut environment = std::collections::BTreeMap::new();
+    for (name, value) in object {
+        let name_ok = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !name_ok {
+            return Err(format!("names {name:?}, which is not a variable name (letters, digits and _)"));
+        }
+        let Some(value) = value.as_str() else {
+            return Err(format!("gives {name} a value that is not a string"));
+        };
+        environment.insert(name.clone(), value.to_owned());
+    }
+    Ok(environment)
 }
 
 struct Vars<'a> {
@@ -682,6 +716,31 @@ mod tests {
             (VISIBILITY_TIMEOUT_S_DEFAULT, SECONDARY_DELAY_S_DEFAULT),
             "unset, every record counts as one a crash could hide past its margin"
         );
+    }
+
+    #[test]
+    fn providers_get_settings_of_their_own() {
+        let with = |environment: &str| {
+            config(&[
+                ("AWS_REGION", "us-east-1"),
+                ("CFN_ONCE_ROLE", "primary"),
+                ("CFN_ONCE_TABLE", "leases"),
+                ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+                ("CFN_ONCE_PROVIDER_ENVIRONMENT", environment),
+            ])
+        };
+        let config = with(r#"{"POLICY_TABLE": "bucket-policies", "_X1": ""}"#).expect("valid");
+        assert_eq!(config.provider_environment.get("POLICY_TABLE").map(String::as_str), Some("bucket-policies"));
+        assert_eq!(config.provider_environment.len(), 2);
+        for (bad, expected) in [
+            ("POLICY_TABLE=x", "CFN_ONCE_PROVIDER_ENVIRONMENT is not JSON"),
+            ("[1]", "is not a JSON object"),
+            (r#"{"TABLE": 5}"#, "gives TABLE a value that is not a string"),
+            (r#"{"my-table": "x"}"#, "names \"my-table\", which is not a variable name"),
+        ] {
+            let error = with(bad).expect_err(bad).to_string();
+            assert!(error.contains(expected), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -94,6 +94,8 @@ pub enum Action {
         /// Whether an earlier execution of this attempt held the lease before (and may have
         /// run the provider).
         took_over: bool,
+        /// Whether that execution stopped mid-run, rather than with a stored wait.
+        interrupted: bool,
         /// The work in progress to poll.
         poll: Option<PollRecord>,
     },
@@ -169,11 +171,11 @@ pub fn decide(seen: &Seen, situation: &Situation) -> Action {
         Seen::Absent | Seen::NewAttempt => Action::Leave,
         Seen::Held { until_ms } => Action::BackOff { until_ms: *until_ms },
         Seen::Expired => Action::Acquire,
-        Seen::Mine { fence, took_over, poll } if deadline_near => {
+        Seen::Mine { fence, took_over, poll, .. } if deadline_near => {
             Action::FailWithoutRunning { fence: *fence, took_over: *took_over, poll: poll.clone() }
         }
-        Seen::Mine { fence, took_over, poll } => {
-            Action::Run { fence: *fence, took_over: *took_over, poll: poll.clone() }
+        Seen::Mine { fence, took_over, interrupted, poll } => {
+            Action::Run { fence: *fence, took_over: *took_over, interrupted: *interrupted, poll: poll.clone() }
         }
         Seen::Waiting { .. } if deadline_near => Action::Acquire,
         Seen::Waiting { .. } if !starts_new_work => Action::Leave,
@@ -247,15 +249,15 @@ mod tests {
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
         row(Seen::Superseded, false, all(Drop(Done::Superseded)));
         row(
-            Seen::Mine { fence: 3, took_over: true, poll: None },
+            Seen::Mine { fence: 3, took_over: true, interrupted: true, poll: None },
             false,
-            all(Run { fence: 3, took_over: true, poll: None }),
+            all(Run { fence: 3, took_over: true, interrupted: true, poll: None }),
         );
         let poll = Some(waiting());
         row(
-            Seen::Mine { fence: 4, took_over: true, poll: poll.clone() },
+            Seen::Mine { fence: 4, took_over: true, interrupted: false, poll: poll.clone() },
             false,
-            all(Run { fence: 4, took_over: true, poll: poll.clone() }),
+            all(Run { fence: 4, took_over: true, interrupted: false, poll: poll.clone() }),
         );
     }
 
@@ -294,7 +296,7 @@ mod tests {
         // Near the deadline anyone takes it, due or not, to answer.
         row(Seen::Waiting { poll_at_ms: NOW_MS + 60_000 }, true, all(Acquire));
         row(
-            Seen::Mine { fence: 5, took_over: true, poll: Some(waiting()) },
+            Seen::Mine { fence: 5, took_over: true, interrupted: false, poll: Some(waiting()) },
             true,
             all(FailWithoutRunning { fence: 5, took_over: true, poll: Some(waiting()) }),
         );
@@ -306,12 +308,12 @@ mod tests {
         row(Seen::Absent, true, all(Acquire));
         row(Seen::NewAttempt, true, all(Acquire));
         row(
-            Seen::Mine { fence: 3, took_over: true, poll: None },
+            Seen::Mine { fence: 3, took_over: true, interrupted: true, poll: None },
             true,
             all(FailWithoutRunning { fence: 3, took_over: true, poll: None }),
         );
         row(
-            Seen::Mine { fence: 1, took_over: false, poll: None },
+            Seen::Mine { fence: 1, took_over: false, interrupted: false, poll: None },
             true,
             all(FailWithoutRunning { fence: 1, took_over: false, poll: None }),
         );

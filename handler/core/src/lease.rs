@@ -181,6 +181,10 @@ pub enum Acquire {
         /// The lease was taken from an earlier execution of the same attempt, whose provider
         /// may have run (and written) before it stopped.
         took_over: bool,
+        /// That earlier execution was still RUNNING: it stopped without finishing (it crashed,
+        /// timed out, or lost its lease), rather than ending with a stored wait whose poll this
+        /// acquire takes. The provider is told ([`crate::provider::ProviderContext::took_over_from`]).
+        interrupted: bool,
         /// The acquiring attempt's work in progress, as the record held it: poll it rather
         /// than call the provider afresh.
         poll: Option<PollRecord>,
@@ -286,6 +290,8 @@ pub enum Seen {
         fence: u64,
         /// Whether an earlier execution of this attempt may have run its provider.
         took_over: bool,
+        /// Whether that execution may have stopped mid-run (see [`Acquire::Acquired`]).
+        interrupted: bool,
         /// The attempt's work in progress: poll it instead of calling the provider afresh.
         poll: Option<PollRecord>,
     },
@@ -382,7 +388,12 @@ impl LeaseRecord {
                 if self.owner == owner {
                     // Whether this acquire took over from someone is not known here; only the
                     // first fence a record ever granted is certainly not a takeover.
-                    Seen::Mine { fence: self.fence, took_over: self.fence > 1, poll: self.poll_for(fingerprint) }
+                    Seen::Mine {
+                        fence: self.fence,
+                        took_over: self.fence > 1,
+                        interrupted: self.fence > 1,
+                        poll: self.poll_for(fingerprint),
+                    }
                 } else if expired {
                     Seen::Expired
                 } else {
@@ -558,7 +569,7 @@ mod tests {
             "a",
             "us-east-1/inv/1",
             5_000,
-            Seen::Mine { fence: 3, took_over: true, poll: None },
+            Seen::Mine { fence: 3, took_over: true, interrupted: true, poll: None },
         );
         check(
             record(Committed, "a", 0, &["a"]),

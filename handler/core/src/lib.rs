@@ -28,6 +28,7 @@ pub mod kit;
 pub mod lease;
 pub mod memory_store;
 pub mod metrics;
+pub mod ownership;
 pub mod properties;
 pub mod provider;
 pub mod random;

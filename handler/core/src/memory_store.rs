@@ -92,6 +92,8 @@ impl LeaseStore for MemoryLeaseStore {
             None => (1, request.now_ms, BTreeSet::new(), None),
         };
         let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
+        let interrupted = existing
+            .is_some_and(|record| record.fingerprint == request.fingerprint && record.state == LeaseState::Running);
         let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
         attempts.insert(request.fingerprint.clone());
         records.insert(
@@ -115,7 +117,7 @@ impl LeaseStore for MemoryLeaseStore {
                 label: request.label.clone(),
             },
         );
-        Ok(Acquire::Acquired { fence, took_over, poll: mine })
+        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine })
     }
 
     async fn heartbeat(

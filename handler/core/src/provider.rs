@@ -63,6 +63,12 @@ pub struct ProviderContext {
     /// When the provider must have returned (epoch ms); after it the run is abandoned and
     /// answered FAILED.
     pub deadline_ms: u64,
+    /// `Some(fence)` when this execution took the request over from an earlier execution of the
+    /// same attempt, which held `fence` and stopped without finishing (it crashed, ran out of
+    /// time, or lost its lease): that execution may have done part of the work, so expect to
+    /// find it. `None` for a first run, and for a poll that follows a finished wait (the fence
+    /// grows with every poll, so the fence alone cannot tell a takeover).
+    pub took_over_from: Option<u64>,
     clock: Arc<dyn Clock>,
     lease_lost: Arc<AtomicBool>,
 }
@@ -86,9 +92,23 @@ impl ProviderContext {
             // Providers only ever run for requests that parsed, which always have a type.
             request_type: request.kind().unwrap_or(RequestKind::Create),
             deadline_ms,
+            took_over_from: None,
             clock,
             lease_lost,
         }
+    }
+
+    /// The same context, for an execution that took over from one that held `fence` (see
+    /// [`ProviderContext::took_over_from`]).
+    pub fn taking_over_from(mut self, fence: Option<u64>) -> Self {
+        self.took_over_from = fence;
+        self
+    }
+
+    /// The rules for this resource's writes: fenced, and owned by this resource (see
+    /// `ownership`). `cfn_once::FencedTable` and the test kit's `FencedMap` take them.
+    pub fn owned(&self) -> crate::ownership::WriteRules {
+        crate::ownership::WriteRules::owned(self)
     }
 
     /// Milliseconds left before the deadline.
@@ -125,6 +145,35 @@ pub struct ProviderOutput {
     pub no_echo: bool,
 }
 
+impl ProviderOutput {
+    /// No PhysicalResourceId of the provider's own (the default is kept: derived on Create, the
+    /// current one on Update) and no Data.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With this PhysicalResourceId: at most 1 KB, and stable for the resource's life (a
+    /// different one on Update tells CloudFormation the resource was replaced).
+    pub fn with_id(physical_resource_id: impl Into<String>) -> Self {
+        Self { physical_resource_id: Some(physical_resource_id.into()), ..Self::default() }
+    }
+
+    /// Adds a Data attribute, readable with `Fn::GetAtt`. The value is sent as the JSON it is:
+    /// CloudFormation types Data only as a JSON object, and a template reads a top-level name;
+    /// give strings where a template will use the value as one (CloudFormation's own
+    /// attributes are strings).
+    pub fn data(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.data.insert(name.into(), value.into());
+        self
+    }
+
+    /// Asks CloudFormation to mask the Data in its console and API output.
+    pub fn masked(mut self) -> Self {
+        self.no_echo = true;
+        self
+    }
+}
+
 /// What a provider's call came to: done, or still in progress.
 ///
 /// `Ok(output.into())` is `Ok(Step::Done(output))`.
@@ -143,7 +192,35 @@ impl<T> From<T> for Step<T> {
 }
 
 impl<T> Step<T> {
-    /// In progress with `state` (serialized to JSON), polled again after `poll_after`.
+    /// In progress with `state` (serialized to JSON), polled again after `poll_after`: the
+    /// CDK's isComplete, crhelper's `poll_*`. [`Provider::poll`] gets the state back, in
+    /// whichever region's delivery finds the poll due.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use cfn_once_core::provider::{ProviderError, ProviderOutput, Step};
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Pending {
+    ///     operation_id: String,
+    /// }
+    ///
+    /// fn started(operation_id: &str) -> Result<Step, ProviderError> {
+    ///     // Small (at most 16 KB of JSON) and no secrets: it is kept in the lease record.
+    ///     Step::in_progress(Pending { operation_id: operation_id.into() }, Duration::from_secs(30))
+    /// }
+    ///
+    /// fn polled(state: serde_json::Value, done: bool) -> Result<Step, ProviderError> {
+    ///     let pending: Pending = serde_json::from_value(state)?;
+    ///     if done {
+    ///         return Ok(ProviderOutput::with_id(pending.operation_id).into());
+    ///     }
+    ///     Step::in_progress(pending, Duration::from_secs(30))
+    /// }
+    /// # assert!(matches!(started("op-1"), Ok(Step::InProgress(_))));
+    /// # assert!(matches!(polled(serde_json::json!({"operation_id": "op-1"}), true), Ok(Step::Done(_))));
+    /// ```
     pub fn in_progress(state: impl serde::Serialize, poll_after: std::time::Duration) -> Result<Self, ProviderError> {
         Ok(Self::InProgress(Waiting { state: serde_json::to_value(state)?, poll_after }))
     }
@@ -200,24 +277,82 @@ impl From<serde_json::Error> for ProviderError {
 }
 
 /// The resource logic for one ResourceType.
+///
+/// ```
+/// use cfn_once_core::ownership::WriteRules;
+/// use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// #[serde(rename_all = "PascalCase")]
+/// struct Properties {
+///     name: String,
+///     // CloudFormation sends "3"; it arrives as a number.
+///     replicas: u32,
+/// }
+///
+/// struct Queue;
+///
+/// #[async_trait::async_trait]
+/// impl Provider for Queue {
+///     type Properties = Properties;
+///     // Every Update creates the resource again; a different id than before tells
+///     // CloudFormation to replace it (it then sends a Delete of the old id).
+///     const UPDATE_THROUGH_CREATE: bool = true;
+///
+///     async fn create(&self, ctx: &ProviderContext, properties: Properties) -> Result<Step, ProviderError> {
+///         if ctx.took_over_from.is_some() {
+///             // An earlier execution of this request stopped midway: expect its work.
+///         }
+///         let _rules: WriteRules = ctx.owned(); // for fenced, owned writes of the resource
+///         Ok(ProviderOutput::with_id(format!("queue-{}", properties.name))
+///             .data("Replicas", properties.replicas.to_string())
+///             .into())
+///     }
+///
+///     async fn delete(&self, _ctx: &ProviderContext, _id: &str, _properties: Properties) -> Result<Step<()>, ProviderError> {
+///         // Delete only what this resource owns, and succeed whatever is there.
+///         Ok(Step::Done(()))
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
     /// The provider's typed properties; CloudFormation's own (`ServiceToken`, `ServiceTimeout`)
     /// are removed before deserializing.
     type Properties: DeserializeOwned + Send + Sync + 'static;
 
-    /// Creates the resource. It may run again for the same request after a takeover, so it must
-    /// tolerate finding its own earlier work.
+    /// Opt in to handling an Update as a Create with the new properties: the default
+    /// [`Provider::update`] then calls [`Provider::create`], so the answer's PhysicalResourceId
+    /// decides between an in-place update (the same id) and a replacement (a new one, after
+    /// which CloudFormation deletes the old id). Without it, a provider implements `update`.
+    const UPDATE_THROUGH_CREATE: bool = false;
+
+    /// Creates the resource. It may run again for the same request after a takeover
+    /// ([`ProviderContext::took_over_from`]), so it must tolerate finding its own earlier work.
     async fn create(&self, ctx: &ProviderContext, properties: Self::Properties) -> Result<Step, ProviderError>;
 
-    /// `old_properties` is `None` when the old properties no longer deserialize.
+    /// Updates the resource `physical_resource_id`. `old_properties` is `None` when the old
+    /// properties no longer deserialize.
+    ///
+    /// The default creates it again when [`Provider::UPDATE_THROUGH_CREATE`] opts in, and
+    /// otherwise answers FAILED saying the provider does not update.
     async fn update(
         &self,
         ctx: &ProviderContext,
         physical_resource_id: &str,
         properties: Self::Properties,
         old_properties: Option<Self::Properties>,
-    ) -> Result<Step, ProviderError>;
+    ) -> Result<Step, ProviderError> {
+        let _ = (physical_resource_id, old_properties);
+        if Self::UPDATE_THROUGH_CREATE {
+            return self.create(ctx, properties).await;
+        }
+        Err(ProviderError::Failed(format!(
+            "{} does not implement updates: implement Provider::update, or set UPDATE_THROUGH_CREATE",
+            ctx.resource_type
+        )))
+    }
 
     /// Must succeed for ids this provider never issued (CloudFormation generates one when a
     /// Create got no answer) and for resources that are already gone, including one whose

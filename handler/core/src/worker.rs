@@ -450,8 +450,9 @@ impl Worker {
             };
             match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(&job).await,
-                Action::Run { fence, took_over, poll } => {
-                    return self.run_and_answer(&job, fence, took_over, poll).await;
+                Action::Run { fence, took_over, interrupted, poll } => {
+                    let took_over_from = interrupted.then(|| fence.saturating_sub(1));
+                    return self.run_and_answer(&job, fence, took_over, took_over_from, poll).await;
                 }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
                     return self.fail_without_running(&job, fence, took_over, poll).await;
@@ -555,11 +556,11 @@ impl Worker {
                 },
             };
             match self.store_call(self.store.acquire(&acquire), job.decide_end_ms()).await {
-                Ok(Acquire::Acquired { fence, took_over, poll }) => {
+                Ok(Acquire::Acquired { fence, took_over, interrupted, poll }) => {
                     let polls = poll.as_ref().map(|poll| poll.polls);
                     tracing::info!(fence, took_over, polls, "lease acquired");
                     self.metrics.record(MetricEvent::LeaseAcquired { fence, poll: poll.is_some() });
-                    return Ok(Seen::Mine { fence, took_over, poll });
+                    return Ok(Seen::Mine { fence, took_over, interrupted, poll });
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
@@ -572,7 +573,10 @@ impl Worker {
                         && record.state == LeaseState::Running
                     {
                         let poll = record.poll_for(&request.fingerprint);
-                        return Ok(Seen::Mine { fence: record.fence, took_over: record.fence > 1, poll });
+                        // What the record held before this acquire is not known: a takeover may
+                        // have interrupted an execution.
+                        let took_over = record.fence > 1;
+                        return Ok(Seen::Mine { fence: record.fence, took_over, interrupted: took_over, poll });
                     }
                     last = StoreError::Ambiguous(why);
                 }
@@ -610,6 +614,7 @@ impl Worker {
         job: &Job<'_>,
         fence: u64,
         took_over: bool,
+        took_over_from: Option<u64>,
         poll: Option<PollRecord>,
     ) -> Disposition {
         tracing::Span::current().record("fence", fence);
@@ -643,7 +648,7 @@ impl Worker {
             describe(job.request),
             kept_ms.div_ceil(1000)
         );
-        let outcome = match self.supervise(job, fence, poll.as_ref(), run_end_ms, reason).await {
+        let outcome = match self.supervise(job, fence, took_over_from, poll.as_ref(), run_end_ms, reason).await {
             Run::Finished(outcome) => outcome,
             Run::InProgress(waiting) => return self.wait(job, fence, waiting, poll.as_ref()).await,
             Run::LeaseLost => {
@@ -738,6 +743,7 @@ impl Worker {
         &self,
         job: &Job<'_>,
         fence: u64,
+        took_over_from: Option<u64>,
         poll: Option<&PollRecord>,
         run_deadline_ms: u64,
         late_reason: String,
@@ -752,7 +758,8 @@ impl Worker {
             run_deadline_ms,
             Arc::clone(&self.clock),
             Arc::clone(&lease_lost),
-        );
+        )
+        .taking_over_from(took_over_from);
         let work = self.run_provider(request, &context, poll);
         let mut work = std::pin::pin!(work);
         let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);

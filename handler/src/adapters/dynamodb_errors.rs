@@ -5,9 +5,11 @@
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-/// How a failed DynamoDB call ended.
+/// How a failed DynamoDB call ended: what [`classify`] makes of an SDK error, so that a provider
+/// calling DynamoDB itself retries what may clear and fails on what will not
+/// (`ProviderError::from(classify(&error))`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Failure {
+pub enum Failure {
     /// Certainly not applied: throttled, conflicted, or never sent.
     NotApplied(String),
     /// Maybe applied: timed out after sending, a 5xx, an unreadable response.
@@ -26,7 +28,10 @@ const RETRYABLE_CODES: [&str; 6] = [
     "LimitExceededException",
 ];
 
-pub(crate) fn classify<E, R>(error: &SdkError<E, R>) -> Failure
+/// What a failed DynamoDB call means: certainly not applied (retry it), maybe applied (read
+/// before deciding, or retry an idempotent write), or never going to work (stop). The text is
+/// one line: the service's code and message, never the SDK's full dump.
+pub fn classify<E, R>(error: &SdkError<E, R>) -> Failure
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,

@@ -268,10 +268,11 @@ impl LeaseStore for DynamoLeaseStore {
                     Ok(Acquire::Acquired {
                         fence: old.fence + 1,
                         took_over: old.fingerprint == request.fingerprint,
+                        interrupted: old.fingerprint == request.fingerprint && old.state == LeaseState::Running,
                         poll: old.poll_for(&request.fingerprint),
                     })
                 }
-                None => Ok(Acquire::Acquired { fence: 1, took_over: false, poll: None }),
+                None => Ok(Acquire::Acquired { fence: 1, took_over: false, interrupted: false, poll: None }),
             },
             Err(error) => {
                 let item = refused_item(error)?.ok_or_else(|| {

@@ -10,4 +10,4 @@ pub mod http_sink;
 pub mod https;
 pub mod sqs_queue;
 
-pub(crate) use dynamodb_errors::{Failure, classify};
+pub use dynamodb_errors::{Failure, classify};

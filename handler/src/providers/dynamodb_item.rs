@@ -10,18 +10,31 @@
 //! * `Region` (optional): the table's region, an AWS region name; by default the stack's (or the
 //!   ARN's), so whichever of the two handler regions answers writes the same table;
 //! * `Key`: the key attributes, e.g. `{"pk": "tenant#42"}` or `{"id": {"N": "7"}}`;
-//! * `Attributes` (optional): the other attributes.
+//! * `Attributes` (optional): the other attributes;
+//! * `Adopt` (optional, `"true"`): take over an item that already exists at the key and is not
+//!   this resource's (another resource's, or one cfn-once did not write). Without it such a
+//!   Create or Update is answered FAILED, naming the key and its owner.
 //!
 //! A plain string is a string attribute (CloudFormation turns every scalar into a string); other
 //! types are written as one typed value, as in DynamoDB JSON: `{"N": "5"}`, `{"BOOL": "true"}`,
 //! `{"NULL": "true"}`, `{"SS": [..]}`, `{"NS": [..]}`, `{"L": [..]}`, `{"M": {..}}`.
 //!
+//! **It owns only what it created.** Every item it writes records its owner, the stack and the
+//! logical resource (`cfn_once_owner`, see `cfn_once::fenced`), and every write is one condition:
+//! fenced, and owned. A Create (or a replacing Update) on a key that holds an item of another
+//! owner, or an item cfn-once did not write, is refused unless `Adopt` says otherwise; a Delete
+//! removes the item only if this resource owns it, and succeeds (doing nothing) otherwise. So a
+//! rollback Delete after a failed Create never wipes a record that existed before the stack, and
+//! two resources naming one key cannot overwrite each other.
+//!
 //! The PhysicalResourceId is `dynamodb-item:<region>:<table>:<key as DynamoDB JSON>`, so changing
 //! the region, table or key replaces the resource (CloudFormation then deletes the old item). A
 //! Delete for an id of another shape is the rollback of a Create that failed, was abandoned at its
 //! deadline, or never answered (CloudFormation then makes up an id): the item its properties
-//! name is deleted, since that Create may have written it before it stopped, and the Delete
-//! succeeds whether or not there was anything to delete.
+//! name is deleted if this resource owns it (that Create may have written it before it stopped),
+//! and the Delete succeeds whether or not there was anything to delete. A deleted item leaves a
+//! tombstone (its key and `cfn_once_*` attributes) that goes with DynamoDB TTL on
+//! `cfn_once_expires_at`, or when the key is written again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
@@ -37,7 +50,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::config::{ItemTables, TableRef, is_region};
-use crate::fenced::{FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE};
+use crate::fenced::{Deleted, FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE, WriteRules, Written};
 
 /// The ResourceType this provider is registered under.
 pub const DYNAMODB_ITEM_TYPE: &str = "Custom::DynamoDBItem";
@@ -68,6 +81,9 @@ pub struct ItemProperties {
     pub attributes: Map<String, Value>,
     /// The table's region; by default the ARN's, else the stack's.
     pub region: Option<String>,
+    /// Take over an existing item that is not this resource's.
+    #[serde(default)]
+    pub adopt: bool,
 }
 
 impl DynamoDbItem {
@@ -158,19 +174,32 @@ impl DynamoDbItem {
                 PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
             );
         }
-        let mut item: HashMap<String, AttributeValue> = key.into_iter().collect();
-        item.extend(attributes);
-        self.table(&region, &properties.table_name).put_item(&ctx.fence, item).await?;
-        tracing::info!(table = %properties.table_name, region, fence = ctx.fence.value, "item written");
-        Ok(ProviderOutput {
-            physical_resource_id: Some(physical_resource_id),
-            data: BTreeMap::from([
-                ("TableName".to_owned(), json!(properties.table_name)),
-                ("Region".to_owned(), json!(region)),
-                ("Key".to_owned(), json!(key_json)),
-            ]),
-            no_echo: false,
-        })
+        let rules = WriteRules::owned(ctx).adopting(properties.adopt);
+        let written = match self.table(&region, &properties.table_name).write(rules).put(key, attributes).await {
+            Ok(written) => written,
+            Err(FencedWriteError::OwnedByAnother { owner }) => {
+                let whose = match owner {
+                    Some(owner) => format!("which belongs to another resource, {owner}"),
+                    None => "which cfn-once did not write (it existed before, or something else wrote it)".to_owned(),
+                };
+                return Err(ProviderError::Failed(format!(
+                    "table {} already has an item at key {key_json}, {whose}; choose another Key, or set Adopt: \"true\" to take it over (this resource's Delete then removes it)",
+                    properties.table_name
+                )));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        tracing::info!(table = %properties.table_name, region, fence = ctx.fence.value, ?written, "item written");
+        let mut output = ProviderOutput::with_id(physical_resource_id)
+            .data("TableName", properties.table_name.as_str())
+            .data("Region", region.as_str())
+            .data("Key", key_json.as_str());
+        if let Written::Adopted { previous_owner } = written {
+            let from =
+                previous_owner.map_or_else(|| "an item cfn-once did not write".to_owned(), |owner| owner.to_string());
+            output = output.data("Adopted", "true").data("AdoptedFrom", from);
+        }
+        Ok(output)
     }
 }
 
@@ -210,7 +239,7 @@ impl Provider for DynamoDbItem {
             None => match self.locate(ctx, &properties) {
                 Ok(location) if self.check_table(&properties.table_name).is_ok() => {
                     tracing::info!(
-                        "Delete of an id this provider never returned: deleting what its Create may have written"
+                        "Delete of an id this provider never returned: deleting what its Create may have written, if it is this resource's"
                     );
                     (location.region, properties.table_name, location.key)
                 }
@@ -222,8 +251,17 @@ impl Provider for DynamoDbItem {
                 }
             },
         };
-        match self.table(&region, &table).delete_item(&ctx.fence, key).await {
-            Ok(()) | Err(FencedWriteError::NoSuchTable { .. }) => Ok(Step::Done(())),
+        match self.table(&region, &table).write(WriteRules::owned(ctx)).delete(key).await {
+            Ok(Deleted::NotOwned { owner }) => {
+                let owner = owner.map_or_else(|| "nobody (cfn-once did not write it)".to_owned(), |o| o.to_string());
+                tracing::info!(table, owner, "the item at the key is not this resource's: left as it is");
+                Ok(Step::Done(()))
+            }
+            Ok(deleted) => {
+                tracing::info!(table, ?deleted, "delete done");
+                Ok(Step::Done(()))
+            }
+            Err(FencedWriteError::NoSuchTable { .. }) => Ok(Step::Done(())),
             Err(error) => Err(error.into()),
         }
     }
