@@ -59,8 +59,10 @@ pub struct Settings {
     pub store_backoff_base_ms: u64,
     /// The longest backoff between lease-store attempts.
     pub store_backoff_max_ms: u64,
-    /// Runs of a provider that fails transiently before the answer is FAILED.
-    pub provider_attempts_max: u32,
+    /// How long a provider that keeps failing transiently (throttling, a 5xx) is run again,
+    /// from its first attempt, before the answer is FAILED; never past the run's end. Counted in
+    /// time, not attempts: a throttling burst lasts seconds, whatever the backoff.
+    pub provider_retry_ms: u64,
     /// Full-jitter backoff base between provider runs, doubled per attempt.
     pub provider_backoff_base_ms: u64,
     /// The longest backoff between provider runs.
@@ -105,7 +107,7 @@ impl Settings {
             store_call_timeout_ms: config.store_timeout_ms,
             store_backoff_base_ms: 50,
             store_backoff_max_ms: 1_000,
-            provider_attempts_max: 3,
+            provider_retry_ms: 60_000,
             provider_backoff_base_ms: 200,
             provider_backoff_max_ms: 5_000,
             put: PutPolicy {

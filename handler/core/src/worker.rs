@@ -824,7 +824,7 @@ impl Worker {
         }
     }
 
-    /// The provider call (or poll) with bounded retries of transient errors. `Err(())` is
+    /// The provider call (or poll), transient errors retried for `provider_retry_ms`. `Err(())` is
     /// reserved for the supervisor's lease-lost signal and never produced here.
     async fn run_provider(
         &self,
@@ -833,9 +833,11 @@ impl Worker {
         poll: Option<&PollRecord>,
     ) -> Result<Progress, ()> {
         let label = describe(request);
-        let attempts_max = self.settings.provider_attempts_max.max(1);
         let failed = |reason: String| Ok(Progress::Finished(Outcome::failed(reason)));
-        for attempt in 1..=attempts_max {
+        let started_ms = self.clock.now_ms();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
             let call = async {
                 match poll {
                     Some(poll) => self.router.poll(request, context, &poll.state).await,
@@ -861,23 +863,29 @@ impl Worker {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
                     return failed(format!("{label} failed: {reason}"));
                 }
-                Err(ProviderError::Transient(reason)) if attempt == attempts_max => {
-                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
-                    return failed(format!("{label} failed after {attempt} attempts: {reason}"));
-                }
                 Err(ProviderError::Transient(reason)) => {
-                    tracing::warn!(attempt, reason, "provider failed transiently; retrying");
                     let delay_ms = full_jitter_ms(
                         self.random.as_ref(),
                         attempt,
                         self.settings.provider_backoff_base_ms,
                         self.settings.provider_backoff_max_ms,
                     );
+                    // Retried for a time budget and within the run (past its end the supervisor
+                    // answers FAILED without the provider's reason).
+                    let next_ms = self.clock.now_ms().saturating_add(delay_ms);
+                    let out_of_budget = next_ms.saturating_sub(started_ms) > self.settings.provider_retry_ms;
+                    if out_of_budget || next_ms >= context.deadline_ms {
+                        let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
+                        let spent_s = self.clock.now_ms().saturating_sub(started_ms).div_ceil(1000);
+                        return failed(format!(
+                            "{label} failed after {attempt} attempts in {spent_s} s of transient errors: {reason}"
+                        ));
+                    }
+                    tracing::warn!(attempt, reason, delay_ms, "provider failed transiently; retrying");
                     self.clock.sleep_ms(delay_ms).await;
                 }
             }
         }
-        failed(format!("{label} made no attempt"))
     }
 
     /// Commits `body` under `fence`, with every call ended by `end_ms`. `Some` holds the
