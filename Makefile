@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, simulate, fuzz, bench, bench-quick, build, sam-build, venv, bench-venv, moto, fmt, clippy,
+# Other targets: local, drill, soak, soak-short, simulate, fuzz, bench, bench-quick, build, sam-build, venv, bench-venv, moto, fmt, clippy,
 # doc, lint-templates, unit, clean.
 
 SHELL := /bin/bash
@@ -19,7 +19,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill test simulate fuzz bench bench-quick venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local drill soak soak-short test simulate fuzz bench bench-quick venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -92,10 +92,31 @@ test: venv bench-venv fmt clippy doc lint-templates
 	@$(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
 	@echo "==> the benchmark harness, one quick pair (numbers not kept)"
 	@$(MAKE) --no-print-directory bench-quick
+	@$(MAKE) --no-print-directory soak-short
 
 # Seeds `make test` simulates.
 CI_SEEDS ?= 10000
 SEEDS ?= 10000
+
+# A soak's length, size and seed (no seed: drawn from the clock and printed).
+SOAK_MINUTES ?= 4
+SOAK_REQUESTS ?= $(shell echo $$(( $(SOAK_MINUTES) * 500 )))
+SOAK_SEED ?=
+
+## soak: the release Lambda binary as a two-region fleet on moto, under load and faults; every answer checked (docs/soak.md).
+soak: venv
+	@echo "==> building the function as it is deployed (release profile), and the soak"
+	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
+	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	./target/debug/cfn-once soak --minutes $(SOAK_MINUTES) --requests $(SOAK_REQUESTS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
+	  --binary target/release/cfn-once-lambda --python $(PY) --out target/soak
+
+## soak-short: the soak `make test` runs: fixed seed, 1.5 minutes, the debug binary the tests built.
+soak-short: venv
+	@echo "==> a short soak: the Lambda binary as a fleet under load and faults (seed 19, 1.5 min)"
+	$(CARGO) build --locked --workspace --bins
+	./target/debug/cfn-once soak --seed 19 --minutes 1.5 --requests 300 --outage-s 30 \
+	  --binary target/debug/cfn-once-lambda --python $(PY) --out target/soak-short
 
 ## simulate: the deterministic simulator over SEEDS seeds (make simulate SEEDS=1000000).
 simulate:

@@ -40,13 +40,12 @@ use serde_json::Value;
 
 mod fake_arc;
 mod fake_runtime;
-mod fault_proxy;
 mod lambda_process;
 mod tls_front;
 mod two_regions;
+pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match};
 pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
-pub use fault_proxy::{Exchange, Fault, FaultProxy, Match};
 pub use lambda_process::LambdaProcess;
 pub use tls_front::TlsFront;
 pub use two_regions::{Observed, TwoRegions};

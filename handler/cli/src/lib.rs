@@ -2,7 +2,10 @@
 //! Lambda. [`local`] runs both regions' handlers on local AWS (moto) through a local event source
 //! mapping, and holds the demo and the failover drill, which also runs against deployed stacks.
 //! [`ops`] holds the operator's tools (inspect a request, list stuck ones, redrive a DLQ), for
-//! the local environment and deployed stacks. The `cfn-once` binary is their command line.
+//! the local environment and deployed stacks. [`soak`] runs the Lambda binary itself as a fleet
+//! of processes under load and faults and checks what landed. The `cfn-once` binary is their
+//! command line.
 
 pub mod local;
 pub mod ops;
+pub mod soak;

@@ -2,6 +2,7 @@
 //! lean `cfn-once-lambda` binary). `cfn-once local`, `cfn-once demo` and `cfn-once drill` run the
 //! same handler on local AWS and exercise failover; the drill also runs against deployed stacks.
 //! `cfn-once inspect`, `stuck` and `redrive` are the operator's tools, local or deployed.
+//! `cfn-once soak` runs the Lambda binary itself as a two-region fleet under load and faults.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,6 +82,21 @@ enum Command {
     /// Messages nobody can be answered for are left unless --include-undeliverable. The copy
     /// keeps when the request was first sent, so its deadline still counts from then.
     Redrive(RedriveArgs),
+    /// Run the Lambda binary as a fleet in both regions under load and faults, and check that
+    /// every request was answered once, in time
+    ///
+    /// Starts moto and, per handler region, a local Lambda service running --binary as real
+    /// processes under a local Runtime API (at most MaximumConcurrency at once, reused while
+    /// warm, replaced when they die), fed by an event source mapping with the template's batch
+    /// size; queues, function and mapping parameters come from infra/regional.yaml. Plays many
+    /// stacks deploying at once (Echo fast, slow and in progress; DynamoDBItem; invalid and
+    /// panicking resources; Updates and Deletes in CloudFormation's order; duplicates; retried
+    /// deployments reusing a RequestId) while a seeded schedule kills processes, takes the
+    /// primary region down, flips the active region and injects wire faults. Then reads every
+    /// version of every response object, the item table, the DLQs, the lease records and the
+    /// processes' logs, and writes soak-report.md and a picture to --out. Exits 1 on any lost,
+    /// conflicting, late or wrong answer or any other failed check.
+    Soak(Box<cfn_once_cli::soak::SoakOptions>),
 }
 
 #[derive(Debug, Args)]
@@ -277,6 +293,7 @@ async fn main() -> ExitCode {
         Command::Inspect(args) => run_inspect(args).await,
         Command::Stuck(args) => run_stuck(args).await,
         Command::Redrive(args) => run_redrive(args).await,
+        Command::Soak(options) => run_soak(*options).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -441,6 +458,11 @@ async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
         println!("{}", report.render());
     }
     Ok(true)
+}
+
+async fn run_soak(options: cfn_once_cli::soak::SoakOptions) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    Ok(cfn_once_cli::soak::run(&options).await?.passed)
 }
 
 fn drill_target(args: &DrillArgs) -> anyhow::Result<(DrillTarget, u64)> {

@@ -2,7 +2,9 @@
 //!
 //! For tests, drills and smoke checks. Optional properties change its behaviour, each coerced
 //! from CloudFormation's strings: `DelayMs` (sleep this long on the injected clock, to exercise
-//! heartbeats, deadlines and takeovers), `FailWith` (fail with this Reason), `NoEcho` (ask
+//! heartbeats, deadlines and takeovers), `FailWith` (fail with this Reason), `PanicWith` (panic
+//! with this message, after `DelayMs`: what users' code does, for drills and soaks; cfn-once
+//! answers it FAILED), `NoEcho` (ask
 //! CloudFormation to mask the Data), and `InProgressForS` with `PollIntervalS` (answer in
 //! progress until this many seconds after the request was first processed, polled every
 //! `PollIntervalS` seconds, default 5; then answer with the usual Data plus `Polls`, the number
@@ -32,6 +34,7 @@ pub struct Echo;
 struct EchoOptions {
     delay_ms: Option<u64>,
     fail_with: Option<String>,
+    panic_with: Option<String>,
     #[serde(default)]
     no_echo: bool,
     #[serde(default)]
@@ -63,6 +66,9 @@ impl Echo {
         let options: EchoOptions = from_properties(&Value::Object(properties.clone()))?;
         if let Some(delay_ms) = options.delay_ms {
             ctx.sleep_ms(delay_ms).await;
+        }
+        if let Some(message) = options.panic_with {
+            panic!("{message}");
         }
         if let Some(reason) = options.fail_with {
             return Err(ProviderError::Failed(reason));

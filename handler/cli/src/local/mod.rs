@@ -5,6 +5,8 @@ pub mod demo;
 pub mod drill;
 pub mod environment;
 pub mod esm;
+pub mod fault_proxy;
+pub mod lambda_service;
 pub mod moto;
 pub mod pair;
 pub mod provision;

@@ -1,4 +1,4 @@
-//! A fault-injecting HTTP/1.1 proxy for tests. An AWS SDK client (or an HTTP client doing
+//! A fault-injecting HTTP/1.1 proxy, for the tests and `make soak`. An AWS SDK client (or an HTTP client doing
 //! presigned S3 PUTs) is pointed at the proxy's URL as its endpoint, and the proxy forwards each
 //! request to the local AWS emulator unless a rule injected by the test matches it; then it
 //! answers with an error, drops the connection, never answers, or lets the upstream apply the
@@ -14,7 +14,7 @@
 use std::fmt::{self, Write as _};
 use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -119,6 +119,19 @@ pub struct Exchange {
     pub upstream_status: Option<u16>,
     /// How long the upstream took to answer a forwarded request (connect, send, read).
     pub upstream_took: Option<Duration>,
+    /// When the request arrived, epoch ms.
+    pub at_ms: u64,
+}
+
+/// What the proxy keeps of the requests it sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogMode {
+    /// Every exchange with its request body (`count` can match bodies).
+    Full,
+    /// Every exchange, without bodies: for long runs with many uploads.
+    WithoutBodies,
+    /// Nothing: for long runs that only inject faults.
+    Off,
 }
 
 /// A handle on a running proxy. Clones share it; the last one dropped stops the listener.
@@ -140,12 +153,24 @@ impl FaultProxy {
     /// Starts listening on 127.0.0.1:0, forwarding to `upstream` ("http://127.0.0.1:PORT", no path).
     /// Panics if the address is not of that form or nothing can be bound, as a test setup step should.
     pub fn start(upstream: &str) -> Self {
+        Self::start_with(upstream, LogMode::Full)
+    }
+
+    /// As [`FaultProxy::start`], keeping only what `mode` says of each request.
+    pub fn start_with(upstream: &str, mode: LogMode) -> Self {
         let authority = upstream.strip_prefix("http://").expect("FaultProxy upstream must be http://HOST:PORT");
         let upstream = authority.trim_end_matches('/').to_socket_addrs().expect("FaultProxy upstream").collect();
         let listener = TcpListener::bind("127.0.0.1:0").expect("FaultProxy bind");
         let addr = listener.local_addr().expect("FaultProxy local address");
-        let inner =
-            Arc::new(Inner { addr, upstream, rules: Mutex::default(), log: Mutex::default(), stopped: false.into() });
+        let inner = Arc::new(Inner {
+            addr,
+            upstream,
+            mode,
+            rules: Mutex::default(),
+            log: Mutex::default(),
+            stopped: false.into(),
+            injected: AtomicU64::new(0),
+        });
         let accepting = Arc::clone(&inner);
         thread::Builder::new()
             .name("fault-proxy-accept".to_owned())
@@ -167,6 +192,11 @@ impl FaultProxy {
         }
     }
 
+    /// How many requests a fault was applied to so far (counted whatever the [`LogMode`]).
+    pub fn injected(&self) -> u64 {
+        self.inner.injected.load(Ordering::SeqCst)
+    }
+
     /// Drops all rules.
     pub fn clear(&self) {
         lock(&self.inner.rules).clear();
@@ -175,6 +205,11 @@ impl FaultProxy {
     /// Every request seen, in arrival order.
     pub fn log(&self) -> Vec<Exchange> {
         lock(&self.inner.log).iter().map(|record| record.exchange.clone()).collect()
+    }
+
+    /// The requests seen after the first `seen`, in arrival order.
+    pub fn log_since(&self, seen: usize) -> Vec<Exchange> {
+        lock(&self.inner.log).iter().skip(seen).map(|record| record.exchange.clone()).collect()
     }
 
     /// How many logged requests matched `matcher` (whatever was done with them).
@@ -199,9 +234,12 @@ struct Record {
 struct Inner {
     addr: SocketAddr,
     upstream: Vec<SocketAddr>,
+    mode: LogMode,
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<Record>>,
     stopped: AtomicBool,
+    /// Requests a rule was applied to, whatever the log mode.
+    injected: AtomicU64,
 }
 
 /// Owned only by `FaultProxy` handles, so its drop marks the moment the last handle goes.
@@ -213,6 +251,12 @@ impl Drop for Stopper {
         // The accept loop blocks in accept(); a throwaway connection wakes it to see the flag.
         let _ = TcpStream::connect_timeout(&self.0.addr, CONNECT_TIMEOUT);
     }
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A test proxy should keep working after a panicking test thread poisoned a lock.
@@ -301,6 +345,7 @@ impl Inner {
             // The rule lock is held while logging so log order matches the order rules were used in.
             let mut rules = lock(&self.rules);
             let fault = rules.iter().position(|r| r.matcher.matches(&req.method, operation, &req.body)).map(|i| {
+                self.injected.fetch_add(1, Ordering::SeqCst);
                 rules[i].left -= 1;
                 if rules[i].left == 0 { rules.remove(i).fault } else { rules[i].fault.clone() }
             });
@@ -311,15 +356,23 @@ impl Inner {
                 fault: fault.clone(),
                 upstream_status: None,
                 upstream_took: None,
+                at_ms: epoch_ms(),
             };
-            let mut log = lock(&self.log);
-            log.push(Record { exchange, body: req.body.clone() });
-            (log.len() - 1, fault)
+            let index = match self.mode {
+                LogMode::Off => None,
+                mode => {
+                    let mut log = lock(&self.log);
+                    let body = if mode == LogMode::Full { req.body.clone() } else { Vec::new() };
+                    log.push(Record { exchange, body });
+                    Some(log.len() - 1)
+                }
+            };
+            (index, fault)
         };
         let forwarding = Instant::now();
         let upstream =
             (!matches!(fault, Some(Fault::Respond { .. } | Fault::Reset | Fault::Hang))).then(|| self.forward(req));
-        if let Some(Ok(response)) = &upstream {
+        if let (Some(Ok(response)), Some(index)) = (&upstream, index) {
             let exchange = &mut lock(&self.log)[index].exchange;
             exchange.upstream_status = Some(response.status);
             exchange.upstream_took = Some(forwarding.elapsed());

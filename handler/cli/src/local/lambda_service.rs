@@ -1,0 +1,577 @@
+//! A local Lambda service: a function run as AWS Lambda runs it, as real processes under a local
+//! Runtime API.
+//!
+//! Each *sandbox* is one process of the function's command (the `cfn-once-lambda` binary, a
+//! Python function under `awslambdaric`, anything that speaks the Runtime API) with a Runtime
+//! API of its own on a loopback port (`AWS_LAMBDA_RUNTIME_API`): the process polls
+//! `GET /2018-06-01/runtime/invocation/next`, gets one event with its request id and its
+//! deadline (`Lambda-Runtime-Deadline-Ms`), and posts the result to `.../response` or
+//! `.../error` (or `.../init/error` if it cannot start). As in Lambda:
+//!
+//! * a sandbox runs one invocation at a time, and at most `concurrency_max` exist at once;
+//! * a sandbox is reused while warm and replaced when it dies (a new process: a cold start);
+//! * an invocation that runs past the function timeout is killed with its process
+//!   ([`Invoked::TimedOut`]); a process that dies mid-invocation fails it
+//!   ([`Invoked::Crashed`]);
+//! * everything the processes print is kept, line by line, in the function's log file.
+//!
+//! Faults are the caller's to inject: kill one busy sandbox, kill every sandbox (a region going
+//! down), or kill the next one to print a given log line (a crash at a chosen point: after the
+//! commit, say). `make soak` runs the stock function this way, and `cfn-once local` runs
+//! functions of other runtimes this way (issue: "custom resources you already have").
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context;
+use cfn_once::clock::SystemClock;
+use cfn_once_core::clock::Clock;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::Command;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+const PREFIX: &str = "/2018-06-01/runtime";
+/// The longest head or body the Runtime API reads (Lambda's payload limit is 6 MB).
+const MESSAGE_BYTES_MAX: usize = 6 * 1024 * 1024;
+/// How long a new process may take to ask for its first event (Lambda's init limit is 10 s).
+const INIT_MS_MAX: u64 = 10_000;
+
+/// What a function is and how Lambda would run it.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    /// The function's name, for its ARN and its processes' `AWS_LAMBDA_FUNCTION_NAME`.
+    pub name: String,
+    /// The AWS region it runs in (`AWS_REGION`).
+    pub region: String,
+    /// The program each sandbox runs, and its arguments.
+    pub command: PathBuf,
+    pub args: Vec<String>,
+    /// The function's environment (besides Lambda's own variables and `PATH`).
+    pub env: BTreeMap<String, String>,
+    /// The function timeout.
+    pub timeout_ms: u64,
+    /// Sandboxes at once (reserved concurrency).
+    pub concurrency_max: usize,
+    /// Where every line the processes print is appended, prefixed with the sandbox.
+    pub log: PathBuf,
+}
+
+/// How one invocation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invoked {
+    /// The function posted a response.
+    Response(Vec<u8>),
+    /// The function posted an error (a handler error, or an init error).
+    Error(Vec<u8>),
+    /// It ran past the function timeout; its process was killed.
+    TimedOut,
+    /// Its process died before answering: killed, or it crashed.
+    Crashed,
+}
+
+/// What the service counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FunctionStats {
+    pub invocations: u64,
+    pub cold_starts: u64,
+    pub timed_out: u64,
+    pub crashed: u64,
+    /// Processes killed on purpose (faults injected).
+    pub killed: u64,
+}
+
+/// One invocation handed to a sandbox.
+struct Assignment {
+    request_id: String,
+    payload: Vec<u8>,
+    deadline_ms: u64,
+}
+
+/// One process and its Runtime API.
+struct Sandbox {
+    id: u64,
+    assign: mpsc::Sender<Assignment>,
+    /// The invocation in flight, answered by the Runtime API or by the process's death.
+    in_flight: Mutex<Option<oneshot::Sender<Invoked>>>,
+    kill: Mutex<Option<oneshot::Sender<()>>>,
+    alive: std::sync::atomic::AtomicBool,
+}
+
+impl Sandbox {
+    fn finish(&self, outcome: Invoked) {
+        if let Some(waiting) = lock(&self.in_flight).take() {
+            let _ = waiting.send(outcome);
+        }
+    }
+
+    fn kill(&self) -> bool {
+        match lock(&self.kill).take() {
+            Some(kill) => kill.send(()).is_ok(),
+            None => false,
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// A kill armed on a log line: the next sandbox to print a line containing `pattern` dies.
+struct KillOnLine {
+    pattern: String,
+    left: u32,
+    fired: u32,
+}
+
+/// A function, run locally.
+pub struct LocalFunction {
+    spec: FunctionSpec,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    idle: Mutex<VecDeque<Arc<Sandbox>>>,
+    busy: Mutex<BTreeMap<u64, Arc<Sandbox>>>,
+    /// Sandboxes that exist (idle, busy or starting).
+    existing: AtomicU64,
+    freed: Notify,
+    next_id: AtomicU64,
+    invocations: AtomicU64,
+    stats: Mutex<FunctionStats>,
+    triggers: Mutex<Vec<KillOnLine>>,
+    log: Mutex<std::fs::File>,
+}
+
+impl std::fmt::Debug for LocalFunction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalFunction").field("name", &self.spec.name).field("stats", &self.stats()).finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LocalFunction {
+    /// A function ready to be invoked; sandboxes start on demand.
+    pub fn new(spec: FunctionSpec) -> anyhow::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .with_context(|| format!("cannot open the function's log {}", spec.log.display()))?;
+        let inner = Arc::new(Inner {
+            idle: Mutex::default(),
+            busy: Mutex::default(),
+            existing: AtomicU64::new(0),
+            freed: Notify::new(),
+            next_id: AtomicU64::new(0),
+            invocations: AtomicU64::new(0),
+            stats: Mutex::default(),
+            triggers: Mutex::default(),
+            log: Mutex::new(log),
+        });
+        Ok(Self { spec, inner })
+    }
+
+    /// The function's spec.
+    pub fn spec(&self) -> &FunctionSpec {
+        &self.spec
+    }
+
+    /// What happened so far.
+    pub fn stats(&self) -> FunctionStats {
+        *lock(&self.inner.stats)
+    }
+
+    /// Runs one invocation with `payload` in a warm sandbox, or a new one, waiting for one to be
+    /// free when `concurrency_max` are busy.
+    pub async fn invoke(&self, payload: Vec<u8>) -> Invoked {
+        let sandbox = match self.acquire().await {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                self.log_line(0, &format!("cannot start a sandbox: {error:#}"));
+                return Invoked::Crashed;
+            }
+        };
+        let invocation = self.inner.invocations.fetch_add(1, Ordering::SeqCst) + 1;
+        lock(&self.inner.stats).invocations += 1;
+        let request_id = format!("{}-{invocation:08}", self.spec.name);
+        let deadline_ms = SystemClock.now_ms() + self.spec.timeout_ms;
+        let (done, outcome) = oneshot::channel();
+        *lock(&sandbox.in_flight) = Some(done);
+        lock(&self.inner.busy).insert(sandbox.id, Arc::clone(&sandbox));
+        if sandbox.assign.send(Assignment { request_id, payload, deadline_ms }).await.is_err() {
+            sandbox.finish(Invoked::Crashed);
+        }
+        // The invocation is the function's until its timeout (and a moment for the answer to
+        // arrive); past it, Lambda kills the sandbox.
+        let outcome = match tokio::time::timeout(Duration::from_millis(self.spec.timeout_ms + 200), outcome).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Invoked::Crashed,
+            Err(_) => {
+                sandbox.kill();
+                Invoked::TimedOut
+            }
+        };
+        lock(&self.inner.busy).remove(&sandbox.id);
+        match &outcome {
+            Invoked::TimedOut => lock(&self.inner.stats).timed_out += 1,
+            Invoked::Crashed => lock(&self.inner.stats).crashed += 1,
+            _ => {}
+        }
+        if sandbox.is_alive() && matches!(outcome, Invoked::Response(_) | Invoked::Error(_)) {
+            lock(&self.inner.idle).push_back(sandbox);
+        }
+        self.inner.freed.notify_one();
+        outcome
+    }
+
+    /// Kills one busy sandbox, chosen by `pick` among the busy ones (by index); false if none was
+    /// busy.
+    pub fn kill_busy(&self, pick: impl FnOnce(usize) -> usize) -> bool {
+        let busy: Vec<Arc<Sandbox>> = lock(&self.inner.busy).values().cloned().collect();
+        if busy.is_empty() {
+            return false;
+        }
+        let chosen = &busy[pick(busy.len()) % busy.len()];
+        self.killed(chosen)
+    }
+
+    /// Kills every sandbox, busy or idle (the region goes down); returns how many.
+    pub fn kill_all(&self) -> usize {
+        let mut all: Vec<Arc<Sandbox>> = lock(&self.inner.busy).values().cloned().collect();
+        all.extend(lock(&self.inner.idle).drain(..));
+        all.iter().filter(|sandbox| self.killed(sandbox)).count()
+    }
+
+    /// The next `times` sandboxes to print a line containing `pattern` are killed then.
+    pub fn kill_on_line(&self, pattern: &str, times: u32) {
+        lock(&self.inner.triggers).push(KillOnLine { pattern: pattern.to_owned(), left: times, fired: 0 });
+    }
+
+    /// Disarms every kill armed with [`LocalFunction::kill_on_line`] that has not fired.
+    pub fn disarm_kills(&self) {
+        for trigger in lock(&self.inner.triggers).iter_mut() {
+            trigger.left = 0;
+        }
+    }
+
+    /// How many kills armed with [`LocalFunction::kill_on_line`] fired, by pattern.
+    pub fn kills_on_lines(&self) -> BTreeMap<String, u32> {
+        let mut fired = BTreeMap::new();
+        for trigger in lock(&self.inner.triggers).iter() {
+            *fired.entry(trigger.pattern.clone()).or_default() += trigger.fired;
+        }
+        fired
+    }
+
+    /// Sandboxes running an invocation now.
+    pub fn busy(&self) -> usize {
+        lock(&self.inner.busy).len()
+    }
+
+    fn killed(&self, sandbox: &Sandbox) -> bool {
+        let killed = sandbox.kill();
+        if killed {
+            lock(&self.inner.stats).killed += 1;
+            self.log_line(sandbox.id, "killed (SIGKILL)");
+        }
+        killed
+    }
+
+    fn log_line(&self, sandbox: u64, line: &str) {
+        use std::io::Write;
+        let _ = writeln!(lock(&self.inner.log), "{} sandbox-{sandbox} {line}", SystemClock.now_ms());
+    }
+
+    /// An idle warm sandbox, or a new one, waiting while `concurrency_max` exist and are busy.
+    async fn acquire(&self) -> anyhow::Result<Arc<Sandbox>> {
+        loop {
+            let warm = loop {
+                let Some(sandbox) = lock(&self.inner.idle).pop_front() else { break None };
+                if sandbox.is_alive() {
+                    break Some(sandbox);
+                }
+            };
+            if let Some(sandbox) = warm {
+                return Ok(sandbox);
+            }
+            let existing = self.inner.existing.load(Ordering::SeqCst);
+            if existing < self.spec.concurrency_max as u64
+                && self
+                    .inner
+                    .existing
+                    .compare_exchange(existing, existing + 1, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                return match self.spawn().await {
+                    Ok(sandbox) => Ok(sandbox),
+                    Err(error) => {
+                        self.inner.existing.fetch_sub(1, Ordering::SeqCst);
+                        Err(error)
+                    }
+                };
+            }
+            let freed = self.inner.freed.notified();
+            tokio::select! {
+                () = freed => {}
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    }
+
+    /// Starts a process with a Runtime API of its own.
+    async fn spawn(&self) -> anyhow::Result<Arc<Sandbox>> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst) + 1;
+        let listener = TcpListener::bind("127.0.0.1:0").await.context("cannot bind a Runtime API port")?;
+        let address = listener.local_addr()?.to_string();
+        let (assign, assignments) = mpsc::channel(1);
+        let (kill, killed) = oneshot::channel();
+        let sandbox = Arc::new(Sandbox {
+            id,
+            assign,
+            in_flight: Mutex::new(None),
+            kill: Mutex::new(Some(kill)),
+            alive: true.into(),
+        });
+        let mut command = Command::new(&self.spec.command);
+        command.args(&self.spec.args).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        for (name, value) in [
+            ("AWS_LAMBDA_RUNTIME_API", address.as_str()),
+            ("AWS_LAMBDA_FUNCTION_NAME", self.spec.name.as_str()),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256"),
+            ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
+            ("AWS_REGION", self.spec.region.as_str()),
+            ("AWS_DEFAULT_REGION", self.spec.region.as_str()),
+        ] {
+            command.env(name, value);
+        }
+        command.envs(&self.spec.env).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command.kill_on_drop(true);
+        let mut child = command.spawn().with_context(|| format!("cannot start {}", self.spec.command.display()))?;
+        lock(&self.inner.stats).cold_starts += 1;
+        for stream in [
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let inner = Arc::clone(&self.inner);
+            let sandbox = Arc::clone(&sandbox);
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    {
+                        use std::io::Write;
+                        let _ = writeln!(lock(&inner.log), "{} sandbox-{} {line}", SystemClock.now_ms(), sandbox.id);
+                    }
+                    let fire = {
+                        let mut triggers = lock(&inner.triggers);
+                        let hit = triggers.iter_mut().find(|t| t.left > 0 && line.contains(&t.pattern));
+                        hit.map(|trigger| {
+                            trigger.left -= 1;
+                            trigger.fired += 1;
+                        })
+                        .is_some()
+                    };
+                    if fire && sandbox.kill() {
+                        lock(&inner.stats).killed += 1;
+                        use std::io::Write;
+                        let _ = writeln!(
+                            lock(&inner.log),
+                            "{} sandbox-{} killed (SIGKILL) on a log line",
+                            SystemClock.now_ms(),
+                            sandbox.id
+                        );
+                    }
+                }
+            });
+        }
+        let (first_next, ready) = oneshot::channel();
+        let runtime = Arc::clone(&sandbox);
+        let arn = format!("arn:aws:lambda:{}:123456789012:function:{}", self.spec.region, self.spec.name);
+        let server = tokio::spawn(serve_runtime_api(listener, assignments, runtime, arn, Some(first_next)));
+        let watcher = Arc::clone(&sandbox);
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = child.wait() => {}
+                _ = killed => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                }
+            }
+            watcher.alive.store(false, Ordering::SeqCst);
+            server.abort();
+            watcher.finish(Invoked::Crashed);
+            inner.existing.fetch_sub(1, Ordering::SeqCst);
+            inner.freed.notify_one();
+        });
+        // Lambda starts the clock of an invocation once the runtime asks for it.
+        match tokio::time::timeout(Duration::from_millis(INIT_MS_MAX), ready).await {
+            Ok(Ok(())) => Ok(sandbox),
+            _ => {
+                sandbox.kill();
+                anyhow::bail!(
+                    "{} did not ask for an event within {INIT_MS_MAX} ms of starting",
+                    self.spec.command.display()
+                )
+            }
+        }
+    }
+}
+
+impl Drop for LocalFunction {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// One sandbox's Runtime API: connections served one at a time, each request in turn.
+async fn serve_runtime_api(
+    listener: TcpListener,
+    assignments: mpsc::Receiver<Assignment>,
+    sandbox: Arc<Sandbox>,
+    arn: String,
+    first_next: Option<oneshot::Sender<()>>,
+) {
+    let assignments = tokio::sync::Mutex::new(assignments);
+    let mut first_next = first_next;
+    while let Ok((stream, _)) = listener.accept().await {
+        serve_connection(stream, &assignments, &sandbox, &arn, &mut first_next).await;
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    assignments: &tokio::sync::Mutex<mpsc::Receiver<Assignment>>,
+    sandbox: &Sandbox,
+    arn: &str,
+    first_next: &mut Option<oneshot::Sender<()>>,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    while let Some((method, path, body)) = read_request(&mut reader).await {
+        let rest = path.strip_prefix(PREFIX).unwrap_or_default();
+        let reply = match (method.as_str(), rest) {
+            ("GET", "/invocation/next") => {
+                if let Some(ready) = first_next.take() {
+                    let _ = ready.send(());
+                }
+                let Some(assignment) = assignments.lock().await.recv().await else { return };
+                let headers = format!(
+                    "Lambda-Runtime-Aws-Request-Id: {}\r\nLambda-Runtime-Deadline-Ms: {}\r\n\
+                     Lambda-Runtime-Invoked-Function-Arn: {arn}\r\n\
+                     Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\n",
+                    assignment.request_id, assignment.deadline_ms
+                );
+                reply(200, &headers, &assignment.payload)
+            }
+            ("POST", "/init/error") => {
+                sandbox.finish(Invoked::Error(body));
+                reply(202, "", b"{}")
+            }
+            ("POST", rest) => {
+                let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+                match parts.as_slice() {
+                    ["invocation", _request_id, "response"] => {
+                        sandbox.finish(Invoked::Response(body));
+                        reply(202, "", b"{}")
+                    }
+                    ["invocation", _request_id, "error"] => {
+                        sandbox.finish(Invoked::Error(body));
+                        reply(202, "", b"{}")
+                    }
+                    _ => reply(404, "", b"{}"),
+                }
+            }
+            _ => reply(404, "", b"{}"),
+        };
+        if write.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        202 => "Accepted",
+        _ => "Not Found",
+    };
+    let mut bytes = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Reads one request: method, path and body (by Content-Length, or chunked).
+async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<(String, String, Vec<u8>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await.ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
+    let (mut length, mut chunked) = (0usize, false);
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).await.ok()? == 0 {
+            return None;
+        }
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => length = value.trim().parse().ok()?,
+            "transfer-encoding" => chunked = value.trim().eq_ignore_ascii_case("chunked"),
+            _ => {}
+        }
+    }
+    let body = if chunked { read_chunked(reader).await? } else { read_exact(reader, length).await? };
+    Some((method, path, body))
+}
+
+async fn read_exact<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>, length: usize) -> Option<Vec<u8>> {
+    if length > MESSAGE_BYTES_MAX {
+        return None;
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).await.ok()?;
+    Some(body)
+}
+
+async fn read_chunked<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size = String::new();
+        reader.read_line(&mut size).await.ok()?;
+        let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+        if size == 0 {
+            loop {
+                let mut trailer = String::new();
+                if reader.read_line(&mut trailer).await.ok()? == 0 || trailer.trim().is_empty() {
+                    return Some(body);
+                }
+            }
+        }
+        if body.len() + size > MESSAGE_BYTES_MAX {
+            return None;
+        }
+        body.extend(read_exact(reader, size).await?);
+        let mut crlf = [0; 2];
+        reader.read_exact(&mut crlf).await.ok()?;
+    }
+}

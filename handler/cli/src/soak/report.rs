@@ -1,0 +1,525 @@
+//! The soak's report: a one-screen summary, `soak-report.md` and a picture of time to answer
+//! over the run with the fault windows shaded (`soak-time-to-answer.svg`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::soak::SoakOptions;
+use crate::soak::faults::{Injected, Schedule};
+use crate::soak::fleet::Fleet;
+use crate::soak::load::{Ledger, Plan, Sent};
+use crate::soak::verify::Findings;
+
+/// The machine the soak ran on, and how busy the run kept it.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub cores: usize,
+    pub cpu: String,
+    pub memory_gib: f64,
+    /// /proc/stat's (busy, total) jiffies when the run started.
+    start: Option<(u64, u64)>,
+}
+
+impl Machine {
+    pub fn describe() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+            .map_or_else(|| std::env::consts::ARCH.to_owned(), |m| m.trim().to_owned());
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_kib: f64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        Self { cores, cpu, memory_gib: memory_kib / 1024.0 / 1024.0, start: cpu_jiffies() }
+    }
+
+    pub fn one_line(&self) -> String {
+        format!("{} cores ({}), {:.0} GiB", self.cores, self.cpu, self.memory_gib)
+    }
+
+    /// The machine's average CPU use since [`Machine::describe`], in percent.
+    pub fn busy_percent(&self) -> Option<f64> {
+        let (busy0, total0) = self.start?;
+        let (busy1, total1) = cpu_jiffies()?;
+        let total = total1.saturating_sub(total0);
+        (total > 0).then(|| busy1.saturating_sub(busy0) as f64 * 100.0 / total as f64)
+    }
+}
+
+/// (busy, total) from the first line of /proc/stat.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let values: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let total: u64 = values.iter().sum();
+    // idle and iowait
+    let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Percentiles of a set of durations, ms.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spread {
+    pub count: usize,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+impl Spread {
+    pub fn of(mut values: Vec<u64>) -> Self {
+        if values.is_empty() {
+            return Self::default();
+        }
+        values.sort_unstable();
+        let at = |q: f64| values[((values.len() as f64 * q).ceil() as usize).clamp(1, values.len()) - 1];
+        Self { count: values.len(), p50: at(0.50), p90: at(0.90), p99: at(0.99), max: values[values.len() - 1] }
+    }
+
+    fn row(&self, label: &str) -> String {
+        format!(
+            "| {label} | {} | {} | {} | {} | {} |",
+            self.count,
+            seconds(self.p50),
+            seconds(self.p90),
+            seconds(self.p99),
+            seconds(self.max)
+        )
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    if ms < 10_000 { format!("{:.2} s", ms as f64 / 1000.0) } else { format!("{:.0} s", ms as f64 / 1000.0) }
+}
+
+/// The worst fault a request saw while it waited for its answer.
+fn fault_seen(request: &Sent, answered_ms: u64, injected: &Injected, started_ms: u64) -> &'static str {
+    let (from, to) = (request.published_ms.saturating_sub(started_ms), answered_ms.saturating_sub(started_ms));
+    let overlaps = |kind: &str| injected.windows.iter().any(|w| w.kind == kind && w.start_ms <= to && w.end_ms >= from);
+    if overlaps("outage") {
+        "primary region down"
+    } else if overlaps("drill") {
+        "drill (secondary active)"
+    } else if injected.kill_times_ms.iter().any(|at| (from..=to).contains(at)) {
+        "a SIGKILL in the fleet"
+    } else if overlaps("wire") {
+        "wire faults"
+    } else {
+        "no fault"
+    }
+}
+
+/// Everything the report says.
+#[derive(Debug)]
+pub struct Report {
+    summary: String,
+    /// One line per request attempt, for finding the slow ones in the processes' logs.
+    csv: String,
+    markdown: String,
+    svg: String,
+    last_line: String,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    pub fn build(
+        seed: u64,
+        options: &SoakOptions,
+        fleet: &Fleet,
+        ledger: &Ledger,
+        plan: &Plan,
+        schedule: &Schedule,
+        injected: &Injected,
+        findings: &Findings,
+        machine: Machine,
+    ) -> Self {
+        let sent = ledger.sent();
+        let mut all = Vec::new();
+        let mut by_class: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+        let mut by_fault: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+        let mut by_region: BTreeMap<String, usize> = BTreeMap::new();
+        let mut points = Vec::new();
+        let mut csv =
+            String::from("request_id,stack_id,logical_id,kind,class,published_s,took_ms,puts,answered_by,fault_seen\n");
+        for outcome in &findings.outcomes {
+            let request = &sent[outcome.sent];
+            let took = outcome.first_ms().map(|at| at.saturating_sub(request.published_ms));
+            let seen = outcome.first_ms().map_or("", |at| fault_seen(request, at, injected, ledger.started_ms));
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{},{:.1},{},{},{},{seen}",
+                request.request_id,
+                request.stack_id,
+                request.logical_id,
+                request.kind,
+                request.class.label(),
+                (request.published_ms.saturating_sub(ledger.started_ms)) as f64 / 1000.0,
+                took.map_or_else(|| "lost".to_owned(), |t| t.to_string()),
+                outcome.puts.len(),
+                outcome.region.as_deref().unwrap_or(""),
+            );
+        }
+        for outcome in &findings.outcomes {
+            let request = &sent[outcome.sent];
+            let Some(first_ms) = outcome.first_ms() else {
+                points.push(Point { at_ms: request.published_ms - ledger.started_ms, took_ms: None, secondary: false });
+                continue;
+            };
+            let took = first_ms.saturating_sub(request.published_ms);
+            all.push(took);
+            by_class.entry(request.class.label()).or_default().push(took);
+            by_fault.entry(fault_seen(request, first_ms, injected, ledger.started_ms)).or_default().push(took);
+            let region = outcome.region.clone().unwrap_or_else(|| "unknown".into());
+            let secondary = region == fleet.secondary().name;
+            *by_region.entry(region).or_default() += 1;
+            points.push(Point { at_ms: request.published_ms - ledger.started_ms, took_ms: Some(took), secondary });
+        }
+        let overall = Spread::of(all);
+        let last_line = format!(
+            "soak: {} requests, {} answered once, {} lost, {} conflicting, {} late, p99 {}",
+            findings.requests,
+            findings.answered_once,
+            findings.lost,
+            findings.conflicting,
+            findings.late,
+            seconds(overall.p99)
+        );
+        let stats: Vec<_> =
+            fleet.regions.iter().map(|r| (r.role.as_str(), r.function.stats(), r.function.kills_on_lines())).collect();
+        let fired: u32 = stats.iter().flat_map(|(_, _, lines)| lines.values()).sum();
+        let armed: u64 = injected.armed.values().sum();
+        let wire_total: u64 = injected.wire.values().sum();
+        let outages = injected.windows.iter().filter(|w| w.kind == "outage").count();
+        let drills = injected.windows.iter().filter(|w| w.kind == "drill").count();
+        let busy = machine.busy_percent();
+
+        let mut s = String::new();
+        let _ = writeln!(s, "==> soak result (seed {seed})");
+        let _ = writeln!(
+            s,
+            "requests   {} sent ({} duplicates published, {} undeliverable on purpose), {} answered once",
+            findings.requests,
+            ledger.duplicates.load(std::sync::atomic::Ordering::SeqCst),
+            findings.undeliverable_sent,
+            findings.answered_once
+        );
+        let _ = writeln!(
+            s,
+            "problems   {} lost, {} conflicting, {} late, {} wrong answers, {} superseded attempts answered",
+            findings.lost, findings.conflicting, findings.late, findings.wrong, findings.superseded_answered
+        );
+        let dlqs: Vec<String> = findings
+            .dlqs
+            .iter()
+            .map(|(region, found, copies, other)| {
+                format!(
+                    "{region} {found}/{} undeliverable ({copies} copies) + {other} other",
+                    findings.undeliverable_sent
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "state      items {}/{} consistent with their last answer; lease records {} ({} unfinished); DLQs: {}",
+            findings.items_checked - findings.items_wrong,
+            findings.items_checked,
+            findings.lease_records,
+            findings.lease_records_unfinished,
+            dlqs.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "logs       {} lines, {} with a ResponseURL signature; {} panics logged",
+            findings.log_lines, findings.leaked_signatures, findings.panics_logged
+        );
+        let _ = writeln!(
+            s,
+            "faults     {outages} outages, {drills} drills, {wire_total} wire faults in {} windows, {} busy processes killed, \
+             {fired} of {armed} kills at log lines fired, {} processes killed by outages",
+            injected.windows.iter().filter(|w| w.kind == "wire").count(),
+            injected.busy_kills,
+            injected.outage_kills
+        );
+        let (messages, receives, most) = findings.receives;
+        let _ = writeln!(
+            s,
+            "recovery   {} takeovers, {} re-PUTs of a committed answer; {} receives of {} messages ({:.2} per message, at most {most})",
+            findings.takeovers,
+            findings.re_puts,
+            receives,
+            messages,
+            receives as f64 / messages.max(1) as f64
+        );
+        for (role, stats, _) in &stats {
+            let _ = writeln!(
+                s,
+                "fleet      {role}: {} invocations, {} cold starts, {} killed, {} crashed, {} timed out",
+                stats.invocations, stats.cold_starts, stats.killed, stats.crashed, stats.timed_out
+            );
+        }
+        let answered_by: Vec<String> = by_region.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(s, "answered   by {}", answered_by.join(", "));
+        let _ = writeln!(s, "time to answer      count     p50     p90     p99     max");
+        let line = |label: &str, spread: &Spread| {
+            format!(
+                "  {label:<26} {:>5} {:>7} {:>7} {:>7} {:>7}",
+                spread.count,
+                seconds(spread.p50),
+                seconds(spread.p90),
+                seconds(spread.p99),
+                seconds(spread.max)
+            )
+        };
+        let _ = writeln!(s, "{}", line("all", &overall));
+        for (label, values) in &by_fault {
+            let _ = writeln!(s, "{}", line(label, &Spread::of(values.clone())));
+        }
+        let _ = writeln!(
+            s,
+            "machine    {}; {} busy on average",
+            machine.one_line(),
+            busy.map_or_else(|| "?".to_owned(), |b| format!("{b:.0}%"))
+        );
+        for problem in findings.problems.iter().take(8) {
+            let _ = writeln!(s, "  ! {problem}");
+        }
+        let _ = write!(s, "{last_line}");
+
+        let mut md = String::new();
+        let _ = writeln!(md, "# cfn-once soak report\n");
+        let _ = writeln!(
+            md,
+            "Seed {seed}: {} requests over {} minutes. Reproduce with `cfn-once soak --seed {seed} --minutes {} --requests {}`{}.\n",
+            options.requests,
+            options.minutes,
+            options.minutes,
+            options.requests,
+            if options.without.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " --without {}",
+                    options.without.iter().map(|k| format!("{k:?}").to_lowercase()).collect::<Vec<_>>().join(",")
+                )
+            }
+        );
+        let _ = writeln!(md, "**{last_line}**\n");
+        let _ = writeln!(md, "```text\n{s}\n```\n");
+        let _ = writeln!(md, "![time to answer over the run](soak-time-to-answer.svg)\n");
+        let _ = writeln!(
+            md,
+            "Each dot is a request: when it was published (x) and how long until its first PUT landed (y, log scale); \
+             blue answered by the primary, green by the secondary, red crosses never answered. Shaded: the primary \
+             region down (red), a drill's flip to the secondary (blue), wire faults (orange); ticks on top: SIGKILLs.\n"
+        );
+        let _ = writeln!(md, "## What ran\n\n{}\n\n{}\n", fleet.describe(), plan.describe());
+        let _ = writeln!(md, "## Time to answer by kind of request\n");
+        let _ = writeln!(md, "| kind | answered | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|");
+        for (label, values) in &by_class {
+            let _ = writeln!(md, "{}", Spread::of(values.clone()).row(label));
+        }
+        let _ = writeln!(md, "\n## Time to answer by the worst fault seen while waiting\n");
+        let _ = writeln!(md, "| fault | answered | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|");
+        for (label, values) in &by_fault {
+            let _ = writeln!(md, "{}", Spread::of(values.clone()).row(label));
+        }
+        let _ = writeln!(md, "\n## Faults\n\n```text\n{}\n```\n", schedule.describe());
+        let _ = writeln!(md, "Windows as injected:\n");
+        for window in &injected.windows {
+            let _ = writeln!(md, "- +{} s to +{} s: {}", window.start_ms / 1000, window.end_ms / 1000, window.what);
+        }
+        let _ = writeln!(md, "\nWire faults applied to requests:\n");
+        for (what, n) in &injected.wire {
+            let _ = writeln!(md, "- {what}: {n}");
+        }
+        let _ = writeln!(md, "\nKills armed on log lines, and fired:\n");
+        for (point, n) in &injected.armed {
+            let _ = writeln!(md, "- {point}: {n} armed");
+        }
+        for (role, _, lines) in &stats {
+            for (line, n) in lines {
+                let _ = writeln!(md, "- {role}: {n} fired on \"{line}\"");
+            }
+        }
+        let _ = writeln!(md, "\n## Problems\n");
+        if findings.problems.is_empty() {
+            let _ = writeln!(md, "None.");
+        }
+        for problem in &findings.problems {
+            let _ = writeln!(md, "- {problem}");
+        }
+        let _ = writeln!(
+            md,
+            "\n## Machine\n\n{}; the run kept it {} busy on average. Every request: `soak-requests.csv`; the processes' logs: `primary.log`, `secondary.log`.",
+            machine.one_line(),
+            busy.map_or_else(|| "?".to_owned(), |b| format!("{b:.0}%"))
+        );
+        let svg = picture(&points, injected, ledger.end_ms.saturating_sub(ledger.started_ms));
+        Self { summary: s, csv, markdown: md, svg, last_line }
+    }
+
+    pub fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    pub fn last_line(&self) -> String {
+        self.last_line.clone()
+    }
+
+    pub fn write(&self, out: &Path) -> anyhow::Result<()> {
+        for (name, text) in [
+            ("soak-report.md", &self.markdown),
+            ("soak-time-to-answer.svg", &self.svg),
+            ("soak-summary.txt", &self.summary),
+            ("soak-requests.csv", &self.csv),
+        ] {
+            let path = out.join(name);
+            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// One request in the picture.
+struct Point {
+    at_ms: u64,
+    took_ms: Option<u64>,
+    secondary: bool,
+}
+
+const W: f64 = 960.0;
+const H: f64 = 420.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 20.0;
+const BOTTOM: f64 = 40.0;
+
+/// Time to answer over the run, log scale, with the fault windows shaded.
+fn picture(points: &[Point], injected: &Injected, length_ms: u64) -> String {
+    let end_ms = points
+        .iter()
+        .map(|p| p.at_ms)
+        .max()
+        .unwrap_or(0)
+        .max(injected.windows.iter().map(|w| w.end_ms).max().unwrap_or(0))
+        + 10_000;
+    let end_ms = end_ms.min(length_ms.max(1)) as f64;
+    let max_ms = points.iter().filter_map(|p| p.took_ms).max().unwrap_or(1000).max(1000) as f64;
+    let (low, high) = (100f64.log10(), (max_ms * 1.5).log10());
+    let x = |ms: f64| LEFT + (W - LEFT - RIGHT) * (ms / end_ms);
+    let y = |ms: f64| TOP + (H - TOP - BOTTOM) * (1.0 - ((ms.max(100.0).log10() - low) / (high - low)));
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">"##
+    );
+    let _ = writeln!(svg, r##"<rect width="{W}" height="{H}" fill="white"/>"##);
+    for window in &injected.windows {
+        let colour = match window.kind {
+            "outage" => "#f4b6b0",
+            "drill" => "#bcd7f0",
+            _ => "#fde3bd",
+        };
+        let (x0, x1) = (x(window.start_ms as f64), x(window.end_ms as f64));
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{x0:.1}" y="{TOP}" width="{:.1}" height="{}" fill="{colour}" opacity="0.7"><title>{}</title></rect>"##,
+            (x1 - x0).max(1.0),
+            H - TOP - BOTTOM,
+            window.what
+        );
+    }
+    for at in &injected.kill_times_ms {
+        let kx = x(*at as f64);
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{kx:.1}" y1="{TOP}" x2="{kx:.1}" y2="{}" stroke="#444" stroke-width="1"/>"##,
+            TOP + 6.0
+        );
+    }
+    // Axes and ticks.
+    let _ = writeln!(
+        svg,
+        r##"<line x1="{LEFT}" y1="{}" x2="{}" y2="{}" stroke="#000"/>"##,
+        H - BOTTOM,
+        W - RIGHT,
+        H - BOTTOM
+    );
+    let _ = writeln!(svg, r##"<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{}" stroke="#000"/>"##, H - BOTTOM);
+    for tick in [100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0] {
+        if tick > max_ms * 1.5 {
+            break;
+        }
+        let ty = y(tick);
+        let label = if tick < 1000.0 { "0.1 s".to_owned() } else { format!("{} s", tick / 1000.0) };
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{}" y2="{ty:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
+            W - RIGHT,
+            LEFT - 4.0,
+            ty + 4.0
+        );
+    }
+    let step_s = ((end_ms / 1000.0 / 10.0 / 30.0).ceil() * 30.0).max(30.0);
+    let mut t = 0.0;
+    while t * 1000.0 <= end_ms {
+        let tx = x(t * 1000.0);
+        let _ = writeln!(svg, r##"<text x="{tx:.1}" y="{}" text-anchor="middle">{t:.0} s</text>"##, H - BOTTOM + 15.0);
+        t += step_s;
+    }
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" text-anchor="middle">published at (s since the start)</text>"##,
+        LEFT + (W - LEFT - RIGHT) / 2.0,
+        H - 8.0
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="14" y="{}" transform="rotate(-90 14 {})" text-anchor="middle">time to answer</text>"##,
+        TOP + (H - TOP - BOTTOM) / 2.0,
+        TOP + (H - TOP - BOTTOM) / 2.0
+    );
+    for point in points {
+        let px = x(point.at_ms as f64);
+        match point.took_ms {
+            Some(took) => {
+                let colour = if point.secondary { "#2b8a3e" } else { "#1c5fa8" };
+                let _ = writeln!(
+                    svg,
+                    r##"<circle cx="{px:.1}" cy="{:.1}" r="2" fill="{colour}" opacity="0.6"/>"##,
+                    y(took as f64)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    svg,
+                    r##"<text x="{px:.1}" y="{}" fill="#c00" text-anchor="middle" font-size="14">×</text>"##,
+                    TOP + 14.0
+                );
+            }
+        }
+    }
+    let _ = writeln!(svg, "</svg>");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_the_nearest_rank() {
+        let spread = Spread::of((1..=100).collect());
+        assert_eq!((spread.p50, spread.p90, spread.p99, spread.max), (50, 90, 99, 100));
+        let one = Spread::of(vec![7]);
+        assert_eq!((one.p50, one.p99, one.max), (7, 7, 7));
+        assert_eq!(Spread::of(Vec::new()).count, 0);
+    }
+}
