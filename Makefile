@@ -181,7 +181,7 @@ unit:
 
 ## moto: a moto server on a free loopback port (or PORT=n), in the foreground; prints its URL.
 moto: venv
-	$(PY) handler/cli/src/local/moto_server.py $(PORT)
+	$(PY) handler/cfn-once-cli/src/local/moto_server.py $(PORT)
 
 clean:
 	$(CARGO) clean

@@ -66,6 +66,11 @@ impl MotoServer {
     }
 
     /// The endpoint URL, e.g. `http://127.0.0.1:41234`.
+    /// The server's process id (to watch its CPU).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }

@@ -72,7 +72,7 @@ impl RegionPair {
     ) -> anyhow::Result<RegionalWorker> {
         let config = env.config(role, overrides)?;
         let sdk = env.sdk(env.region(role)).await;
-        // What the stock function serves (handler/src/main.rs).
+        // What the stock function serves (handler/cfn-once/src/main.rs).
         let router = cfn_once::providers::standard_router(&config, &sdk);
         let mut app = App::from_config_with(&config, &sdk, router, customize)?;
         if let Some(observer) = observer {

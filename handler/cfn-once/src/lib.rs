@@ -111,6 +111,6 @@ pub use fenced::{FencedTable, FencedWriteError};
 pub use handler::{Error, Handler, ProviderSetup};
 
 // The README's Rust examples compile as doctests, so the README cannot drift from the API.
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

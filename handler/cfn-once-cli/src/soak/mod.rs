@@ -214,16 +214,17 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<SoakOutcome> {
         );
     }
     std::fs::create_dir_all(&options.out).with_context(|| format!("cannot create {}", options.out.display()))?;
-    let machine = report::Machine::describe();
+    let mut machine = report::Machine::describe();
     println!("soak: seed {seed}, {} requests over {} min on {}", options.requests, options.minutes, machine.one_line());
 
-    let _moto;
+    let moto_server;
     let endpoint = match &options.endpoint_url {
         Some(url) => url.clone(),
         None => {
             println!("==> starting moto");
-            _moto = MotoServer::start(&options.python)?;
-            _moto.endpoint().to_owned()
+            moto_server = MotoServer::start(&options.python)?;
+            machine.watch_moto(Some(moto_server.pid()));
+            moto_server.endpoint().to_owned()
         }
     };
     let fleet = Arc::new(fleet::Fleet::start(&endpoint, options, seed).await?);

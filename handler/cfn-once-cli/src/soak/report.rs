@@ -21,6 +21,9 @@ pub struct Machine {
     pub memory_gib: f64,
     /// /proc/stat's (busy, total) jiffies when the run started.
     start: Option<(u64, u64)>,
+    /// The moto server's pid, its CPU jiffies and the time when watching it started: moto is one
+    /// Python process (one core at most), so it can be the limit while the machine is not.
+    moto: Option<(u32, u64, std::time::Instant)>,
 }
 
 impl Machine {
@@ -37,7 +40,29 @@ impl Machine {
             .find_map(|l| l.strip_prefix("MemTotal:"))
             .and_then(|r| r.split_whitespace().next()?.parse().ok())
             .unwrap_or(0.0);
-        Self { cores, cpu, memory_gib: memory_kib / 1024.0 / 1024.0, start: cpu_jiffies() }
+        Self { cores, cpu, memory_gib: memory_kib / 1024.0 / 1024.0, start: cpu_jiffies(), moto: None }
+    }
+
+    /// Watches the moto server's CPU from now on (no pid: moto was started by someone else).
+    pub fn watch_moto(&mut self, pid: Option<u32>) {
+        self.moto = pid.and_then(|pid| Some((pid, process_jiffies(pid)?, std::time::Instant::now())));
+    }
+
+    /// The moto server's average CPU use since [`Machine::watch_moto`], in percent of one core.
+    pub fn moto_core_percent(&self) -> Option<f64> {
+        let (pid, start, since) = self.moto?;
+        let used_s = process_jiffies(pid)?.saturating_sub(start) as f64 / CLOCK_TICKS_PER_S;
+        let elapsed_s = since.elapsed().as_secs_f64();
+        (elapsed_s > 0.0).then(|| used_s * 100.0 / elapsed_s)
+    }
+
+    /// "N% busy on average; moto M% of a core", what the report says of the machine.
+    pub fn load_line(&self) -> String {
+        let busy = self.busy_percent().map_or_else(|| "?".to_owned(), |b| format!("{b:.0}%"));
+        match self.moto_core_percent() {
+            Some(m) => format!("{busy} busy on average; moto (local AWS, one Python process) {m:.0}% of a core"),
+            None => format!("{busy} busy on average"),
+        }
     }
 
     pub fn one_line(&self) -> String {
@@ -61,6 +86,17 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
     // idle and iowait
     let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
     Some((total - idle, total))
+}
+
+/// Linux's USER_HZ, the unit of /proc's CPU times (100 on every architecture Linux supports).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// utime + stime of a process, from /proc/<pid>/stat (the fields after the parenthesised name).
+fn process_jiffies(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // fields[0] is the state (field 3); utime and stime are fields 14 and 15.
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 /// Percentiles of a set of durations, ms.
@@ -198,7 +234,6 @@ impl Report {
         let wire_total: u64 = injected.wire.values().sum();
         let outages = injected.windows.iter().filter(|w| w.kind == "outage").count();
         let drills = injected.windows.iter().filter(|w| w.kind == "drill").count();
-        let busy = machine.busy_percent();
 
         let mut s = String::new();
         let _ = writeln!(s, "==> soak result (seed {seed})");
@@ -283,9 +318,9 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "machine    {}; {} busy on average",
+            "machine    {}; {}",
             machine.one_line(),
-            busy.map_or_else(|| "?".to_owned(), |b| format!("{b:.0}%"))
+            machine.load_line()
         );
         for problem in findings.problems.iter().take(8) {
             let _ = writeln!(s, "  ! {problem}");
@@ -357,9 +392,9 @@ impl Report {
         }
         let _ = writeln!(
             md,
-            "\n## Machine\n\n{}; the run kept it {} busy on average. Every request: `soak-requests.csv`; the processes' logs: `primary.log`, `secondary.log`.",
+            "\n## Machine\n\n{}; the run: {}. Every request: `soak-requests.csv`; the processes' logs: `primary.log`, `secondary.log`.",
             machine.one_line(),
-            busy.map_or_else(|| "?".to_owned(), |b| format!("{b:.0}%"))
+            machine.load_line()
         );
         let svg = picture(&points, injected, ledger.end_ms.saturating_sub(ledger.started_ms));
         Self { summary: s, csv, markdown: md, svg, last_line }
