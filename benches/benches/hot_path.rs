@@ -5,11 +5,12 @@
 
 use std::hint::black_box;
 
-use cfn_once_core::decision::{Activity, Role, Situation, decide};
+use cfn_once_core::decision::{Activity, Situation, decide};
 use cfn_once_core::lease::Seen;
 use cfn_once_core::request::{InputPolicy, decode};
 use cfn_once_core::response::{self, Outcome};
 use cfn_once_core::response_url::UrlPolicy;
+use cfn_once_core::vocabulary::Role;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 

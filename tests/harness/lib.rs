@@ -29,14 +29,21 @@ use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::provision::{self, QueuePair, QueueSettings};
 use cfn_once_core::control::FixedActivity;
 use cfn_once_core::decision::Activity;
-use cfn_once_core::delivery::ResponseSink;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::provider::Router;
+use cfn_once_core::put::ResponseSink;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::RequestKey;
-use cfn_once_core::worker::{Ports, Settings, Worker};
+use cfn_once_core::worker::{Ports, Worker};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
+
+// The repository's README: its Rust examples compile (and the runnable ones run) as doctests,
+// so the README cannot drift from the API. Tested here, not in the `cfn-once` crate, because a
+// packaged crate cannot reach a file outside its folder.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 
 mod fake_arc;
 mod fake_runtime;
@@ -269,7 +276,7 @@ impl LocalRegion {
             control: Arc::new(FixedActivity(Activity::Active)),
             metrics: Arc::new(cfn_once::metrics::EmfMetrics),
         };
-        App::new(Worker::new(ports, input_policy(config), Settings::from_config(config)), &self.sdk)
+        App::new(Worker::new(ports, input_policy(config), config.settings()), &self.sdk)
     }
 
     /// The production wiring (`App::from_config_with`: DynamoDB and SQS clients with their

@@ -10,9 +10,9 @@ use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment, s3_
 use cfn_once_cli::local::pair::RegionPair;
 use cfn_once_cli::local::provision;
 use cfn_once_cli::local::worker::RegionalWorker;
-use cfn_once_core::decision::Role;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
-use cfn_once_core::worker::{Disposition, Done, Handled, Ports};
+use cfn_once_core::vocabulary::{Disposition, Done, Handled, Role};
+use cfn_once_core::worker::Ports;
 
 use crate::{Sent, live_request, moto, unique};
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cfn_once::app::App;
+use cfn_once_core::doubles::{PutFault, RecordingSink};
 use cfn_once_core::lease::{LeaseRecord, LeaseState};
 use cfn_once_core::response::{ResponseBody, Status};
-use cfn_once_core::testing::{PutFault, RecordingSink};
 use cfn_once_tests::{LocalRegion, Options, Sent, handler};
 use serde_json::json;
 
@@ -93,7 +93,7 @@ async fn a_crash_between_commit_and_put_ends_with_a_put_of_the_stored_bytes() {
 
 #[tokio::test]
 async fn lost_dynamodb_replies_are_resolved_by_reading_the_item_back() {
-    use cfn_once_core::testing::{Fault, FaultyStore, Op};
+    use cfn_once_core::doubles::{Fault, FaultyStore, Op};
     let region = LocalRegion::new(Options::default()).await;
     let config = region.config(&[]);
     let store = Arc::new(FaultyStore::new(region.lease_store()));

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once::fenced::{FencedTable, FencedWriteError};
-use cfn_once_core::provider::Fence;
+use cfn_once_core::ownership::Fence;
 use cfn_once_tests::{LocalRegion, Options};
 
 fn item(value: &str) -> HashMap<String, AttributeValue> {

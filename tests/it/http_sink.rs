@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use cfn_once::adapters::http_sink::HttpResponseSink;
-use cfn_once_core::delivery::{PutError, ResponseSink};
+use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::{AllowedPrefix, UrlPolicy};
 
 /// Answers each connection with `status_line` and `extra_headers`, and reports the request

@@ -3,7 +3,7 @@
 //! these tests check what cfn-once itself relies on.
 
 use cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
-use cfn_once_core::decision::Role;
+use cfn_once_core::vocabulary::Role;
 use cfn_once_sim::deployed::{Deployed, FunctionTimeout};
 use cfn_once_tests::workspace_root;
 use serde_json::{Map, Value, json};

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use cfn_once::app::App;
 use cfn_once_cli::local::provision::queue_depth;
+use cfn_once_core::doubles::CountingEcho;
 use cfn_once_core::echo::{ECHO_TYPE, Echo};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
-use cfn_once_core::testing::CountingEcho;
 use cfn_once_tests::{Fault, FaultProxy, LocalRegion, Match, Options, Sent, handler};
 use serde_json::{Value, json};
 

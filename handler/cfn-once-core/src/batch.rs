@@ -35,7 +35,8 @@ use futures_util::FutureExt;
 use futures_util::future::join_all;
 
 use crate::clock::within;
-use crate::worker::{DeadLetterCause, Delivery, Disposition, Handled, Invocation, Received, Worker, panic_message};
+use crate::vocabulary::{DeadLetterCause, Disposition, Handled, Invocation, QueueRecord};
+use crate::worker::{Received, Worker, panic_message};
 
 /// Visibility for a record whose move to the DLQ failed: it is moved on its next receive.
 pub const DEAD_LETTER_RETRY_S: u32 = 60;
@@ -88,7 +89,7 @@ pub struct Record<'a, M> {
     /// The queue's id of the message, for the logs.
     pub message_id: &'a str,
     /// Body, receive count and send time.
-    pub delivery: Delivery<'a>,
+    pub queue_record: QueueRecord<'a>,
 }
 
 /// Handles every record of one invocation's batch and settles each on `queue` as soon as it is
@@ -104,7 +105,7 @@ pub async fn handle<Q>(
 where
     Q: MessageQueue + ?Sized,
 {
-    let received: Vec<Received<'_>> = records.iter().map(|record| worker.receive(record.delivery)).collect();
+    let received: Vec<Received<'_>> = records.iter().map(|record| worker.receive(record.queue_record)).collect();
     let now_ms = worker.clock().now_ms();
     let near: Vec<(&Q::Message, u32)> = records
         .iter()
@@ -138,7 +139,7 @@ where
             let span = tracing::info_span!(
                 "record",
                 message_id = record.message_id,
-                receive_count = record.delivery.receive_count
+                receive_count = record.queue_record.receive_count
             );
             let summary = received.summary();
             let handling = worker.handle_received(received, invocation);

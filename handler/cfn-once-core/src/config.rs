@@ -4,11 +4,16 @@
 //! `AWS_ENDPOINT_URL`, when the binary loads the SDK configuration). Every missing or malformed
 //! variable is reported in one error, each with what it should be. It lives in the core, beside
 //! the protocol's [`Settings`], so that the simulator derives its
-//! settings from the same variables and defaults a deployed handler does (`Settings::from_config`).
+//! settings from the same variables and defaults a deployed handler does ([`Config::settings`]).
+//! Settings are built from a configuration, never the other way round: `settings` knows nothing
+//! of the environment.
 
-use crate::decision::Role;
+use crate::aws_names::{ItemTables, TableRef};
+use crate::budget::BACKOFF_FLOOR_S_MAX;
+use crate::put::PutPolicy;
 use crate::response_url::AllowedPrefix;
-use crate::settings::{BACKOFF_FLOOR_S_MAX, Settings};
+use crate::settings::Settings;
+use crate::vocabulary::Role;
 
 /// Defaults, named so the README and `--help` can quote them. This one is `CFN_ONCE_LEASE_MS`:
 /// how long, in ms, a lease lasts without a heartbeat before another execution may take over.
@@ -172,102 +177,6 @@ impl ArcEndpoint {
             })
             .collect()
     }
-}
-
-/// Which tables `Custom::DynamoDBItem` may write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemTables {
-    /// Any table except the lease table.
-    Any,
-    /// Only these (names, or ARNs for tables of other regions or accounts).
-    Only(Vec<TableRef>),
-}
-
-impl ItemTables {
-    /// Whether `table` may be written. Never the lease table, however it is named: by name, by
-    /// ARN, or in another region (an MRSC table has a replica of that name in every region of
-    /// its set), so identities are compared, not strings.
-    pub fn allows(&self, table: &TableRef, lease_table: &str) -> bool {
-        table.name != lease_table
-            && match self {
-                Self::Any => true,
-                Self::Only(tables) => tables.iter().any(|allowed| allowed.admits(table)),
-            }
-    }
-}
-
-/// A DynamoDB table as `TableName` may name it: a plain name, or a table ARN (which DynamoDB
-/// also accepts as `TableName`, and which can point into another region or account).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableRef {
-    /// The table's name, from the plain name or the ARN; compared with the lease table's name.
-    pub name: String,
-    /// From an ARN; a plain name means the region written to.
-    pub region: Option<String>,
-    /// From an ARN; a plain name means this account.
-    pub account: Option<String>,
-}
-
-impl TableRef {
-    /// Parses a table name or a table ARN (`arn:<partition>:dynamodb:<region>:<account>:table/<name>`).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        if let Some(rest) = text.strip_prefix("arn:") {
-            let parts: Vec<&str> = rest.splitn(5, ':').collect();
-            let [_partition, service, region, account, resource] = parts.as_slice() else {
-                return Err(format!("{text:?} is not a DynamoDB table ARN"));
-            };
-            let name = resource.strip_prefix("table/").filter(|name| !name.contains('/'));
-            return match name {
-                Some(name)
-                    if *service == "dynamodb" && is_region(region) && is_account(account) && is_table_name(name) =>
-                {
-                    Ok(Self {
-                        name: name.to_owned(),
-                        region: Some((*region).to_owned()),
-                        account: Some((*account).to_owned()),
-                    })
-                }
-                _ => Err(format!("{text:?} is not a DynamoDB table ARN")),
-            };
-        }
-        if is_table_name(text) {
-            Ok(Self { name: text.to_owned(), region: None, account: None })
-        } else {
-            Err(format!("{text:?} is not a DynamoDB table name (3 to 255 of a-z, A-Z, 0-9, _, - and .) or table ARN"))
-        }
-    }
-
-    /// Whether this allow-list entry admits `table`: the same name, and the same region and
-    /// account wherever this entry names them. A plain-name entry admits only plain names: a
-    /// table named by ARN must be listed by ARN.
-    fn admits(&self, table: &TableRef) -> bool {
-        let same = |entry: &Option<String>, other: &Option<String>| entry.is_none() || entry == other;
-        self.name == table.name
-            && (self.account.is_some() || table.account.is_none())
-            && same(&self.region, &table.region)
-            && same(&self.account, &table.account)
-    }
-}
-
-/// An AWS region's shape: `us-east-1`, `us-gov-west-1`, `ap-southeast-5`. Anything else (a host
-/// name, a URL) is refused before an SDK client would turn it into an endpoint.
-pub fn is_region(text: &str) -> bool {
-    let parts: Vec<&str> = text.split('-').collect();
-    parts.len() >= 3
-        && parts.len() <= 4
-        && parts[0].len() == 2
-        && parts[..parts.len() - 1].iter().all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase()))
-        && parts.last().is_some_and(|last| (1..=2).contains(&last.len()) && last.bytes().all(|b| b.is_ascii_digit()))
-}
-
-fn is_account(text: &str) -> bool {
-    text.len() == 12 && text.bytes().all(|b| b.is_ascii_digit())
-}
-
-fn is_table_name(text: &str) -> bool {
-    (3..=255).contains(&text.len())
-        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Every problem found in the environment.
@@ -467,7 +376,7 @@ impl Config {
             secondary_delay_s,
             provider_environment,
         };
-        let settings = Settings::from_config(&config);
+        let settings = config.settings();
         if config.deadline_margin_ms <= settings.take_over_answer_ms() {
             problems.push(format!(
                 "CFN_ONCE_DEADLINE_MARGIN_MS ({}) must exceed the {} ms a taker-over needs to answer (an acquire and three more lease-store calls of CFN_ONCE_STORE_TIMEOUT_MS, and a PUT of CFN_ONCE_PUT_TIMEOUT_MS): leases end where the margin begins, so a holder that crashes just before it leaves exactly the margin to answer FAILED",
@@ -490,6 +399,42 @@ impl Config {
             ));
         }
         if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }
+    }
+
+    /// The settings a deployed handler runs with: this configuration's values and the fixed
+    /// retry policies. The simulator builds its settings here too, from the template's
+    /// environment.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            region: self.region.clone(),
+            role: self.role,
+            lease_ms: self.lease_ms,
+            skew_ms: self.skew_ms,
+            heartbeat_ms: self.heartbeat_ms,
+            store_attempts_max: 4,
+            store_call_timeout_ms: self.store_timeout_ms,
+            store_backoff_base_ms: 50,
+            store_backoff_max_ms: 1_000,
+            provider_retry_ms: 60_000,
+            provider_backoff_base_ms: 200,
+            provider_backoff_max_ms: 5_000,
+            put: PutPolicy {
+                attempts_max: self.put_attempts_max,
+                attempt_timeout_ms: self.put_timeout_ms,
+                backoff_base_ms: 200,
+                backoff_max_ms: 2_000,
+            },
+            queue_call_timeout_ms: self.sqs_timeout_ms,
+            retention_ms: self.retention_days * 86_400_000,
+            retry_delay_s_max: self.retry_delay_s_max,
+            standby_retry_s: self.standby_retry_s,
+            deadline_ceiling_s: self.deadline_ceiling_s,
+            deadline_margin_ms: self.deadline_margin_ms,
+            max_receive_count: self.max_receive_count,
+            control_cache_ms: self.control_cache_ms,
+            visibility_timeout_s: self.visibility_timeout_s,
+            secondary_delay_s: self.secondary_delay_s,
+        }
     }
 }
 
@@ -668,7 +613,7 @@ mod tests {
             ("CFN_ONCE_DEADLINE_CEILING_S", "600"),
         ])
         .expect("a short ceiling needs fewer receives");
-        assert_eq!(Settings::from_config(&shorter).backoff_floor_s(), Some(8));
+        assert_eq!(shorter.settings().backoff_floor_s(), Some(8));
     }
 
     #[test]
@@ -759,51 +704,5 @@ mod tests {
         assert_eq!(endpoints.len(), 2);
         assert_eq!(endpoints[1], ArcEndpoint { region: "ap-southeast-2".into(), url: "https://b.example/v1".into() });
         assert!(routing_control_arn.ends_with("routingcontrol/r"));
-    }
-
-    fn table(text: &str) -> TableRef {
-        TableRef::parse(text).expect("a table")
-    }
-
-    #[test]
-    fn item_tables_never_include_the_lease_table_however_it_is_named() {
-        let arn = |region: &str, name: &str| table(&format!("arn:aws:dynamodb:{region}:123456789012:table/{name}"));
-        assert!(ItemTables::Any.allows(&table("app-settings"), "leases"));
-        for lease in
-            [table("leases"), arn("us-east-1", "leases"), arn("us-west-2", "leases"), arn("eu-west-1", "leases")]
-        {
-            assert!(!ItemTables::Any.allows(&lease, "leases"), "{lease:?}");
-            assert!(!ItemTables::Only(vec![table("leases"), lease.clone()]).allows(&lease, "leases"), "{lease:?}");
-        }
-        assert!(!ItemTables::Only(vec![]).allows(&table("xyz"), "leases"));
-        let only = ItemTables::Only(vec![table("settings"), arn("us-west-2", "shared")]);
-        assert!(only.allows(&table("settings"), "leases"));
-        assert!(!only.allows(&arn("us-east-1", "settings"), "leases"), "an ARN must be listed as an ARN");
-        assert!(only.allows(&arn("us-west-2", "shared"), "leases"));
-        assert!(!only.allows(&arn("us-east-1", "shared"), "leases"), "another region's table of that name");
-    }
-
-    #[test]
-    fn table_names_arns_and_regions_parse_strictly() {
-        assert_eq!(
-            table("arn:aws:dynamodb:us-east-1:123456789012:table/leases"),
-            TableRef { name: "leases".into(), region: Some("us-east-1".into()), account: Some("123456789012".into()) }
-        );
-        for bad in [
-            "ab",
-            "has space",
-            "arn:aws:s3:::bucket",
-            "arn:aws:dynamodb:us-east-1:123456789012:table/t/index/i",
-            "arn:aws:dynamodb:us-east-1.evil.example:123456789012:table/t",
-            "arn:aws:dynamodb:us-east-1:12345:table/t",
-        ] {
-            assert!(TableRef::parse(bad).is_err(), "{bad}");
-        }
-        for region in ["us-east-1", "us-gov-west-1", "ap-southeast-5", "il-central-1", "cn-north-1"] {
-            assert!(is_region(region), "{region}");
-        }
-        for bad in ["us-east-1.evil.example", "us-east", "US-EAST-1", "x-east-1", "us-east-123", "", "localhost"] {
-            assert!(!is_region(bad), "{bad}");
-        }
     }
 }

@@ -135,7 +135,7 @@ impl ActivitySource for CachedActivity {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::testing::drive;
+    use crate::doubles::drive;
     use std::collections::VecDeque;
     use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -33,35 +33,7 @@
 //! one will do.
 
 use crate::lease::{PollRecord, Seen};
-use crate::worker::Done;
-
-/// A regional deployment's configured role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Does the work while active; on standby it starts no new work, except near the deadline.
-    Primary,
-    /// The backup: its queue delays every copy, so it acts on whatever the primary missed.
-    Secondary,
-}
-
-impl Role {
-    /// Parses `primary` or `secondary`.
-    pub fn parse(value: &str) -> Option<Self> {
-        match value.to_ascii_lowercase().as_str() {
-            "primary" => Some(Self::Primary),
-            "secondary" => Some(Self::Secondary),
-            _ => None,
-        }
-    }
-
-    /// The configured spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Primary => "primary",
-            Self::Secondary => "secondary",
-        }
-    }
-}
+use crate::vocabulary::Role;
 
 /// Whether this region is the one told to do the work right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +90,7 @@ pub enum Action {
         response: Vec<u8>,
     },
     /// Nothing left to do for this message.
-    Drop(Done),
+    Drop(Redundant),
     /// Someone holds the lease: come back when it ends.
     BackOff {
         /// When to look again, epoch ms: the end of the holder's lease (skew included), or of
@@ -133,6 +105,15 @@ pub enum Action {
     },
     /// Standby: leave the message for the active region, and look again later.
     Leave,
+}
+
+/// Why a delivery has nothing left to do: its message repeats what is already done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redundant {
+    /// The request was committed and delivered before: this message is a duplicate.
+    Duplicate,
+    /// A newer attempt with the same RequestId exists: this message is a stale one.
+    Superseded,
 }
 
 /// The first step for this region.
@@ -191,8 +172,8 @@ pub fn decide(seen: &Seen, situation: &Situation) -> Action {
         Seen::Committed { fence, response, delivered: false, .. } => {
             Action::Deliver { fence: *fence, response: response.clone() }
         }
-        Seen::Committed { delivered: true, .. } => Action::Drop(Done::Duplicate),
-        Seen::Superseded => Action::Drop(Done::Superseded),
+        Seen::Committed { delivered: true, .. } => Action::Drop(Redundant::Duplicate),
+        Seen::Superseded => Action::Drop(Redundant::Superseded),
     }
 }
 
@@ -245,9 +226,9 @@ mod tests {
         row(committed(false, NOW_MS - GRACE_MS), false, all(Deliver { fence: 2, response: bytes.clone() }));
         // Committed just now: its committer is PUTting it; look again after the grace.
         row(committed(false, NOW_MS - 1), false, all(BackOff { until_ms: NOW_MS - 1 + GRACE_MS }));
-        row(committed(true, NOW_MS - 1), false, all(Drop(Done::Duplicate)));
+        row(committed(true, NOW_MS - 1), false, all(Drop(Redundant::Duplicate)));
         row(Seen::NewAttempt, false, [Acquire, Acquire, Leave, Acquire]);
-        row(Seen::Superseded, false, all(Drop(Done::Superseded)));
+        row(Seen::Superseded, false, all(Drop(Redundant::Superseded)));
         row(
             Seen::Mine { fence: 3, took_over: true, interrupted: true, poll: None },
             false,
@@ -319,7 +300,7 @@ mod tests {
         );
         // A live holder answers by the deadline itself: its run is bounded by it.
         row(Seen::Held { until_ms: 9 }, true, all(BackOff { until_ms: 9 }));
-        row(Seen::Superseded, true, all(Drop(Done::Superseded)));
+        row(Seen::Superseded, true, all(Drop(Redundant::Superseded)));
         let fresh = Seen::Committed { fence: 2, response: b"{}".to_vec(), delivered: false, committed_ms: NOW_MS };
         row(fresh, true, all(Deliver { fence: 2, response: b"{}".to_vec() }));
     }
@@ -330,12 +311,5 @@ mod tests {
         assert_eq!(first_step(Primary, Standby), FirstStep::Read);
         assert_eq!(first_step(Secondary, Active), FirstStep::Acquire);
         assert_eq!(first_step(Secondary, Standby), FirstStep::Acquire);
-    }
-
-    #[test]
-    fn roles_parse() {
-        assert_eq!(Role::parse("Primary"), Some(Primary));
-        assert_eq!(Role::parse("secondary"), Some(Secondary));
-        assert_eq!(Role::parse("tertiary"), None);
     }
 }

@@ -78,6 +78,11 @@ impl MemoryLeaseStore {
     }
 }
 
+/// The one condition every fenced write carries: the record still holds `fence` in `state`.
+fn under_fence(fence: u64, state: LeaseState) -> impl Fn(&LeaseRecord) -> bool {
+    move |record| record.fence == fence && record.state == state
+}
+
 #[async_trait]
 impl LeaseStore for MemoryLeaseStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
@@ -127,15 +132,11 @@ impl LeaseStore for MemoryLeaseStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(
-            key,
-            |record| record.fence == fence && record.state == LeaseState::Running,
-            |record| {
-                record.lease_until_ms = lease_until_ms;
-                record.heartbeat += 1;
-                record.updated_ms = now_ms;
-            },
-        ))
+        Ok(self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
+            record.lease_until_ms = lease_until_ms;
+            record.heartbeat += 1;
+            record.updated_ms = now_ms;
+        }))
     }
 
     async fn commit(
@@ -148,7 +149,7 @@ impl LeaseStore for MemoryLeaseStore {
         let unconditional = self.unconditional_commit;
         Ok(self.conditional(
             key,
-            |record| unconditional || (record.fence == fence && record.state == LeaseState::Running),
+            |record| unconditional || under_fence(fence, LeaseState::Running)(record),
             |record| {
                 record.state = LeaseState::Committed;
                 record.response = Some(response.to_vec());
@@ -165,27 +166,19 @@ impl LeaseStore for MemoryLeaseStore {
         poll: &PollRecord,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(
-            key,
-            |record| record.fence == fence && record.state == LeaseState::Running,
-            |record| {
-                record.state = LeaseState::Waiting;
-                record.poll = Some(poll.clone());
-                record.lease_until_ms = now_ms;
-                record.updated_ms = now_ms;
-            },
-        ))
+        Ok(self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
+            record.state = LeaseState::Waiting;
+            record.poll = Some(poll.clone());
+            record.lease_until_ms = now_ms;
+            record.updated_ms = now_ms;
+        }))
     }
 
     async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(
-            key,
-            |record| record.fence == fence && record.state == LeaseState::Committed,
-            |record| {
-                record.delivered = true;
-                record.updated_ms = now_ms;
-            },
-        ))
+        Ok(self.conditional(key, under_fence(fence, LeaseState::Committed), |record| {
+            record.delivered = true;
+            record.updated_ms = now_ms;
+        }))
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {

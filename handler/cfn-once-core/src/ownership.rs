@@ -13,9 +13,21 @@
 //!
 //! Fenced and owned are one condition of one write, never a read followed by a write: the
 //! DynamoDB table (`cfn_once::FencedTable`) sends it as one condition expression, the test kit's
-//! `FencedMap` checks it under one lock. [`WriteRules`] is what both take.
+//! `FencedMap` checks it under one lock. [`WriteRules`] is what both take; a provider gets its
+//! own from its context (`ProviderContext::owned`).
 
-use crate::provider::{Fence, ProviderContext};
+/// The fencing token of one execution of one request.
+///
+/// `value` strictly increases for a request across regions and crashes (invariant S3). A fenced
+/// store accepts a write only if no write with a higher `value` for the same `scope` was
+/// accepted before (invariant S2). `scope` is a short digest of StackId and RequestId.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// What fenced writes are compared within: one scope per request.
+    pub scope: String,
+    /// The fencing token: a write carrying a lower value than one already accepted is stale.
+    pub value: u64,
+}
 
 /// Who owns an item: one logical resource of one stack, `<StackId>/<LogicalResourceId>`.
 ///
@@ -25,11 +37,6 @@ use crate::provider::{Fence, ProviderContext};
 pub struct Owner(String);
 
 impl Owner {
-    /// The resource `ctx` runs for.
-    pub fn of(ctx: &ProviderContext) -> Self {
-        Self::new(&ctx.stack_id, &ctx.logical_resource_id)
-    }
-
     /// The resource `logical_resource_id` of stack `stack_id`.
     pub fn new(stack_id: &str, logical_resource_id: &str) -> Self {
         Self(format!("{stack_id}/{logical_resource_id}"))
@@ -68,14 +75,15 @@ pub struct WriteRules {
 
 impl WriteRules {
     /// Fenced only: for stores that are not a resource's own (a counter shared by resources,
-    /// say). Prefer [`WriteRules::owned`].
+    /// say). Prefer owned writes (`ProviderContext::owned`).
     pub fn fenced(fence: &Fence) -> Self {
         Self { fence: fence.clone(), owner: None, adopt: false }
     }
 
-    /// Fenced and owned by the resource `ctx` runs for: the rule every provider should follow.
-    pub fn owned(ctx: &ProviderContext) -> Self {
-        Self { fence: ctx.fence.clone(), owner: Some(Owner::of(ctx)), adopt: false }
+    /// Fenced and owned by `owner`: the rule every provider should follow. A provider gets
+    /// these for the resource it runs for from `ProviderContext::owned`.
+    pub fn owned(fence: &Fence, owner: Owner) -> Self {
+        Self { fence: fence.clone(), owner: Some(owner), adopt: false }
     }
 
     /// With `adopt`, a create or update takes over an item of another owner instead of being

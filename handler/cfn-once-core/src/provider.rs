@@ -27,22 +27,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::clock::Clock;
+use crate::ownership::{Fence, Owner, WriteRules};
 use crate::properties::{PropertyError, from_properties};
 use crate::request::{Request, RequestBody, RequestKind, provider_properties};
 use crate::response::{Outcome, is_failed_create_id};
-
-/// The fencing token of one execution of one request.
-///
-/// `value` strictly increases for a request across regions and crashes (invariant S3). A fenced
-/// store accepts a write only if no write with a higher `value` for the same `scope` was
-/// accepted before (invariant S2). `scope` is a short digest of StackId and RequestId.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    /// What fenced writes are compared within: one scope per request.
-    pub scope: String,
-    /// The fencing token: a write carrying a lower value than one already accepted is stale.
-    pub value: u64,
-}
 
 /// What a provider gets besides its properties.
 #[derive(Debug, Clone)]
@@ -107,8 +95,8 @@ impl ProviderContext {
 
     /// The rules for this resource's writes: fenced, and owned by this resource (see
     /// `ownership`). `cfn_once::FencedTable` and the test kit's `FencedMap` take them.
-    pub fn owned(&self) -> crate::ownership::WriteRules {
-        crate::ownership::WriteRules::owned(self)
+    pub fn owned(&self) -> WriteRules {
+        WriteRules::owned(&self.fence, Owner::new(&self.stack_id, &self.logical_resource_id))
     }
 
     /// Milliseconds left before the deadline.
@@ -242,7 +230,7 @@ pub struct Waiting {
     /// the request is answered FAILED. Never put secrets in it.
     pub state: Value,
     /// How long to wait before the next poll. Polls come no sooner than the handler's backoff
-    /// floor (4 s with the template's defaults, see `settings`), and the last one comes before
+    /// floor (4 s with the template's defaults, see `budget`), and the last one comes before
     /// the request's deadline margin.
     pub poll_after: std::time::Duration,
 }

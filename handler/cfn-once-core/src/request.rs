@@ -16,14 +16,18 @@
 //!
 //! A request nested deeper than the JSON parser's recursion limit (128 levels) is still
 //! answered: its top-level fields are read by a shallow scan that never descends
-//! ([`top_level_fields`]), and it is answered FAILED saying so, instead of being lost to the DLQ.
+//! (`json_scan::top_level_fields`), and it is answered FAILED saying so, instead of being lost to
+//! the DLQ. Either way, where the answer goes is read from the same top-level fields by the same
+//! code (the request's `Address`), so a deep request is addressed exactly as a shallow one.
 //!
 //! Nothing here panics on input.
 
 use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
 use serde_json::{Map, Value};
 
+use crate::aws_names::is_region;
 use crate::fingerprint::Fingerprint;
+use crate::json_scan::top_level_fields;
 use crate::response_url::{ResponseUrl, UrlPolicy, UrlRefused};
 
 /// The properties CloudFormation itself adds to every custom resource; providers never see them.
@@ -71,12 +75,7 @@ impl StackArn {
         let partition_ok =
             partition.starts_with("aws") && partition.bytes().all(|b| b.is_ascii_lowercase() || b == b'-');
         let account_ok = account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit());
-        (partition_ok
-            && *service == "cloudformation"
-            && crate::config::is_region(region)
-            && account_ok
-            && name_ok
-            && id_ok)
+        (partition_ok && *service == "cloudformation" && is_region(region) && account_ok && name_ok && id_ok)
             .then(|| Self(text.to_owned()))
     }
 
@@ -334,6 +333,31 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
     let fingerprint = Fingerprint::of(&request);
 
     let object = request.as_object_mut().ok_or(Undeliverable::Unrecognised)?;
+    let Address { key, logical_resource_id, response_url, kind, physical_resource_id } = address(object, policy)?;
+
+    let body = match parse_request(request) {
+        Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
+        Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
+    };
+    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms })
+}
+
+/// Where a request's answer goes, and what a FAILED answer must echo, read from its top-level
+/// fields.
+struct Address {
+    key: RequestKey,
+    logical_resource_id: String,
+    response_url: ResponseUrl,
+    /// The RequestType, if readable; it decides the answer's PhysicalResourceId.
+    kind: Option<RequestKind>,
+    /// The PhysicalResourceId sent, if any, so a FAILED answer keeps it.
+    physical_resource_id: Option<String>,
+}
+
+/// Reads the [`Address`] from a request's top-level fields, or says why nobody can be answered.
+/// The ResponseURL is taken out of `object`, so no later parse error or Debug print of the
+/// request can contain it.
+fn address(object: &mut Map<String, Value>, policy: &InputPolicy) -> Result<Address, Undeliverable> {
     let key = request_key(object)?;
     let logical_resource_id = required_id(object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
     let physical_resource_id = match object.get("PhysicalResourceId") {
@@ -344,18 +368,12 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
         _ => None,
     };
     let raw_url = match object.get_mut("ResponseURL") {
-        // Taken out of the value, so no later parse error or Debug print can contain it.
         Some(Value::String(url)) => std::mem::take(url),
         _ => return Err(Undeliverable::Missing("ResponseURL")),
     };
     let response_url = policy.urls.check(&raw_url)?;
     let kind = object.get("RequestType").and_then(Value::as_str).and_then(RequestKind::parse);
-
-    let body = match parse_request(request) {
-        Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
-        Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
-    };
-    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms })
+    Ok(Address { key, logical_resource_id, response_url, kind, physical_resource_id })
 }
 
 /// The publish time an SNS envelope carries (`Timestamp`, ISO 8601 in UTC).
@@ -420,21 +438,7 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
     if !object.contains_key("RequestType") && !object.contains_key("ResponseURL") {
         return Err(Undeliverable::Unrecognised);
     }
-    let key = request_key(&object)?;
-    let logical_resource_id = required_id(&object, "LogicalResourceId", LOGICAL_ID_BYTES_MAX)?;
-    let physical_resource_id = match object.get("PhysicalResourceId") {
-        Some(Value::String(id)) if !id.is_empty() => {
-            check_length(id, "PhysicalResourceId", PHYSICAL_ID_BYTES_MAX)?;
-            Some(id.clone())
-        }
-        _ => None,
-    };
-    let raw_url = match object.get_mut("ResponseURL") {
-        Some(Value::String(url)) => std::mem::take(url),
-        _ => return Err(Undeliverable::Missing("ResponseURL")),
-    };
-    let response_url = policy.urls.check(&raw_url)?;
-    let kind = object.get("RequestType").and_then(Value::as_str).and_then(RequestKind::parse);
+    let Address { key, logical_resource_id, response_url, kind, physical_resource_id } = address(&mut object, policy)?;
     let reason = format!(
         "the request nests deeper than {DEPTH_MAX} levels, so its properties cannot be read: flatten the resource's properties"
     );
@@ -450,100 +454,6 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
 
 /// serde_json's recursion limit.
 const DEPTH_MAX: usize = 128;
-
-/// The top-level fields of a JSON object, read without descending into nested values: each
-/// name with its value when that is a string, `None` otherwise. `None` for anything that is not
-/// a well-formed object at the top level. Iterative, so any depth is safe to skip.
-pub fn top_level_fields(text: &str) -> Option<Vec<(String, Option<String>)>> {
-    let bytes = text.as_bytes();
-    let mut at = skip_space(bytes, 0);
-    if bytes.get(at) != Some(&b'{') {
-        return None;
-    }
-    at = skip_space(bytes, at + 1);
-    let mut fields = Vec::new();
-    if bytes.get(at) == Some(&b'}') {
-        return (skip_space(bytes, at + 1) == bytes.len()).then_some(fields);
-    }
-    loop {
-        let key_end = string_end(bytes, at)?;
-        let name: String = serde_json::from_str(&text[at..key_end]).ok()?;
-        at = skip_space(bytes, key_end);
-        if bytes.get(at) != Some(&b':') {
-            return None;
-        }
-        at = skip_space(bytes, at + 1);
-        let value = if bytes.get(at) == Some(&b'"') {
-            let end = string_end(bytes, at)?;
-            let value: String = serde_json::from_str(&text[at..end]).ok()?;
-            at = end;
-            Some(value)
-        } else {
-            at = value_end(bytes, at)?;
-            None
-        };
-        fields.push((name, value));
-        at = skip_space(bytes, at);
-        match bytes.get(at) {
-            Some(b',') => at = skip_space(bytes, at + 1),
-            Some(b'}') => return (skip_space(bytes, at + 1) == bytes.len()).then_some(fields),
-            _ => return None,
-        }
-    }
-}
-
-fn skip_space(bytes: &[u8], mut at: usize) -> usize {
-    while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
-        at += 1;
-    }
-    at
-}
-
-/// The index just past the string starting at `at` (which must be a quote).
-fn string_end(bytes: &[u8], at: usize) -> Option<usize> {
-    if bytes.get(at) != Some(&b'"') {
-        return None;
-    }
-    let mut index = at + 1;
-    while let Some(byte) = bytes.get(index) {
-        match byte {
-            b'\\' => index += 2,
-            b'"' => return Some(index + 1),
-            _ => index += 1,
-        }
-    }
-    None
-}
-
-/// The index just past the non-string value starting at `at`: a number, literal, or a nested
-/// array or object, skipped by counting brackets outside strings.
-fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut index = at;
-    while let Some(byte) = bytes.get(index) {
-        match byte {
-            b'"' => {
-                index = string_end(bytes, index)?;
-                if depth == 0 {
-                    return Some(index);
-                }
-                continue;
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth == 0 => return Some(index),
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(index + 1);
-                }
-            }
-            b',' if depth == 0 => return Some(index),
-            _ => {}
-        }
-        index += 1;
-    }
-    (depth == 0 && index > at).then_some(index)
-}
 
 /// The request's key: its StackId, which must be a stack ARN, and its RequestId.
 fn request_key(object: &Map<String, Value>) -> Result<RequestKey, Undeliverable> {
@@ -811,24 +721,6 @@ mod tests {
             assert!(reason.contains("nests deeper than 128 levels"), "{reason}");
         }
         assert!(nested(100).is_array(), "depths within the limit parse as usual");
-    }
-
-    #[test]
-    fn the_shallow_scan_reads_top_level_fields_only() {
-        let fields = top_level_fields(r#" {"a": "x\"y", "b": [1, {"c": "]"}], "d": 5, "e": "z"} "#).expect("object");
-        assert_eq!(
-            fields,
-            vec![
-                ("a".into(), Some("x\"y".into())),
-                ("b".into(), None),
-                ("d".into(), None),
-                ("e".into(), Some("z".into()))
-            ]
-        );
-        for bad in ["", "[]", "{", r#"{"a"}"#, r#"{"a": [}"#, r#"{"a": 1} x"#, r#"{"a": "unterminated}"#] {
-            assert_eq!(top_level_fields(bad), None, "{bad:?}");
-        }
-        assert_eq!(top_level_fields("{}"), Some(vec![]));
     }
 
     #[test]

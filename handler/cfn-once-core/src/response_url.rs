@@ -9,7 +9,7 @@
 
 use url::Url;
 
-use crate::config::is_region;
+use crate::aws_names::is_region;
 
 /// A ResponseURL that passed [`UrlPolicy::check`].
 #[derive(Clone, PartialEq, Eq)]

@@ -6,14 +6,14 @@
 //! into the simulator (`include_str!`), its intrinsic functions are resolved here for each role
 //! and each allowed function timeout, and the handler's settings are built by the same code the
 //! deployed handler runs (`Config::from_lookup` on the function's environment, then
-//! `Settings::from_config`). Changing a value in the template changes the simulation; there is no
+//! `Config::settings`). Changing a value in the template changes the simulation; there is no
 //! second copy of any of them. The template tests read the template through this module too.
 
 use std::collections::BTreeMap;
 
 use cfn_once_core::config::Config;
-use cfn_once_core::decision::Role;
 use cfn_once_core::settings::Settings;
+use cfn_once_core::vocabulary::Role;
 use serde_norway::Value;
 
 /// The regional template, as deployed.
@@ -175,7 +175,7 @@ impl Deployed {
 
     /// The protocol settings the deployed handler in `region` with `role` runs with.
     pub fn settings(&self, role: Role, region: &str) -> Result<Settings, String> {
-        self.config(role, region).map(|config| Settings::from_config(&config))
+        self.config(role, region).map(|config| config.settings())
     }
 
     /// The settings of a deployment with `role` in `region` whose FunctionTimeoutSeconds is
@@ -188,7 +188,7 @@ impl Deployed {
             .ok_or_else(|| format!("{timeout_s} s is not an allowed FunctionTimeoutSeconds"))?;
         environment.insert("AWS_REGION".into(), region.into());
         let config = Config::from_lookup(|name| environment.get(name).cloned()).map_err(|e| e.to_string())?;
-        Ok(Settings::from_config(&config))
+        Ok(config.settings())
     }
 
     /// The one-line summary `make simulate` prints before it starts.

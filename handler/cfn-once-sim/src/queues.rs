@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use cfn_once_core::batch::{MessageQueue, QueueError};
 use cfn_once_core::clock::Clock;
-use cfn_once_core::worker::DeadLetterCause;
+use cfn_once_core::vocabulary::DeadLetterCause;
 
 use crate::scenario::Region;
 use crate::shared::Shared;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cfn_once_core::delivery::{PutError, ResponseSink};
+use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::ResponseUrl;
 
 use crate::scenario::Region;

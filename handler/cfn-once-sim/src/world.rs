@@ -30,7 +30,6 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use cfn_once_core::batch::{self, Record};
 use cfn_once_core::clock::Clock;
-use cfn_once_core::decision::Role;
 use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::metrics::NoMetrics;
 use cfn_once_core::provider::Router;
@@ -38,7 +37,9 @@ use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::response_url::UrlPolicy;
-use cfn_once_core::worker::{Delivery, Disposition, Done, Handled, Invocation, Ports, Settings, Worker};
+use cfn_once_core::settings::Settings;
+use cfn_once_core::vocabulary::{Disposition, Done, Handled, Invocation, QueueRecord, Role};
+use cfn_once_core::worker::{Ports, Worker};
 use serde_json::json;
 
 use crate::deployed::Deployed;
@@ -669,7 +670,11 @@ impl World {
                 .map(|(receipt, body, receive_count, sent_ms, id)| Record {
                     message: receipt,
                     message_id: id,
-                    delivery: Delivery { body: Some(body), receive_count: *receive_count, sent_ms: Some(*sent_ms) },
+                    queue_record: QueueRecord {
+                        body: Some(body),
+                        receive_count: *receive_count,
+                        sent_ms: Some(*sent_ms),
+                    },
                 })
                 .collect();
             let observe = move |handled: &Handled| observe(&shared, region, handled);

@@ -13,7 +13,8 @@ use cfn_once_core::provider::Router;
 use cfn_once_core::random::SplitMix64;
 use cfn_once_core::request::InputPolicy;
 use cfn_once_core::response_url::UrlPolicy;
-use cfn_once_core::worker::{Handled, Ports, Settings, Worker};
+use cfn_once_core::vocabulary::Handled;
+use cfn_once_core::worker::{Ports, Worker};
 
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
@@ -75,7 +76,7 @@ impl App {
             control: control(config, sdk, dynamodb, clock)?,
             metrics: Arc::new(EmfMetrics),
         };
-        Ok(Self::new(Worker::new(customize(ports), input_policy(config), Settings::from_config(config)), sdk))
+        Ok(Self::new(Worker::new(customize(ports), input_policy(config), config.settings()), sdk))
     }
 
     /// An app around `worker`, settling messages with SQS in `sdk`'s region.

@@ -10,7 +10,7 @@
 //!
 //! So when a stale execution (a Lambda that lost its lease but has not noticed yet) writes after
 //! the execution that took over, its write is refused. An *owned* write
-//! ([`WriteRules::owned`], the rule the shipped providers follow) also records the resource that
+//! (`ctx.owned()`, the rule the shipped providers follow) also records the resource that
 //! wrote the item in [`OWNER_ATTRIBUTE`], and holds only where the item is absent, deleted, or
 //! that resource's own; a delete removes only an item the resource owns and otherwise does
 //! nothing. Fenced and owned are one condition expression on one write, never a read followed
@@ -22,15 +22,15 @@
 //! # async fn example(table: &FencedTable, ctx: &ProviderContext) -> Result<(), ProviderError> {
 //! let key = item([("pk", AttributeValue::S("tenant#42".into()))]);
 //! // Create or replace the resource's item; another resource's item is refused.
-//! let written = table.write(WriteRules::owned(ctx)).put(key.clone(), item([("Plan", AttributeValue::S("pro".into()))])).await?;
+//! let written = table.write(ctx.owned()).put(key.clone(), item([("Plan", AttributeValue::S("pro".into()))])).await?;
 //! // An atomic counter, only while the plan is not frozen.
 //! let counted = table
-//!     .write(WriteRules::owned(ctx))
+//!     .write(ctx.owned())
 //!     .condition(Condition::new("#plan <> :frozen").name("#plan", "Plan").value(":frozen", AttributeValue::S("frozen".into())))
 //!     .update(key.clone(), Update::new().add_to("#seats :one").name("#seats", "Seats").value(":one", AttributeValue::N("1".into())))
 //!     .await?;
 //! // Delete it, if it is still this resource's: succeeds whatever is there.
-//! let deleted = table.write(WriteRules::owned(ctx)).delete(key).await?;
+//! let deleted = table.write(ctx.owned()).delete(key).await?;
 //! # let _ = (written, counted, deleted);
 //! # Ok(())
 //! # }
@@ -62,8 +62,9 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::clock::Clock;
+use cfn_once_core::ownership::Fence;
 pub use cfn_once_core::ownership::{Deleted, Found, Owner, WriteRefused, WriteRules, Written};
-use cfn_once_core::provider::{Fence, ProviderError};
+use cfn_once_core::provider::ProviderError;
 
 pub use crate::adapters::{Failure, classify};
 
@@ -272,7 +273,7 @@ impl FencedTable {
         &self.table_name
     }
 
-    /// A write under `rules`: [`WriteRules::owned`] (fenced and owned) or
+    /// A write under `rules`: fenced and owned (`ctx.owned()`, the rule to follow) or
     /// [`WriteRules::fenced`].
     pub fn write(&self, rules: WriteRules) -> Write<'_> {
         Write { table: self, rules, condition: None }

@@ -76,10 +76,19 @@ impl<'a> ProviderSetup<'a> {
 /// AWS SDK configuration the function loaded and the providers' settings.
 type Registration = Box<dyn FnOnce(Router, &ProviderSetup<'_>) -> Router + Send>;
 
-/// What the function is: the request handler or the sweeper, each with its configuration.
-enum Role {
-    Requests(Box<Config>),
+/// The function's [`Mode`] with the configuration that mode reads.
+enum Configured {
+    Handler(Box<Config>),
     Sweeper(SweeperConfig),
+}
+
+impl Configured {
+    fn mode(&self) -> Mode {
+        match self {
+            Self::Handler(_) => Mode::Handler,
+            Self::Sweeper(_) => Mode::Sweeper,
+        }
+    }
 }
 
 /// The function: its configuration and the providers it serves.
@@ -92,19 +101,15 @@ enum Role {
 /// # }
 /// ```
 pub struct Handler {
-    role: Role,
+    configured: Configured,
     standard: bool,
     registrations: Vec<Registration>,
 }
 
 impl std::fmt::Debug for Handler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let role = match &self.role {
-            Role::Requests(_) => "requests",
-            Role::Sweeper(_) => "sweeper",
-        };
         f.debug_struct("Handler")
-            .field("role", &role)
+            .field("mode", &self.configured.mode())
             .field("standard_providers", &self.standard)
             .field("providers", &self.registrations.len())
             .finish()
@@ -118,18 +123,18 @@ impl Handler {
     /// prints once.
     pub fn from_env() -> Result<Self, Error> {
         crate::logging::init_json(config::log_level());
-        let role = match config::mode() {
-            Ok(Mode::Sweeper) => SweeperConfig::from_env().map(Role::Sweeper),
-            Ok(Mode::Handler) => Config::from_env().map(|config| Role::Requests(Box::new(config))),
+        let configured = match config::mode() {
+            Ok(Mode::Sweeper) => SweeperConfig::from_env().map(Configured::Sweeper),
+            Ok(Mode::Handler) => Config::from_env().map(|config| Configured::Handler(Box::new(config))),
             Err(error) => Err(error),
         }?;
-        Ok(Self { role, standard: false, registrations: Vec::new() })
+        Ok(Self { configured, standard: false, registrations: Vec::new() })
     }
 
     /// A handler for requests with `config`, as [`Handler::from_env`] would read it (tests and
     /// tools that configure the function themselves).
     pub fn with_config(config: Config) -> Self {
-        Self { role: Role::Requests(Box::new(config)), standard: false, registrations: Vec::new() }
+        Self { configured: Configured::Handler(Box::new(config)), standard: false, registrations: Vec::new() }
     }
 
     /// Serves `resource_type` (for example `Custom::BucketPolicy`) with `provider`. A later
@@ -203,9 +208,9 @@ impl Handler {
             .http_client(crate::adapters::https::sdk_http_client(tls))
             .load()
             .await;
-        let config = match &self.role {
-            Role::Sweeper(config) => return run_sweeper(config, &sdk).await,
-            Role::Requests(config) => Config::clone(config),
+        let config = match &self.configured {
+            Configured::Sweeper(config) => return run_sweeper(config, &sdk).await,
+            Configured::Handler(config) => Config::clone(config),
         };
         let metrics = crate::metrics::install(&config.region, config.role.as_str())
             .map_err(|error| Error::Setup(error.to_string()))?;

@@ -9,7 +9,7 @@
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use cfn_once_core::batch::{self, Record};
-use cfn_once_core::worker::{Delivery, Handled, Invocation};
+use cfn_once_core::vocabulary::{Handled, Invocation, QueueRecord};
 use lambda_runtime::LambdaEvent;
 
 use crate::adapters::sqs_queue::original_sent_ms;
@@ -45,7 +45,7 @@ fn record(message: &SqsMessage) -> Record<'_, SqsMessage> {
     Record {
         message,
         message_id: message.message_id.as_deref().unwrap_or(""),
-        delivery: Delivery { body: message.body.as_deref(), receive_count, sent_ms: original_sent_ms(message) },
+        queue_record: QueueRecord { body: message.body.as_deref(), receive_count, sent_ms: original_sent_ms(message) },
     }
 }
 

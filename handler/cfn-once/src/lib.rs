@@ -65,7 +65,7 @@
 //!   the real protocol in memory, in microseconds: duplicates, takeovers mid-run and mid-poll, a
 //!   stale execution's write after a takeover, a region lost during a wait, Delete after a failed
 //!   Create. Add it with the `testing` feature (`[dev-dependencies] cfn-once = { ..., features =
-//!   ["testing"] }`); its documentation is here whatever the features.
+//!   ["testing"] }`); docs.rs documents it.
 //! - [`providers`]: the shipped `Custom::Echo` and `Custom::DynamoDBItem`, to deploy as they are
 //!   or to read as examples.
 //!
@@ -75,6 +75,7 @@
 //! `cfn-once-core` crate.
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(hidden)]
 pub mod adapters;
@@ -97,20 +98,23 @@ pub mod prelude;
 pub mod providers;
 #[doc(hidden)]
 pub mod sweeper;
-// Documented whatever the features, so that `cargo doc -p cfn-once` shows the kit to authors
-// who have not enabled it (cargo cannot pass features to a dependency's documentation).
-#[cfg(any(feature = "testing", doc))]
+// Compiled only with the `testing` feature, so the Lambda carries no test code; docs.rs builds
+// with it ([package.metadata.docs.rs]), as does `cargo doc --features cfn-once/testing`.
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use async_trait::async_trait;
 #[doc(hidden)]
 pub use cfn_once_core as core;
+pub use cfn_once_core::ownership::Fence;
 pub use cfn_once_core::properties::{PropertyError, from_properties};
-pub use cfn_once_core::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
+pub use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
 pub use fenced::{FencedTable, FencedWriteError};
 pub use handler::{Error, Handler, ProviderSetup};
 
-// The README's Rust examples compile as doctests, so the README cannot drift from the API.
-#[doc = include_str!("../../../README.md")]
+// The crate's README (its page on the registry) compiles as doctests, so it cannot drift from
+// the API. The repository's README is tested the same way by the tests crate (tests/harness).
+#[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

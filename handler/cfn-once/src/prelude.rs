@@ -8,9 +8,9 @@
 
 pub use async_trait::async_trait;
 pub use aws_sdk_dynamodb::types::AttributeValue;
-pub use cfn_once_core::ownership::{Deleted, Owner, WriteRefused, WriteRules, Written};
+pub use cfn_once_core::ownership::{Deleted, Fence, Owner, WriteRefused, WriteRules, Written};
 pub use cfn_once_core::properties::{PropertyError, from_properties};
-pub use cfn_once_core::provider::{Fence, Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
+pub use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step, Waiting};
 pub use cfn_once_core::request::RequestKind;
 pub use cfn_once_core::response::Status;
 

@@ -1,6 +1,6 @@
 //! The provider test kit: run a provider through the real protocol (the worker, the decision
 //! table, the lease store, response building) in memory, on a manual clock, without AWS.
-//! Re-exported from `cfn_once_core::kit` (see [`ProviderTest`]), with what tests compare
+//! Re-exported from `cfn_once_core::testing` (see [`ProviderTest`]), with what tests compare
 //! answers with, so a test imports from here and from [`crate::prelude`] only.
 //!
 //! ```
@@ -38,8 +38,8 @@
 //! assert_eq!(table.get("precious"), Some(json!("kept")), "nor deleted by the rollback");
 //! ```
 
-pub use cfn_once_core::kit::*;
 pub use cfn_once_core::ownership::{Deleted, Owner, WriteRefused, WriteRules, Written};
 pub use cfn_once_core::request::RequestKind;
 pub use cfn_once_core::response::{ResponseBody, Status};
-pub use cfn_once_core::worker::{Disposition, Done};
+pub use cfn_once_core::testing::*;
+pub use cfn_once_core::vocabulary::{Disposition, Done};

@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::Context;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::KeyType;
-use cfn_once_core::decision::Role;
+use cfn_once_core::vocabulary::Role;
 use serde::{Deserialize, Serialize};
 
 use crate::local::provision::{self, QueuePair, QueueSettings};

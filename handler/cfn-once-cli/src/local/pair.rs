@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cfn_once_core::decision::Role;
+use cfn_once_core::vocabulary::Role;
 use cfn_once_core::worker::Ports;
 
 use crate::local::environment::LocalEnvironment;

@@ -6,7 +6,7 @@
 //! clear the screen or rewrite what is shown.
 
 use cfn_once_core::response::Status;
-use cfn_once_core::worker::{Disposition, Done, Handled};
+use cfn_once_core::vocabulary::{Disposition, Done, Handled};
 
 /// `us-east-1 primary   Create Custom::Echo Greeting [request id]: answered SUCCESS (fence 1)`.
 pub fn line(label: &str, handled: &Handled) -> String {

@@ -9,7 +9,7 @@ use anyhow::anyhow;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use cfn_once::adapters::sqs_queue::dead_letter_attribute;
-use cfn_once_core::worker::DeadLetterCause;
+use cfn_once_core::vocabulary::DeadLetterCause;
 
 use crate::ops::{Identified, QueueTarget, identify};
 

@@ -7,7 +7,7 @@
 //! (`cfn-once-sent-ms`), so its deadline still counts from then.
 
 use cfn_once_core::lease::{LeaseRecord, LeaseState, LeaseStore};
-use cfn_once_core::worker::DeadLetterCause;
+use cfn_once_core::vocabulary::DeadLetterCause;
 use serde::Serialize;
 
 use crate::local::report::terminal_safe;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
-use cfn_once_core::decision::Role;
+use cfn_once_core::vocabulary::Role;
 use cfn_once_sim::deployed::{Deployed, FunctionTimeout, SOURCE};
 use tokio::task::JoinHandle;
 

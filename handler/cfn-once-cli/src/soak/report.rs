@@ -316,12 +316,7 @@ impl Report {
         for (label, values) in &by_fault {
             let _ = writeln!(s, "{}", line(label, &Spread::of(values.clone())));
         }
-        let _ = writeln!(
-            s,
-            "machine    {}; {}",
-            machine.one_line(),
-            machine.load_line()
-        );
+        let _ = writeln!(s, "machine    {}; {}", machine.one_line(), machine.load_line());
         for problem in findings.problems.iter().take(8) {
             let _ = writeln!(s, "  ! {problem}");
         }

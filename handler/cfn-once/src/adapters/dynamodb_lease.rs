@@ -126,6 +126,23 @@ impl DynamoLeaseStore {
     }
 
     /// A conditional update that returns nothing on success and the old item on failure.
+    /// `update` under a fence: applied only while the record still holds `fence` in `state`, the
+    /// one condition every fenced write of the protocol carries (heartbeat, commit and wait under
+    /// a running lease; the delivered mark under a committed one).
+    async fn update_under_fence(
+        &self,
+        key: &RequestKey,
+        (fence, state): (u64, LeaseState),
+        update: &str,
+        names: &[(&str, &str)],
+        mut values: Vec<(&str, AttributeValue)>,
+    ) -> Result<Conditional, StoreError> {
+        let mut names = names.to_vec();
+        names.extend([("#fence", attr::FENCE), ("#state", attr::STATE)]);
+        values.extend([(":fence", number(fence)), (":fenced_state", AttributeValue::S(state.as_str().into()))]);
+        self.conditional_update(key, update, "#fence = :fence AND #state = :fenced_state", &names, values).await
+    }
+
     async fn conditional_update(
         &self,
         key: &RequestKey,
@@ -292,24 +309,12 @@ impl LeaseStore for DynamoLeaseStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        self.conditional_update(
+        self.update_under_fence(
             key,
+            (fence, LeaseState::Running),
             "SET #lease_until = :lease_until, #updated = :now ADD #heartbeat :one",
-            "#fence = :fence AND #state = :running",
-            &[
-                ("#lease_until", attr::LEASE_UNTIL),
-                ("#updated", attr::UPDATED),
-                ("#heartbeat", attr::HEARTBEAT),
-                ("#fence", attr::FENCE),
-                ("#state", attr::STATE),
-            ],
-            vec![
-                (":lease_until", number(lease_until_ms)),
-                (":now", number(now_ms)),
-                (":one", number(1)),
-                (":fence", number(fence)),
-                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
-            ],
+            &[("#lease_until", attr::LEASE_UNTIL), ("#updated", attr::UPDATED), ("#heartbeat", attr::HEARTBEAT)],
+            vec![(":lease_until", number(lease_until_ms)), (":now", number(now_ms)), (":one", number(1))],
         )
         .await
     }
@@ -321,16 +326,14 @@ impl LeaseStore for DynamoLeaseStore {
         response: &[u8],
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        self.conditional_update(
+        self.update_under_fence(
             key,
+            (fence, LeaseState::Running),
             "SET #state = :committed, #response = :response, #updated = :now \
              REMOVE #poll_fp, #poll_state, #poll_at, #waiting_since, #polls",
-            "#fence = :fence AND #state = :running",
             &[
-                ("#state", attr::STATE),
                 ("#response", attr::RESPONSE),
                 ("#updated", attr::UPDATED),
-                ("#fence", attr::FENCE),
                 ("#poll_fp", attr::POLL_FINGERPRINT),
                 ("#poll_state", attr::POLL_STATE),
                 ("#poll_at", attr::POLL_AT),
@@ -339,10 +342,8 @@ impl LeaseStore for DynamoLeaseStore {
             ],
             vec![
                 (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
-                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
                 (":response", AttributeValue::B(Blob::new(response))),
                 (":now", number(now_ms)),
-                (":fence", number(fence)),
             ],
         )
         .await
@@ -355,12 +356,11 @@ impl LeaseStore for DynamoLeaseStore {
         poll: &PollRecord,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        self.conditional_update(
+        self.update_under_fence(
             key,
+            (fence, LeaseState::Running),
             WAIT_UPDATE,
-            "#fence = :fence AND #state = :running",
             &[
-                ("#state", attr::STATE),
                 ("#poll_fp", attr::POLL_FINGERPRINT),
                 ("#poll_state", attr::POLL_STATE),
                 ("#poll_at", attr::POLL_AT),
@@ -368,40 +368,27 @@ impl LeaseStore for DynamoLeaseStore {
                 ("#polls", attr::POLLS),
                 ("#lease_until", attr::LEASE_UNTIL),
                 ("#updated", attr::UPDATED),
-                ("#fence", attr::FENCE),
             ],
             vec![
                 (":waiting", AttributeValue::S(LeaseState::Waiting.as_str().into())),
-                (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
                 (":poll_fp", AttributeValue::S(poll.fingerprint.as_str().into())),
                 (":poll_state", AttributeValue::S(poll.state.clone())),
                 (":poll_at", number(poll.poll_at_ms)),
                 (":waiting_since", number(poll.waiting_since_ms)),
                 (":polls", number(u64::from(poll.polls))),
                 (":now", number(now_ms)),
-                (":fence", number(fence)),
             ],
         )
         .await
     }
 
     async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
-        self.conditional_update(
+        self.update_under_fence(
             key,
+            (fence, LeaseState::Committed),
             "SET #delivered = :true, #updated = :now",
-            "#fence = :fence AND #state = :committed",
-            &[
-                ("#delivered", attr::DELIVERED),
-                ("#updated", attr::UPDATED),
-                ("#fence", attr::FENCE),
-                ("#state", attr::STATE),
-            ],
-            vec![
-                (":true", AttributeValue::Bool(true)),
-                (":now", number(now_ms)),
-                (":fence", number(fence)),
-                (":committed", AttributeValue::S(LeaseState::Committed.as_str().into())),
-            ],
+            &[("#delivered", attr::DELIVERED), ("#updated", attr::UPDATED)],
+            vec![(":true", AttributeValue::Bool(true)), (":now", number(now_ms))],
         )
         .await
     }

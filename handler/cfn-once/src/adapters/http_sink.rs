@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use cfn_once_core::delivery::{PutError, ResponseSink};
+use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::ResponseUrl;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};

@@ -21,7 +21,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{ChangeMessageVisibilityBatchRequestEntry, MessageAttributeValue, QueueAttributeName};
 use cfn_once_core::batch::{MessageQueue, QueueError};
-use cfn_once_core::worker::DeadLetterCause;
+use cfn_once_core::vocabulary::DeadLetterCause;
 
 /// Message attributes the handler puts on a message it dead-letters.
 pub mod dead_letter_attribute {

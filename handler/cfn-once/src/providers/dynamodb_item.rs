@@ -6,7 +6,7 @@
 //!
 //! * `TableName`: the table, by name or ARN; it must be allowed by `CFN_ONCE_ITEM_TABLES` and is
 //!   never the lease table, however it is named (tables are compared by identity, see
-//!   `config::TableRef`);
+//!   `aws_names::TableRef`);
 //! * `Region` (optional): the table's region, an AWS region name; by default the stack's (or the
 //!   ARN's), so whichever of the two handler regions answers writes the same table;
 //! * `Key`: the key attributes, e.g. `{"pk": "tenant#42"}` or `{"id": {"N": "7"}}`;
@@ -49,8 +49,8 @@ use cfn_once_core::request::PHYSICAL_ID_BYTES_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::config::{ItemTables, TableRef, is_region};
-use crate::fenced::{Deleted, FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE, WriteRules, Written};
+use crate::fenced::{Deleted, FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE, Written};
+use cfn_once_core::aws_names::{ItemTables, TableRef, is_region};
 
 /// The ResourceType this provider is registered under.
 pub const DYNAMODB_ITEM_TYPE: &str = "Custom::DynamoDBItem";
@@ -174,7 +174,7 @@ impl DynamoDbItem {
                 PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
             );
         }
-        let rules = WriteRules::owned(ctx).adopting(properties.adopt);
+        let rules = ctx.owned().adopting(properties.adopt);
         let written = match self.table(&region, &properties.table_name).write(rules).put(key, attributes).await {
             Ok(written) => written,
             Err(FencedWriteError::OwnedByAnother { owner }) => {
@@ -251,7 +251,7 @@ impl Provider for DynamoDbItem {
                 }
             },
         };
-        match self.table(&region, &table).write(WriteRules::owned(ctx)).delete(key).await {
+        match self.table(&region, &table).write(ctx.owned()).delete(key).await {
             Ok(Deleted::NotOwned { owner }) => {
                 let owner = owner.map_or_else(|| "nobody (cfn-once did not write it)".to_owned(), |o| o.to_string());
                 tracing::info!(table, owner, "the item at the key is not this resource's: left as it is");

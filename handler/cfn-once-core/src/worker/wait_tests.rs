@@ -12,7 +12,7 @@ use crate::provider::{Provider, ProviderError, Step};
 /// Delivers `body` to `worker` as receive `receive_count` of a request sent at `sent_ms`.
 fn deliver(h: &Harness, worker: &Worker, body: &str, sent_ms: u64, receive_count: u32) -> Disposition {
     let invocation = h.invocation(900_000);
-    let delivery = Delivery { body: Some(body), receive_count, sent_ms: Some(sent_ms) };
+    let delivery = QueueRecord { body: Some(body), receive_count, sent_ms: Some(sent_ms) };
     drive(&h.clock, worker.handle(delivery, &invocation))
 }
 
@@ -120,7 +120,7 @@ fn a_crash_mid_poll_is_taken_over_and_polled_again_with_the_stored_state() {
     let crashed = drive_until(
         &h.clock,
         h.worker("us-east-1")
-            .handle(Delivery { body: Some(&body), receive_count: 2, sent_ms: Some(sent_ms) }, &invocation),
+            .handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms: Some(sent_ms) }, &invocation),
         || h.store.calls(Op::Wait) == 2,
     );
     assert!(crashed.is_none());
@@ -202,10 +202,11 @@ fn s2_a_stale_poller_cannot_overwrite_newer_state() {
     let west = worker("us-west-2", Role::Secondary);
     let invocation = h.invocation(900_000);
     let clock = h.clock.clone();
-    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 2, sent_ms: Some(sent_ms) }, &invocation);
+    let east_run =
+        east.handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms: Some(sent_ms) }, &invocation);
     let west_run = async {
         clock.sleep_ms(10_000 + 1_000 + 8_001 + 5_000).await;
-        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) }, &invocation).await
+        west.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) }, &invocation).await
     };
     let (east_done, west_done) = drive(&h.clock, futures_util::future::join(east_run, west_run));
     assert!(matches!(&west_done, Disposition::Retry { .. }), "{west_done:?}");

@@ -131,7 +131,7 @@ fn run_batch(h: &Harness, worker: &Worker, queue: &RecordingQueue, bodies: &[Str
         .map(|((body, message), id)| Record {
             message,
             message_id: id,
-            delivery: Delivery { body: Some(body), receive_count: 1, sent_ms },
+            queue_record: QueueRecord { body: Some(body), receive_count: 1, sent_ms },
         })
         .collect();
     drive(&h.clock, batch::handle(worker, queue, &invocation, &records, &|_| {}))
@@ -207,7 +207,7 @@ fn l1_a_record_near_its_deadline_is_hidden_no_longer_than_its_margin_if_its_invo
         .map(|(body, message)| Record {
             message,
             message_id: "m",
-            delivery: Delivery { body: Some(body), receive_count: 1, sent_ms: Some(start_ms) },
+            queue_record: QueueRecord { body: Some(body), receive_count: 1, sent_ms: Some(start_ms) },
         })
         .collect();
     // The invocation dies 30 s in, mid-provider.

@@ -1,4 +1,5 @@
-//! Sending the committed response: the port, and the bounded retry loop around it.
+//! The PUT of a committed answer to its ResponseURL, with retries: the port that makes one
+//! attempt ([`ResponseSink`]), and the bounded retry loop around it ([`put_with_retries`]).
 //!
 //! Only committed bytes are ever sent (S1), so a PUT may safely be repeated: by a retry here, by
 //! a later delivery of the same message, or by the other region. A retry never changes the body.
@@ -86,9 +87,9 @@ pub async fn put_with_retries(
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::doubles::{PutFault, RecordingSink, drive};
     use crate::random::SplitMix64;
     use crate::response_url::UrlPolicy;
-    use crate::testing::{PutFault, RecordingSink, drive};
 
     #[test]
     fn retries_stop_before_the_invocation_ends() {

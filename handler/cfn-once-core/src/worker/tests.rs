@@ -8,25 +8,29 @@ use serde_json::{Value, json};
 use super::*;
 use crate::clock::{Clock, ManualClock};
 use crate::control::{ActivitySource, ControlError, FixedActivity};
-use crate::decision::{Activity, Role};
-use crate::delivery::PutPolicy;
-use crate::echo::{ECHO_TYPE, Echo};
-use crate::lease::LeaseRecord;
-use crate::memory_store::MemoryLeaseStore;
-use crate::metrics::MetricEvent;
-use crate::random::SplitMix64;
-use crate::request::RequestKey;
-use crate::response::is_failed_create_id;
-use crate::response_url::UrlPolicy;
-use crate::testing::{
+use crate::decision::Activity;
+use crate::doubles::{
     CountingEcho, Fault, FaultyStore, Op, PutFault, RecordedMetrics, RecordingSink, drive, drive_until,
 };
+use crate::echo::{ECHO_TYPE, Echo};
+use crate::lease::{LeaseRecord, LeaseState};
+use crate::memory_store::MemoryLeaseStore;
+use crate::metrics::MetricEvent;
+use crate::provider::ProviderContext;
+use crate::put::PutPolicy;
+use crate::random::SplitMix64;
+use crate::request::RequestKey;
+use crate::response::{ResponseBody, Status, is_failed_create_id};
+use crate::response_url::UrlPolicy;
 
-#[path = "worker_wait_tests.rs"]
+#[path = "wait_tests.rs"]
 mod waits;
 
-#[path = "worker_batch_tests.rs"]
+#[path = "batch_tests.rs"]
 mod batches;
+
+#[path = "time_bounds_tests.rs"]
+mod time_bounds;
 
 const START_MS: u64 = 1_800_000_000_000;
 const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
@@ -87,7 +91,10 @@ impl Harness {
 
     fn handle(&self, worker: &Worker, body: &str) -> Disposition {
         let invocation = self.invocation(900_000);
-        drive(&self.clock, worker.handle(Delivery { body: Some(body), receive_count: 1, sent_ms: None }, &invocation))
+        drive(
+            &self.clock,
+            worker.handle(QueueRecord { body: Some(body), receive_count: 1, sent_ms: None }, &invocation),
+        )
     }
 
     fn record(&self) -> LeaseRecord {
@@ -191,8 +198,8 @@ fn s1_concurrent_duplicates_run_the_provider_once() {
     let body = request("Create", "Custom::Counting", json!({"DelayMs": "4000"}), URL);
     let invocation = h.invocation(900_000);
     let both = futures_util::future::join(
-        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
-        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        east.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        west.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
     );
     let (first, second) = drive(&h.clock, both);
     assert_eq!(answered(&first), (1, Status::Success));
@@ -211,7 +218,7 @@ fn crash_after_acquire_is_taken_over_with_a_higher_fence() {
     let invocation = h.invocation(900_000);
     let crashed = drive_until(
         &h.clock,
-        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
         || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Running),
     );
     assert!(crashed.is_none(), "the worker was dropped mid-provider");
@@ -234,7 +241,7 @@ fn crash_between_commit_and_put_replays_the_stored_bytes() {
     let invocation = h.invocation(900_000);
     let crashed = drive_until(
         &h.clock,
-        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
         || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Committed),
     );
     assert!(crashed.is_none());
@@ -295,12 +302,12 @@ fn a_lost_lease_means_no_commit_and_no_put() {
     let east = h.worker("us-east-1");
     let west = h.worker("us-west-2");
     let invocation = h.invocation(900_000);
-    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
+    let east_run = east.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
     let west_run = async {
         // West arrives after the lease (10 s) and skew (1 s) have passed, before east's 12 s tick.
         h.clock.sleep_ms(11_500).await;
         west.handle(
-            Delivery { body: Some(&echo_create(json!({"DelayMs": "30000"}))), receive_count: 1, sent_ms: None },
+            QueueRecord { body: Some(&echo_create(json!({"DelayMs": "30000"}))), receive_count: 1, sent_ms: None },
             &invocation,
         )
         .await
@@ -322,7 +329,7 @@ fn l1_a_provider_past_the_deadline_is_answered_failed() {
     let invocation = h.invocation(20_000);
     let body = echo_create(json!({"DelayMs": "600000"}));
     let disposition =
-        drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
+        drive(&h.clock, worker.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
     assert_eq!(answered(&disposition), (1, Status::Failed));
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert!(reason.contains("did not finish before the Lambda invocation's deadline"), "{reason}");
@@ -492,10 +499,10 @@ fn s1_a_stale_commit_is_rejected() {
     }
     let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
     let invocation = h.invocation(900_000);
-    let east_run = east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
+    let east_run = east.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
     let west_run = async {
         h.clock.sleep_ms(11_500).await;
-        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation).await
+        west.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation).await
     };
     let (east_result, west_result) = drive(&h.clock, futures_util::future::join(east_run, west_run));
     assert!(
@@ -516,7 +523,7 @@ fn s1_a_stale_commit_is_rejected() {
 fn handle_sent(h: &Harness, worker: &Worker, body: &str, sent_ago_ms: u64) -> Disposition {
     let invocation = h.invocation(900_000);
     let sent_ms = Some(h.clock.now_ms() - sent_ago_ms);
-    drive(&h.clock, worker.handle(Delivery { body: Some(body), receive_count: 1, sent_ms }, &invocation))
+    drive(&h.clock, worker.handle(QueueRecord { body: Some(body), receive_count: 1, sent_ms }, &invocation))
 }
 
 #[test]
@@ -560,7 +567,7 @@ fn a_standby_primary_takes_over_an_expired_lease() {
     let crashed = drive_until(
         &h.clock,
         h.worker_as("us-west-2", Role::Secondary, Activity::Active)
-            .handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
+            .handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation),
         || h.memory.snapshot().first().is_some_and(|r| r.state == LeaseState::Running),
     );
     assert!(crashed.is_none());
@@ -602,8 +609,8 @@ fn l1_backoff_never_waits_past_the_deadline() {
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
     let sent_ms = Some(h.clock.now_ms() - 95_000);
     let both = futures_util::future::join(
-        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
-        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        east.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        west.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
     );
     let (first, second) = drive(&h.clock, both);
     assert_eq!(answered(&first).1, Status::Success);
@@ -631,8 +638,8 @@ fn metrics_count_what_happened() {
     let sent_ms = Some(h.clock.now_ms() - 1_500);
     let (east, west) = (h.worker("us-east-1"), h.worker("us-west-2"));
     let both = futures_util::future::join(
-        east.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
-        west.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        east.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        west.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
     );
     drive(&h.clock, both);
     h.handle(&east, "not json");
@@ -670,7 +677,7 @@ fn a_create_abandoned_at_its_deadline_is_cleaned_up_by_its_rollback_delete() {
     // The provider ran (and may have written) but did not finish within the invocation.
     let invocation = h.invocation(60_000);
     let disposition =
-        drive(&h.clock, worker.handle(Delivery { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
+        drive(&h.clock, worker.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation));
     assert_eq!(answered(&disposition), (1, Status::Failed));
     let failed = h.bodies(URL).remove(0);
     assert!(!is_failed_create_id(&failed.physical_resource_id), "{failed:?}");
@@ -688,13 +695,13 @@ fn a_create_failed_after_a_takeover_is_cleaned_up_by_its_rollback_delete() {
     // East runs the provider, then crashes; by the time anyone looks again the deadline is near.
     let crashed = drive_until(
         &h.clock,
-        h.worker("us-east-1").handle(Delivery { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
         || h.counting.calls() == 1,
     );
     assert!(crashed.is_none());
     h.clock.advance_ms(45_000);
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
-    let late = drive(&h.clock, west.handle(Delivery { body: Some(&body), receive_count: 2, sent_ms }, &invocation));
+    let late = drive(&h.clock, west.handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms }, &invocation));
     assert_eq!(answered(&late), (2, Status::Failed), "taken over near the deadline: FAILED without running");
     assert_eq!(h.counting.calls(), 1);
     let failed = h.bodies(URL).remove(0);
@@ -715,91 +722,6 @@ fn a_create_no_provider_ran_for_skips_the_provider_on_its_rollback_delete() {
     assert_eq!(h.counting.calls(), 0, "nothing can exist, so the provider is not asked");
 }
 
-/// Every call of a delivery ends by the invocation's deadline less the batch's tail, whatever
-/// hangs: the pins for the time budget in `settings`.
-mod time_bounds {
-    use super::*;
-
-    const BUDGET_MS: u64 = 30_000;
-
-    /// Handles `body` in a 30 s invocation; the disposition and how much of the invocation was
-    /// left when it returned.
-    fn run(h: &Harness, body: &str) -> (Disposition, u64) {
-        let worker = h.worker("us-east-1");
-        let invocation = h.invocation(BUDGET_MS);
-        let delivery = Delivery { body: Some(body), receive_count: 1, sent_ms: None };
-        let disposition = drive(&h.clock, worker.handle(delivery, &invocation));
-        (disposition, invocation.deadline_ms.saturating_sub(h.clock.now_ms()))
-    }
-
-    fn tail_ms() -> u64 {
-        settings("us-east-1").batch_tail_ms()
-    }
-
-    #[test]
-    fn the_reserve_is_computed_from_the_call_timeouts() {
-        let settings = settings("us-east-1");
-        // Commit and its read-back, a PUT attempt, the delivery record; then the SQS tail.
-        assert_eq!(settings.answer_ms(), 3 * 2_000 + 2_000);
-        assert_eq!(settings.batch_tail_ms(), 1_000 + crate::settings::RETURN_SLACK_MS);
-        assert_eq!(settings.reserve_ms(), settings.answer_ms() + settings.batch_tail_ms());
-    }
-
-    #[test]
-    fn a_provider_out_of_time_is_answered_before_the_tail() {
-        let h = Harness::new();
-        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
-        assert_eq!(answered(&disposition), (1, Status::Failed));
-        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
-        assert!(h.record().delivered, "committed, PUT and recorded in time");
-    }
-
-    #[test]
-    fn a_hung_commit_gives_up_in_time() {
-        let h = Harness::new();
-        for _ in 0..10 {
-            h.store.inject(Op::Commit, Fault::Hang);
-            h.store.inject(Op::Read, Fault::Hang);
-        }
-        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
-        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
-        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
-    }
-
-    #[test]
-    fn a_hung_put_gives_up_in_time() {
-        let h = Harness::new();
-        for _ in 0..10 {
-            h.sink.inject(PutFault::Hang);
-        }
-        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
-        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
-        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
-    }
-
-    #[test]
-    fn a_hung_delivery_record_gives_up_in_time() {
-        let h = Harness::new();
-        h.store.inject(Op::MarkDelivered, Fault::Hang);
-        let (disposition, left_ms) = run(&h, &echo_create(json!({"DelayMs": "600000"})));
-        assert_eq!(answered(&disposition), (1, Status::Failed), "answered; only the record was lost");
-        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
-    }
-
-    #[test]
-    fn a_hung_acquire_gives_up_in_time_and_leaves_the_provider_unstarted() {
-        let h = Harness::new();
-        for _ in 0..20 {
-            h.store.inject(Op::Acquire, Fault::Hang);
-            h.store.inject(Op::Read, Fault::Hang);
-        }
-        let (disposition, left_ms) = run(&h, &request("Create", "Custom::Counting", json!({}), URL));
-        assert!(matches!(disposition, Disposition::Retry { .. }), "{disposition:?}");
-        assert!(left_ms >= tail_ms(), "returned with {left_ms} ms left");
-        assert_eq!(h.counting.calls(), 0);
-    }
-}
-
 /// The deployed lease, heartbeat and skew (30 s, 10 s, 2 s): a lease longer than the deadline
 /// margin (20 s), which is what let a lease outlive the deadline.
 fn deployed_leases(region: &str, role: Role) -> Settings {
@@ -817,7 +739,7 @@ fn l1_no_lease_outlives_the_point_where_a_taker_over_can_still_answer() {
     // East runs a provider that will not finish, heartbeating every 10 s, and crashes 30 s
     // before the deadline, just after a heartbeat.
     let invocation = h.invocation(900_000);
-    let delivery = Delivery { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) };
+    let delivery = QueueRecord { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) };
     let crashed =
         drive_until(&h.clock, east.handle(delivery, &invocation), || h.clock.now_ms() >= deadline_ms - 30_000);
     assert!(crashed.is_none(), "east crashed mid-provider");
@@ -832,7 +754,7 @@ fn l1_no_lease_outlives_the_point_where_a_taker_over_can_still_answer() {
     let mut receive = 1;
     let done = loop {
         let invocation = h.invocation(900_000);
-        let delivery = Delivery { body: Some(&body), receive_count: receive, sent_ms: Some(sent_ms) };
+        let delivery = QueueRecord { body: Some(&body), receive_count: receive, sent_ms: Some(sent_ms) };
         match drive(&h.clock, west.handle(delivery, &invocation)) {
             Disposition::Retry { delay_s, .. } => h.clock.advance_ms(u64::from(delay_s) * 1000),
             other => break other,

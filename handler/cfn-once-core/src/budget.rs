@@ -1,0 +1,456 @@
+//! The time budget: every deadline and backoff the protocol computes, in one place, so that
+//! "when must this call end" and "when does this message come back" each have one answer.
+//!
+//! Two budgets are computed here rather than configured, because a guess in either breaks a
+//! guarantee on the deployed queues:
+//!
+//! * **Time within an invocation.** Lambda kills an invocation at its deadline and a killed
+//!   invocation fails its whole batch, so every call a delivery makes must end before it. The
+//!   end of an invocation is split into phases, each long enough for the calls it holds at their
+//!   own timeouts: the provider stops [`Settings::reserve_ms`] before the deadline; then the
+//!   commit (one attempt and one read-back), one PUT attempt and the delivery record follow;
+//!   [`Settings::batch_tail_ms`] is kept for the batch's SQS calls, which run concurrently with
+//!   one timeout.
+//! * **Receives before the deadline.** Every receive of a message counts towards its queue's
+//!   `maxReceiveCount`, and a message received that many times goes to the dead-letter queue,
+//!   answered or not. [`Settings::backoff_floor_s`] is the shortest backoff that lets a message be
+//!   seen until its request's deadline ceiling within that budget, so a copy reaches the DLQ only
+//!   when its request's deadline has passed (or nobody can be answered, which the handler moves
+//!   there itself). The queue's `maxReceiveCount` comes from the same template value as
+//!   `CFN_ONCE_MAX_RECEIVE_COUNT`, and the configuration refuses a count too small for the
+//!   ceiling.
+//!
+//! One delivery's ends, from its request's deadline and its invocation's, are a `Budget`: when
+//! deciding must stop, where every lease of the request ends at the latest (the lease cap), when
+//! the provider must stop, when the commit and the PUT must give up, when the next poll comes,
+//! and how long a message waits before it is seen again. Invariants kept here: every call of a
+//! delivery ends by the invocation's deadline less the batch's tail; no lease or heartbeat
+//! reaches past the lease cap, where a taker-over still has the deadline margin to answer
+//! (L1); and no backoff wakes a message past the point where it can still be answered, nor
+//! (but for the one wait that ends where the deadline margin begins) sooner than the backoff
+//! floor.
+//!
+//! Everything here is arithmetic on plain numbers and [`Settings`]: no clock, no randomness, no
+//! I/O, nothing async. The worker reads the time and draws the jitter, then asks here.
+
+use crate::deadline::RequestDeadline;
+use crate::settings::Settings;
+use crate::vocabulary::Role;
+
+/// Slack at the very end of an invocation for returning the batch response and writing metrics.
+pub const RETURN_SLACK_MS: u64 = 500;
+
+/// Receives a message may take before its deadline beyond those its own backoffs schedule: SQS's
+/// occasional second delivery of a message, the one backoff shortened to reach the deadline
+/// margin, and the receive that finds the deadline passed.
+pub const RECEIVES_SPARE: u32 = 20;
+
+/// The longest backoff floor accepted: a floor longer than this means the queue's
+/// `maxReceiveCount` is far too small for the deadline ceiling, and quick retries (a throttled
+/// store, a lost reply) would wait minutes.
+pub const BACKOFF_FLOOR_S_MAX: u32 = 60;
+
+/// SQS refuses visibility timeouts above 12 hours.
+pub const VISIBILITY_S_MAX: u32 = 43_200;
+
+/// The shortest call worth starting: with less time left, a call is not made at all.
+const CALL_MS_MIN: u64 = 100;
+
+/// The shortest provider run worth starting: with less of the invocation left after taking the
+/// lease, the message is retried instead (the lease then expires and is taken over).
+const RUN_MS_MIN: u64 = 1_000;
+
+/// The last poll of a wait is scheduled this long before the lease cap
+/// ([`Budget::lease_cap_ms`]), so that it still has this long to run.
+const LAST_POLL_RUN_MS: u64 = 5_000;
+
+/// The base of a failed delivery's backoff, which doubles with every receive.
+pub(crate) const RETRY_BACKOFF_BASE_MS: u64 = 1_000;
+
+impl Settings {
+    /// Time a delivery that takes over near the deadline needs to answer: the acquire, then
+    /// what any answer needs ([`Settings::answer_ms`]). The deadline margin must exceed it.
+    pub fn take_over_answer_ms(&self) -> u64 {
+        self.store_call_timeout_ms + self.answer_ms()
+    }
+
+    /// How long before a request's deadline every lease of it ends at the latest, on the
+    /// holder's clock: the deadline margin and the skew margin. A taker-over sees the lease
+    /// expired exactly where the margin begins, and the margin holds the time it needs to
+    /// answer, so a holder crashing just before then still leaves time to answer FAILED.
+    pub fn lease_end_before_deadline_ms(&self) -> u64 {
+        self.deadline_margin_ms + self.skew_ms
+    }
+
+    /// Kept at the end of an invocation for the batch's SQS calls (concurrent, one timeout) and
+    /// for returning.
+    pub fn batch_tail_ms(&self) -> u64 {
+        self.queue_call_timeout_ms + RETURN_SLACK_MS
+    }
+
+    /// Time an answer needs once a provider stops: a commit attempt and a read-back of its
+    /// outcome, one PUT attempt, and the delivery record.
+    pub fn answer_ms(&self) -> u64 {
+        3 * self.store_call_timeout_ms + self.put.attempt_timeout_ms
+    }
+
+    /// Kept back before the invocation's deadline when a provider runs: the answer and the
+    /// batch's tail.
+    pub fn reserve_ms(&self) -> u64 {
+        self.answer_ms() + self.batch_tail_ms()
+    }
+
+    /// The longest jitter added to a backoff, spreading messages that would come back together.
+    pub fn jitter_ms_max(&self) -> u64 {
+        self.heartbeat_ms.min(5_000)
+    }
+
+    /// How long past its time a provider's poll waits before this region takes it: none for
+    /// the primary; for the secondary, the primary's jitter and one store call, so the primary
+    /// polls unless it missed the poll (down, drained, or its message lost to a crash).
+    pub fn poll_lag_ms(&self) -> u64 {
+        match self.role {
+            Role::Primary => 0,
+            Role::Secondary => self.jitter_ms_max() + self.store_call_timeout_ms,
+        }
+    }
+
+    /// When the delivery's own calls must all have ended, for an invocation killed at
+    /// `invocation_deadline_ms`.
+    pub fn work_end_ms(&self, invocation_deadline_ms: u64) -> u64 {
+        invocation_deadline_ms.saturating_sub(self.batch_tail_ms())
+    }
+
+    /// The shortest backoff of a message, in seconds: short enough to look often, long enough
+    /// that [`Settings::max_receive_count`] receives last until the deadline ceiling. `None`
+    /// when the count is too small for any floor up to [`BACKOFF_FLOOR_S_MAX`].
+    pub fn backoff_floor_s(&self) -> Option<u32> {
+        backoff_floor_s(self.max_receive_count, self.deadline_ceiling_s)
+    }
+
+    /// Receives a message needs at most before its deadline, at this backoff floor.
+    pub fn receives_needed(&self) -> Option<u32> {
+        let floor_s = self.backoff_floor_s()?;
+        u32::try_from(self.deadline_ceiling_s.div_ceil(u64::from(floor_s))).ok()?.checked_add(RECEIVES_SPARE)
+    }
+
+    /// The longest backoff of a message, in seconds: the configured one, within what SQS
+    /// accepts as a visibility timeout.
+    pub(crate) fn backoff_cap_s(&self) -> u32 {
+        self.retry_delay_s_max.clamp(1, VISIBILITY_S_MAX)
+    }
+
+    /// The backoff floor the worker applies, in seconds: [`Settings::backoff_floor_s`], or the
+    /// longest floor accepted when the receive count allows none (a configuration the
+    /// configuration refuses), within the longest backoff.
+    pub(crate) fn applied_backoff_floor_s(&self) -> u32 {
+        self.backoff_floor_s().unwrap_or(BACKOFF_FLOOR_S_MAX).clamp(1, self.backoff_cap_s())
+    }
+
+    /// The longest backoff of a failed delivery, in ms (see [`RETRY_BACKOFF_BASE_MS`]).
+    pub(crate) fn retry_backoff_max_ms(&self) -> u64 {
+        u64::from(self.retry_delay_s_max) * 1000
+    }
+
+    /// How long a standby primary leaves a message before looking again, in ms (before jitter).
+    pub(crate) fn standby_retry_ms(&self) -> u64 {
+        u64::from(self.standby_retry_s) * 1000
+    }
+
+    /// Whether a provider that failed transiently may run again at `next_ms`: within the retry
+    /// time counted from its first attempt at `started_ms`, and before its run ends at
+    /// `run_end_ms` (past it, the supervisor answers FAILED without the provider's reason).
+    pub(crate) fn provider_retry_fits(&self, started_ms: u64, next_ms: u64, run_end_ms: u64) -> bool {
+        next_ms.saturating_sub(started_ms) <= self.provider_retry_ms && next_ms < run_end_ms
+    }
+
+    /// The visibility to give a received record at `now_ms`, in seconds, so that if its
+    /// invocation dies the record comes back while its request can still be answered: `Some` for
+    /// a record whose deadline margin begins within the queue's visibility timeout (a crash would
+    /// hide it past that), `None` for every other.
+    pub(crate) fn visibility_if_lost_s(&self, deadline: &RequestDeadline, now_ms: u64) -> Option<u32> {
+        if now_ms >= deadline.at_ms {
+            return None;
+        }
+        let latest_wake_ms = deadline.latest_wake_ms(self.deadline_margin_ms);
+        let visibility_ms = self.visibility_timeout_s.saturating_mul(1000);
+        if latest_wake_ms >= now_ms.saturating_add(visibility_ms) {
+            return None;
+        }
+        let delay_s = u32::try_from(latest_wake_ms.saturating_sub(now_ms) / 1000).unwrap_or(u32::MAX);
+        let delay_s = delay_s.max(self.applied_backoff_floor_s());
+        (u64::from(delay_s) < self.visibility_timeout_s).then_some(delay_s)
+    }
+}
+
+/// See [`Settings::backoff_floor_s`]: each receive is followed by at least the floor before the
+/// next (a backoff, or a visibility timeout after a crash, which is longer), so a message is
+/// received at most `ceiling / floor` times before its deadline, plus [`RECEIVES_SPARE`].
+pub fn backoff_floor_s(max_receive_count: u32, deadline_ceiling_s: u64) -> Option<u32> {
+    let budget = u64::from(max_receive_count.checked_sub(RECEIVES_SPARE)?.max(1));
+    let floor_s = u32::try_from(deadline_ceiling_s.div_ceil(budget).max(1)).ok()?;
+    (floor_s <= BACKOFF_FLOOR_S_MAX && max_receive_count > RECEIVES_SPARE).then_some(floor_s)
+}
+
+/// The timeout of one call that must end by `end_ms`: its own, `call_timeout_ms`, or what is
+/// left if that is less. `None` when less than a useful slice of time is left: the call is not
+/// made at all.
+pub(crate) fn call_timeout_ms(call_timeout_ms: u64, end_ms: u64, now_ms: u64) -> Option<u64> {
+    let left_ms = end_ms.saturating_sub(now_ms);
+    (left_ms >= CALL_MS_MIN).then(|| call_timeout_ms.min(left_ms))
+}
+
+/// Whether another call, after a backoff of `delay_ms` from `now_ms`, could still start with a
+/// useful slice of time before `end_ms`.
+pub(crate) fn call_fits_after(delay_ms: u64, end_ms: u64, now_ms: u64) -> bool {
+    now_ms + delay_ms + CALL_MS_MIN <= end_ms
+}
+
+/// One delivery's time: its request's deadline and its invocation's, and every end derived
+/// from the two.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget<'a> {
+    settings: &'a Settings,
+    /// The request's deadline.
+    pub(crate) deadline: RequestDeadline,
+    /// When the invocation is killed, epoch ms.
+    invocation_deadline_ms: u64,
+}
+
+/// How long a provider may run, and which deadline ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunWindow {
+    /// When the provider must stop, epoch ms.
+    pub(crate) end_ms: u64,
+    /// What ends it.
+    pub(crate) bound: RunBound,
+    /// How much of that deadline is kept back from the run to answer, for the Reason.
+    pub(crate) kept_ms: u64,
+}
+
+/// Which deadline ends a provider's run first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunBound {
+    /// The request's: its lease cap, after which a taker-over answers in the margin.
+    Request,
+    /// The invocation's, less the time the answer and the batch's tail need.
+    Invocation,
+}
+
+impl RunWindow {
+    /// Whether the lease was taken where no lease may reach any more: answer without running.
+    pub(crate) fn closed(&self, now_ms: u64) -> bool {
+        self.bound == RunBound::Request && self.end_ms <= now_ms
+    }
+
+    /// Whether taking the lease used up the invocation (a slow store): rather than answer FAILED
+    /// for want of time that a later invocation has, let the lease expire and be taken over.
+    pub(crate) fn too_short(&self, now_ms: u64) -> bool {
+        self.bound == RunBound::Invocation && self.end_ms < now_ms + RUN_MS_MIN
+    }
+}
+
+impl<'a> Budget<'a> {
+    /// The budget of a delivery of a request due at `deadline`, in an invocation killed at
+    /// `invocation_deadline_ms`.
+    pub(crate) fn new(settings: &'a Settings, deadline: RequestDeadline, invocation_deadline_ms: u64) -> Self {
+        Self { settings, deadline, invocation_deadline_ms }
+    }
+
+    /// When this delivery's own calls must have ended: the invocation's deadline less the
+    /// batch's tail ([`Settings::work_end_ms`]).
+    pub(crate) fn work_end_ms(&self) -> u64 {
+        self.settings.work_end_ms(self.invocation_deadline_ms)
+    }
+
+    /// Store calls made while deciding end in time for an answer to follow.
+    pub(crate) fn decide_end_ms(&self) -> u64 {
+        self.work_end_ms().saturating_sub(self.settings.answer_ms())
+    }
+
+    /// Time left for this delivery's own calls.
+    pub(crate) fn time_left_ms(&self, now_ms: u64) -> u64 {
+        self.work_end_ms().saturating_sub(now_ms)
+    }
+
+    /// How long the active-region control may take to answer: one store call, within the time
+    /// left.
+    pub(crate) fn control_timeout_ms(&self, now_ms: u64) -> u64 {
+        self.settings.store_call_timeout_ms.min(self.time_left_ms(now_ms))
+    }
+
+    /// Whether the request's deadline is within the margin: then it is answered now.
+    pub(crate) fn deadline_near(&self, now_ms: u64) -> bool {
+        self.deadline.is_near(now_ms, self.settings.deadline_margin_ms)
+    }
+
+    /// The lag this delivery gives a due poll: the region's own, none near the deadline.
+    pub(crate) fn poll_lag_ms(&self, now_ms: u64) -> u64 {
+        if self.deadline_near(now_ms) { 0 } else { self.settings.poll_lag_ms() }
+    }
+
+    /// The latest a lease of this request may end, on the holder's clock: the deadline less the
+    /// deadline margin and the skew margin. A taker-over sees it expired where the margin
+    /// begins, with the margin's time left to answer FAILED; no lease or heartbeat reaches past
+    /// it (L1).
+    pub(crate) fn lease_cap_ms(&self) -> u64 {
+        // A millisecond less: a lease counts as expired once it ended more than the skew margin
+        // ago, and that must be true at the margin's first moment.
+        self.deadline.at_ms.saturating_sub(self.settings.lease_end_before_deadline_ms()).saturating_sub(1)
+    }
+
+    /// The end of a lease taken or extended at `now_ms`: a lease's length, cut at the cap. Past
+    /// the cap (a delivery answering inside the margin), just long enough for the answer: a
+    /// crash there cannot be made up for in time anyway, and a lease keeps two answering
+    /// deliveries from taking it from each other in turn.
+    pub(crate) fn lease_until_ms(&self, now_ms: u64) -> u64 {
+        let settings = self.settings;
+        let cap_ms = self.lease_cap_ms();
+        if now_ms < cap_ms {
+            (now_ms + settings.lease_ms).min(cap_ms)
+        } else {
+            now_ms + settings.lease_ms.min(settings.answer_ms())
+        }
+    }
+
+    /// The end a heartbeat at `now_ms` extends the lease to: never past the request's lease
+    /// cap, however long the provider runs.
+    pub(crate) fn heartbeat_lease_until_ms(&self, now_ms: u64) -> u64 {
+        (now_ms + self.settings.lease_ms).min(self.lease_cap_ms().max(now_ms))
+    }
+
+    /// How long the provider may run: until this execution's lease must end for the request's
+    /// deadline (a taker-over then still has the margin to answer), or, for the invocation,
+    /// until early enough for the answer (commit, PUT, record) and the batch's tail, whichever
+    /// comes first.
+    pub(crate) fn run_window(&self) -> RunWindow {
+        let request_end_ms = self.lease_cap_ms();
+        let invocation_end_ms = self.work_end_ms().saturating_sub(self.settings.answer_ms());
+        if request_end_ms <= invocation_end_ms {
+            let kept_ms = self.settings.lease_end_before_deadline_ms();
+            RunWindow { end_ms: request_end_ms, bound: RunBound::Request, kept_ms }
+        } else {
+            let kept_ms = self.invocation_deadline_ms.saturating_sub(invocation_end_ms);
+            RunWindow { end_ms: invocation_end_ms, bound: RunBound::Invocation, kept_ms }
+        }
+    }
+
+    /// When the commit's calls must end: in time for one PUT attempt and the delivery record.
+    pub(crate) fn commit_end_ms(&self) -> u64 {
+        let settings = self.settings;
+        self.work_end_ms().saturating_sub(settings.put.attempt_timeout_ms + settings.store_call_timeout_ms)
+    }
+
+    /// When the last PUT attempt must end: in time to record the delivery.
+    pub(crate) fn put_stop_at_ms(&self) -> u64 {
+        self.work_end_ms().saturating_sub(self.settings.store_call_timeout_ms)
+    }
+
+    /// When the next poll of work in progress comes, for a provider that asked to be polled
+    /// after `poll_after_ms` at `now_ms`: no sooner than the backoff floor, and no later than
+    /// [`LAST_POLL_RUN_MS`] before the lease cap, so the last poll still has time to run.
+    pub(crate) fn poll_at_ms(&self, now_ms: u64, poll_after_ms: u64) -> u64 {
+        let floor_ms = u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        let after_ms = poll_after_ms.max(floor_ms);
+        let last_poll_ms = self.lease_cap_ms().saturating_sub(LAST_POLL_RUN_MS);
+        now_ms.saturating_add(after_ms).min(last_poll_ms)
+    }
+
+    /// Whether a poll at `poll_at_ms` ([`Budget::poll_at_ms`]) is still a backoff floor away
+    /// from `now_ms`; if not, no further poll fits before the deadline margin.
+    pub(crate) fn poll_fits(&self, poll_at_ms: u64, now_ms: u64) -> bool {
+        let floor_ms = u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        poll_at_ms >= now_ms + floor_ms
+    }
+
+    /// The visibility delay, in seconds, that brings a message back at `until_ms`, but never
+    /// later than the deadline allows (with time left to answer), and never sooner than the
+    /// backoff floor, which keeps the receives before the deadline within the queue's
+    /// `maxReceiveCount`. The one exception is the wait that ends exactly where the deadline
+    /// margin begins, so a request nobody can run is still answered FAILED in it.
+    pub(crate) fn backoff_s(&self, until_ms: u64, now_ms: u64) -> u32 {
+        let settings = self.settings;
+        let cap_s = settings.backoff_cap_s();
+        let floor_s = settings.applied_backoff_floor_s();
+        let seconds = |ms: u64| u32::try_from(ms.div_ceil(1000)).unwrap_or(cap_s);
+        let latest_wake_ms = self.deadline.latest_wake_ms(settings.deadline_margin_ms);
+        if now_ms < latest_wake_ms {
+            let until_ms = until_ms.min(latest_wake_ms);
+            let to_margin_s = seconds(latest_wake_ms - now_ms).max(1);
+            return seconds(until_ms.saturating_sub(now_ms)).clamp(floor_s.min(to_margin_s), cap_s);
+        }
+        // Inside the margin: look again at the floor, or when asked if that is sooner than the
+        // deadline's end; the next look past the deadline dead-letters an unresolved message.
+        let to_deadline_s = seconds(self.deadline.at_ms.saturating_sub(now_ms)).max(1);
+        seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(floor_s, cap_s)
+    }
+
+    /// Whether a primary's request sent at `attempt_sent_ms` has no failover: its deadline
+    /// comes before the secondary's copy, delayed by the secondary queue, could still be
+    /// answered.
+    pub(crate) fn no_failover(&self, attempt_sent_ms: u64) -> bool {
+        let settings = self.settings;
+        let secondary_answers_from_ms =
+            attempt_sent_ms + settings.secondary_delay_s * 1000 + settings.deadline_margin_ms;
+        self.deadline.at_ms < secondary_answers_from_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::put::PutPolicy;
+
+    /// The worker tests' settings (`worker::tests`): 2 s store calls and PUT attempts, a 1 s
+    /// SQS call.
+    fn settings(region: &str) -> Settings {
+        Settings {
+            region: region.into(),
+            role: Role::Primary,
+            lease_ms: 10_000,
+            skew_ms: 1_000,
+            heartbeat_ms: 3_000,
+            store_attempts_max: 4,
+            store_call_timeout_ms: 2_000,
+            store_backoff_base_ms: 50,
+            store_backoff_max_ms: 1_000,
+            provider_retry_ms: 10_000,
+            provider_backoff_base_ms: 100,
+            provider_backoff_max_ms: 1_000,
+            put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 },
+            retention_ms: 86_400_000,
+            retry_delay_s_max: 900,
+            standby_retry_s: 30,
+            deadline_ceiling_s: 3_600,
+            deadline_margin_ms: 20_000,
+            queue_call_timeout_ms: 1_000,
+            max_receive_count: 1_000,
+            control_cache_ms: 0,
+            visibility_timeout_s: 960,
+            secondary_delay_s: 60,
+        }
+    }
+
+    #[test]
+    fn the_reserve_is_computed_from_the_call_timeouts() {
+        let settings = settings("us-east-1");
+        // Commit and its read-back, a PUT attempt, the delivery record; then the SQS tail.
+        assert_eq!(settings.answer_ms(), 3 * 2_000 + 2_000);
+        assert_eq!(settings.batch_tail_ms(), 1_000 + crate::budget::RETURN_SLACK_MS);
+        assert_eq!(settings.reserve_ms(), settings.answer_ms() + settings.batch_tail_ms());
+    }
+
+    #[test]
+    fn the_backoff_floor_fits_the_receive_budget() {
+        assert_eq!(backoff_floor_s(1_000, 3_600), Some(4), "SQS's largest maxReceiveCount");
+        assert_eq!(backoff_floor_s(100, 3_600), Some(45));
+        assert_eq!(backoff_floor_s(10, 3_600), None, "the count templates used to set");
+        assert_eq!(backoff_floor_s(79, 3_600), None, "a floor over a minute");
+        assert_eq!(backoff_floor_s(80, 3_600), Some(60));
+        for count in [80, 100, 500, 1_000] {
+            let floor_s = u64::from(backoff_floor_s(count, 3_600).expect("a floor"));
+            // Receives until the ceiling, one per floor, plus the spare, fit in the count.
+            assert!(3_600_u64.div_ceil(floor_s) + u64::from(RECEIVES_SPARE) <= u64::from(count), "count {count}");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Answering: the response body built, committed under the fence, then sent.
+//!
+//! Invariant S1 is kept here: nothing is sent that was not committed first, and what is sent is
+//! the committed bytes, so any later PUT of the same request (a retry, a duplicate, the other
+//! region) repeats them exactly. A commit refused because the record is under another fence
+//! means the lease was lost: nothing is sent. Sending an answer is the PUT to the ResponseURL
+//! (`put::put_with_retries`), then the delivered mark in the record, best effort: a duplicate
+//! that finds the answer unmarked only PUTs the same bytes again. Each step ends in time for the
+//! next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before the batch's tail.
+
+use super::{Job, Worker};
+use crate::lease::{Conditional, LeaseState, StoreError};
+use crate::metrics::MetricEvent;
+use crate::put::{PutError, put_with_retries};
+use crate::request::Request;
+use crate::response::{self, Outcome, ResponseBody, Status};
+use crate::vocabulary::{Disposition, Done};
+
+impl Worker {
+    /// Builds the body, commits it under `fence`, and sends what was committed.
+    pub(super) async fn commit_and_send(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
+        let body = response::build(job.request, outcome);
+        // The commit leaves room for one PUT attempt and the delivery record.
+        let commit_end_ms = job.budget.commit_end_ms();
+        let committed = match self.commit(job.request, fence, &body, commit_end_ms).await {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                self.metrics.record(MetricEvent::FenceConflict);
+                return self.retry(job, "the lease was taken over before the commit; nothing sent".into());
+            }
+            Err(error) => return self.retry(job, format!("could not commit the response: {error}")),
+        };
+        tracing::info!(bytes = committed.len(), "response committed");
+        match self.send_answer(job, fence, &committed).await {
+            Ok(status) => Disposition::Done(Done::Answered { fence, status }),
+            Err(error) => self.retry(job, error.to_string()),
+        }
+    }
+
+    /// Commits `body` under `fence`, with every call ended by `end_ms`. `Some` holds the
+    /// committed bytes; `None` means the lease was lost.
+    async fn commit(
+        &self,
+        request: &Request,
+        fence: u64,
+        body: &[u8],
+        end_ms: u64,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.write_under_fence(
+            request,
+            fence,
+            end_ms,
+            |now_ms| self.store.commit(&request.key, fence, body, now_ms),
+            // Our commit was applied; its reply was lost.
+            |record| record.response.clone().filter(|_| record.state == LeaseState::Committed),
+        )
+        .await
+        .map(|written| written.map(|stored| stored.unwrap_or_else(|| body.to_vec())))
+    }
+
+    /// Sends a committed answer: PUTs the committed bytes, then records the delivery (best
+    /// effort: a duplicate that finds it unrecorded only PUTs the same bytes again). Returns the
+    /// status the body carries.
+    pub(super) async fn send_answer(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<Status, PutError> {
+        let work_end_ms = job.budget.work_end_ms();
+        // The last PUT attempt ends in time to record the delivery.
+        let stop_at_ms = job.budget.put_stop_at_ms();
+        let put = put_with_retries(
+            self.sink.as_ref(),
+            &job.request.response_url,
+            committed,
+            self.settings.put,
+            stop_at_ms,
+            self.clock.as_ref(),
+            self.random.as_ref(),
+        )
+        .await;
+        let attempts = match put {
+            Ok(attempts) => attempts,
+            Err(error) => {
+                if matches!(error, PutError::Permanent(_)) {
+                    self.metrics.record(MetricEvent::DlqBound);
+                }
+                return Err(error);
+            }
+        };
+        let now_ms = self.clock.now_ms();
+        let status = ResponseBody::parse(committed).map(|b| b.status).unwrap_or(Status::Failed);
+        let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
+        self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
+        tracing::info!(attempts, latency_ms, ?status, "response delivered");
+        match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms), work_end_ms).await {
+            Ok(Conditional::Applied) => {}
+            Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
+            Err(error) => {
+                tracing::warn!(%error, "could not record the delivery; a duplicate would PUT the same bytes again")
+            }
+        }
+        Ok(status)
+    }
+}

@@ -1,0 +1,427 @@
+//! The protocol for one delivery: decide from the record and this region's role (see
+//! `decision`), then take the lease, run the provider under heartbeats, commit, PUT, mark
+//! delivered; or back off, leave the message to the active region, re-PUT stored bytes, or drop.
+//!
+//! Everything outside comes in through [`Ports`] (`LeaseStore`, `ResponseSink`, `Clock`,
+//! `Random`, `ActivitySource`), so this is the code the Lambda, the local event source mapping,
+//! the tests and the simulator all run. Invariants kept here:
+//!
+//! * S1: nothing is PUT that was not committed first, and what is PUT is the committed bytes;
+//! * S2: the provider runs under its fence and is abandoned as soon as a heartbeat finds the
+//!   lease taken over; a lost lease means no commit and no PUT;
+//! * L1: backoff never waits past the request's deadline; near it, whoever sees the request
+//!   uncommitted answers FAILED; a provider that cannot finish before the invocation's or the
+//!   request's deadline (less a reserve for commit and PUT) is abandoned and answered FAILED with
+//!   a Reason that says so; storage and network failures end in a retry, never in silence.
+//!
+//! A provider that answers in progress has its state stored under its fence (`LeaseStore::wait`,
+//! which releases the lease) and its message brought back when the next poll is due; the last
+//! poll comes before the deadline margin, and work still in progress then is answered FAILED
+//! with how long it waited, how many polls it took and its last state.
+//!
+//! A write whose outcome is unknown (a timeout after the store applied it, or an SDK-internal
+//! retry that met its own earlier success) is resolved by the record itself: the owner or fence
+//! in it tells whether the write was ours.
+//!
+//! The worker's parts, one concern each:
+//!
+//! * this file, the dispatch: the [`Worker`] and its [`Ports`], decoding a record and working
+//!   out its deadline ([`Worker::receive`]), the decision loop, and the dispositions that bring
+//!   a message back (a retry after a failure, a backoff to a given time, the DLQ past the
+//!   deadline);
+//! * `run`: running the provider under heartbeats until it finishes, the lease is lost or its
+//!   run window closes, or answering FAILED without running it;
+//! * `answer`: committing the answer under the fence, then sending what was committed
+//!   (`Worker::send_answer`: the PUT, then the delivered mark);
+//! * `wait`: storing work in progress under the fence and scheduling its next poll;
+//! * `store`: lease-store calls, each bounded by its timeout and the delivery's time, retried
+//!   with backoff, their unknown outcomes resolved from the record.
+//!
+//! Every deadline and backoff they keep is computed in `budget`, from the request's deadline,
+//! the invocation's and the settings.
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+use crate::budget::{Budget, RETRY_BACKOFF_BASE_MS};
+use crate::clock::Clock;
+use crate::control::{ActivitySource, CachedActivity};
+use crate::deadline::RequestDeadline;
+use crate::decision::{Action, Activity, FirstStep, Redundant, Situation, decide, first_step};
+use crate::fingerprint::hex_prefix;
+use crate::lease::{LeaseStore, Seen, Viewer};
+use crate::metrics::{MetricEvent, MetricsSink};
+use crate::provider::Router;
+use crate::put::ResponseSink;
+use crate::random::{Random, full_jitter_ms};
+use crate::request::{InputPolicy, Request, RequestKind, Undeliverable, decode};
+use crate::settings::Settings;
+use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation, QueueRecord, RequestSummary, Role};
+
+mod answer;
+mod run;
+mod store;
+mod wait;
+
+/// Decisions one delivery may take before it gives up and retries later: acquire, see the
+/// record change under it, decide again.
+const DECISIONS_MAX: u32 = 4;
+
+/// A record decoded, before it is handled ([`Worker::receive`]).
+#[derive(Debug)]
+pub struct Received<'a> {
+    record: QueueRecord<'a>,
+    decoded: Result<Box<Decoded>, Undeliverable>,
+}
+
+impl Received<'_> {
+    /// What the record is about, if it could be decoded.
+    pub fn summary(&self) -> Option<RequestSummary> {
+        self.decoded.as_ref().ok().map(|decoded| RequestSummary::of(&decoded.request))
+    }
+}
+
+/// A decoded request and when it was sent.
+#[derive(Debug)]
+struct Decoded {
+    request: Request,
+    /// The earliest of the publish time and the copy's send times, if any was known.
+    sent_ms: Option<u64>,
+    /// The same, or when the record was received if none was known.
+    attempt_sent_ms: u64,
+    deadline: RequestDeadline,
+}
+
+/// Everything the protocol reaches the world through.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    /// Where each request's lease record lives (DynamoDB, or in memory).
+    pub store: Arc<dyn LeaseStore>,
+    /// What PUTs committed responses to their ResponseURLs.
+    pub sink: Arc<dyn ResponseSink>,
+    /// The providers, by ResourceType.
+    pub router: Arc<Router>,
+    /// Time for leases, deadlines, timeouts and sleeps; a manual clock in tests.
+    pub clock: Arc<dyn Clock>,
+    /// Jitter and owner nonces; seeded in tests and the simulator.
+    pub random: Arc<dyn Random>,
+    /// The active-region control's source, asked only by a primary (a secondary's decisions do
+    /// not depend on it). The worker puts it behind a [`CachedActivity`] with
+    /// `Settings::control_cache_ms`: pass the source itself, not a cache.
+    pub control: Arc<dyn ActivitySource>,
+    /// Where protocol events are counted.
+    pub metrics: Arc<dyn MetricsSink>,
+}
+
+/// The protocol engine. Cheap to share: build one per process.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    store: Arc<dyn LeaseStore>,
+    sink: Arc<dyn ResponseSink>,
+    router: Arc<Router>,
+    clock: Arc<dyn Clock>,
+    random: Arc<dyn Random>,
+    /// The configured control behind its cache: one source read per time-to-live, and the
+    /// last known answer when the source fails or answers too late.
+    control: Arc<CachedActivity>,
+    metrics: Arc<dyn MetricsSink>,
+    input: Arc<InputPolicy>,
+    settings: Arc<Settings>,
+}
+
+impl Worker {
+    /// A worker over the given ports.
+    pub fn new(ports: Ports, input: InputPolicy, settings: Settings) -> Self {
+        let Ports { store, sink, router, clock, random, control, metrics } = ports;
+        let control =
+            Arc::new(CachedActivity::new(control, Arc::clone(&clock), settings.control_cache_ms, Activity::Active));
+        Self {
+            store,
+            sink,
+            router,
+            clock,
+            random,
+            control,
+            metrics,
+            input: Arc::new(input),
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// The settings this worker runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The clock this worker reads and sleeps on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Handles one delivery of one SQS record.
+    pub async fn handle(&self, record: QueueRecord<'_>, invocation: &Invocation) -> Disposition {
+        self.handle_detailed(record, invocation).await.disposition
+    }
+
+    /// Handles one delivery and says which request it was about.
+    pub async fn handle_detailed(&self, record: QueueRecord<'_>, invocation: &Invocation) -> Handled {
+        self.handle_received(self.receive(record), invocation).await
+    }
+
+    /// Decodes a record and works out its request's deadline, before anything is done with it
+    /// (the batch shortens the visibility of records near their deadline first).
+    pub fn receive<'a>(&self, record: QueueRecord<'a>) -> Received<'a> {
+        let decoded = decode(record.body, &self.input).map(|request| {
+            // The earliest of the publish time and the copy's send times: a copy SNS delivered
+            // late has no more time than CloudFormation gives.
+            let sent_ms = match (request.published_ms, record.sent_ms) {
+                (Some(published_ms), Some(sent_ms)) => Some(published_ms.min(sent_ms)),
+                (published_ms, sent_ms) => published_ms.or(sent_ms),
+            };
+            let attempt_sent_ms = sent_ms.unwrap_or_else(|| self.clock.now_ms());
+            let deadline = RequestDeadline::of(
+                attempt_sent_ms,
+                request.service_timeout_s(),
+                request.response_url.presigned_expiry_ms(),
+                self.settings.deadline_ceiling_s,
+            );
+            Box::new(Decoded { request, sent_ms, attempt_sent_ms, deadline })
+        });
+        Received { record, decoded }
+    }
+
+    /// The visibility to give a received record now, in seconds, so that if its invocation dies
+    /// the record comes back while its request can still be answered: `Some` for a record whose
+    /// deadline margin begins within the queue's visibility timeout (a crash would hide it past
+    /// that), `None` for every other (and for a record that could not be decoded).
+    pub fn visibility_if_lost_s(&self, received: &Received<'_>, now_ms: u64) -> Option<u32> {
+        let decoded = received.decoded.as_ref().ok()?;
+        self.settings.visibility_if_lost_s(&decoded.deadline, now_ms)
+    }
+
+    /// Handles a received record and says which request it was about.
+    pub async fn handle_received(&self, received: Received<'_>, invocation: &Invocation) -> Handled {
+        let Received { record, decoded } = received;
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                tracing::error!(%error, "record refused");
+                self.metrics.record(MetricEvent::DlqBound);
+                let disposition =
+                    Disposition::DeadLetter { why: error.to_string(), cause: DeadLetterCause::Undeliverable };
+                return Handled { request: None, disposition };
+            }
+        };
+        let request = &decoded.request;
+        let span = tracing::info_span!(
+            "request",
+            stack_id = %request.key.stack_id,
+            request_id = %request.key.request_id,
+            logical_resource_id = %request.logical_resource_id,
+            request_type = request.kind().map(RequestKind::as_str).unwrap_or("unknown"),
+            fingerprint = %request.fingerprint,
+            fence = tracing::field::Empty,
+        );
+        let disposition = self.process(&decoded, record, invocation).instrument(span.clone()).await;
+        span.in_scope(|| match &disposition {
+            Disposition::Done(done) => tracing::info!(?done, "message done"),
+            Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
+            Disposition::DeadLetter { why, cause } => {
+                tracing::error!(why, cause = cause.as_str(), "message goes to the DLQ")
+            }
+        });
+        Handled { request: Some(RequestSummary::of(request)), disposition }
+    }
+
+    async fn process(&self, decoded: &Decoded, record: QueueRecord<'_>, invocation: &Invocation) -> Disposition {
+        let settings = &self.settings;
+        let now_ms = self.clock.now_ms();
+        let request = &decoded.request;
+        let job = Job {
+            request,
+            receive_count: record.receive_count,
+            sent_ms: decoded.sent_ms,
+            attempt_sent_ms: decoded.attempt_sent_ms,
+            owner: format!(
+                "{}/{}/{}",
+                settings.region,
+                invocation.id,
+                hex_prefix(&self.random.next_u64().to_be_bytes(), 8)
+            ),
+            budget: Budget::new(settings, decoded.deadline, invocation.deadline_ms),
+        };
+        let activity = match settings.role {
+            Role::Primary => {
+                if record.receive_count <= 1 {
+                    self.warn_if_no_failover(&job);
+                }
+                // A control that answers too slowly is one that failed: the last known answer
+                // stands (`CachedActivity::activity_within`).
+                let timeout_ms = job.budget.control_timeout_ms(now_ms);
+                self.control.activity_within(timeout_ms).await
+            }
+            // A secondary's decisions do not depend on it: see `decision`.
+            Role::Secondary => Activity::Standby,
+        };
+
+        let mut seen = match first_step(settings.role, activity) {
+            FirstStep::Acquire => self.acquire(&job).await,
+            FirstStep::Read => self.read(&job).await,
+        };
+        for _ in 0..DECISIONS_MAX {
+            let current = match seen {
+                Ok(current) => current,
+                Err(error) => return self.retry(&job, format!("could not reach the lease store: {error}")),
+            };
+            let now_ms = self.clock.now_ms();
+            let deadline_near = job.budget.deadline_near(now_ms);
+            let situation = Situation {
+                role: settings.role,
+                activity,
+                deadline_near,
+                now_ms,
+                delivery_grace_ms: settings.put.attempt_timeout_ms,
+                poll_lag_ms: job.budget.poll_lag_ms(now_ms),
+            };
+            match decide(&current, &situation) {
+                Action::Acquire => seen = self.acquire(&job).await,
+                Action::Run { fence, took_over, interrupted, poll } => {
+                    let took_over_from = interrupted.then(|| fence.saturating_sub(1));
+                    return self.run_and_answer(&job, fence, took_over, took_over_from, poll).await;
+                }
+                Action::FailWithoutRunning { fence, took_over, poll } => {
+                    return self.fail_without_running(&job, fence, took_over, poll).await;
+                }
+                Action::Deliver { fence, response } => {
+                    tracing::Span::current().record("fence", fence);
+                    tracing::info!("found a committed response that was never delivered; sending the stored bytes");
+                    return match self.send_answer(&job, fence, &response).await {
+                        Ok(_) => Disposition::Done(Done::Replayed { fence }),
+                        Err(error) => self.retry(&job, error.to_string()),
+                    };
+                }
+                Action::Drop(redundant) => return Disposition::Done(dropped(redundant)),
+                Action::BackOff { until_ms } => {
+                    let why = if matches!(current, Seen::Committed { .. }) {
+                        "just committed by another execution, which is sending it"
+                    } else {
+                        self.metrics.record(MetricEvent::LeaseContended);
+                        "another execution holds the lease"
+                    };
+                    return self.come_back(&job, until_ms + self.jitter_ms(), why);
+                }
+                Action::AwaitPoll { until_ms } => {
+                    return self.come_back(&job, until_ms + self.jitter_ms(), "the provider's work is in progress");
+                }
+                Action::Leave => {
+                    let until_ms = self.clock.now_ms() + settings.standby_retry_ms() + self.jitter_ms();
+                    return self.come_back(&job, until_ms, "this region is on standby; the active region answers");
+                }
+            }
+        }
+        self.retry(&job, "the record kept changing while deciding".into())
+    }
+
+    /// A primary's warning that `job`'s request has no failover: its deadline comes before the
+    /// secondary's copy, delayed by the secondary queue, could still be answered. The
+    /// secondary's copy then finds the deadline near or passed, so if this region fails, the
+    /// request goes unanswered or FAILED.
+    fn warn_if_no_failover(&self, job: &Job<'_>) {
+        let settings = &self.settings;
+        if job.budget.no_failover(job.attempt_sent_ms) {
+            tracing::warn!(
+                deadline_s = job.budget.deadline.at_ms.saturating_sub(job.attempt_sent_ms) / 1000,
+                secondary_delay_s = settings.secondary_delay_s,
+                deadline_margin_ms = settings.deadline_margin_ms,
+                "this request's deadline comes before the secondary region could answer it: if this region fails, it has no failover; give the resource a ServiceTimeout of at least the secondary's delay plus the deadline margin"
+            );
+            self.metrics.record(MetricEvent::ShortServiceTimeout);
+        }
+    }
+
+    /// Spreads messages that would otherwise come back together.
+    fn jitter_ms(&self) -> u64 {
+        self.random.below_or_equal(self.settings.jitter_ms_max())
+    }
+
+    /// A retry after a failure: the delay grows with the receive count, with full jitter.
+    fn retry(&self, job: &Job<'_>, why: String) -> Disposition {
+        let delay_ms = full_jitter_ms(
+            self.random.as_ref(),
+            job.receive_count.saturating_sub(1),
+            RETRY_BACKOFF_BASE_MS,
+            self.settings.retry_backoff_max_ms(),
+        );
+        self.come_back(job, self.clock.now_ms() + delay_ms, &why)
+    }
+
+    /// Brings the message back at `until_ms`, within the deadline and the backoff floor
+    /// (`Budget::backoff_s`). Past the deadline, an unresolved message goes to the dead-letter
+    /// queue instead.
+    fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
+        let now_ms = self.clock.now_ms();
+        let deadline = &job.budget.deadline;
+        if now_ms >= deadline.at_ms {
+            return Disposition::DeadLetter {
+                why: format!("{}; the request's deadline, set by {}, has passed", why, deadline.describe()),
+                cause: DeadLetterCause::DeadlinePassed,
+            };
+        }
+        Disposition::Retry { delay_s: job.budget.backoff_s(until_ms, now_ms), why: why.to_owned() }
+    }
+}
+
+/// One delivery being handled: the request and what is known about this delivery of it.
+struct Job<'a> {
+    request: &'a Request,
+    receive_count: u32,
+    /// When the request was sent, if the record said.
+    sent_ms: Option<u64>,
+    /// When the request was sent, or when this delivery began if the record did not say.
+    attempt_sent_ms: u64,
+    /// This execution, as recorded in the lease: region, invocation and a nonce.
+    owner: String,
+    /// The request's deadline, the invocation's, and every end this delivery's calls keep.
+    budget: Budget<'a>,
+}
+
+impl Job<'_> {
+    fn viewer(&self) -> Viewer<'_> {
+        Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
+    }
+}
+
+/// What a message the decision table found redundant comes to.
+fn dropped(redundant: Redundant) -> Done {
+    match redundant {
+        Redundant::Duplicate => Done::Duplicate,
+        Redundant::Superseded => Done::Superseded,
+    }
+}
+
+/// What a panic said: its message when it has one (`panic!` with a string or a format).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|message| (*message).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// "Custom::Echo Create", for Reasons.
+fn describe(request: &Request) -> String {
+    format!(
+        "{} {}",
+        request.resource_type().unwrap_or("the resource"),
+        request.kind().map(RequestKind::as_str).unwrap_or("request")
+    )
+}
+
+/// The scope providers' fenced writes are keyed by: one per request.
+pub fn fence_scope(request: &Request) -> String {
+    crate::fingerprint::short_digest(&[&request.key.stack_id, &request.key.request_id])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,270 @@
+//! Running the provider for a request whose lease this delivery holds, and answering what it
+//! comes to; or, when no run fits before the request's deadline, answering FAILED without
+//! running it.
+//!
+//! The provider runs under heartbeats that extend the lease, with its transient errors retried
+//! for a time budget and its panics caught (a panic is this request's FAILED answer, never the
+//! batch's failure). Invariants kept here:
+//!
+//! * S2: the provider runs under its fence, and is abandoned as soon as a heartbeat finds the
+//!   lease taken over; a lost lease means no commit and no PUT;
+//! * L1: the provider stops where its run window closes (`budget::RunWindow`: the lease cap or
+//!   the invocation's end less the answer), and is then answered FAILED with a Reason that says
+//!   which deadline it missed; no heartbeat extends the lease past the lease cap.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+
+use super::wait::still_in_progress;
+use super::{Job, Worker, describe, fence_scope, panic_message};
+use crate::budget::RunBound;
+use crate::clock::within;
+use crate::lease::{Conditional, PollRecord, StoreError};
+use crate::metrics::MetricEvent;
+use crate::ownership::Fence;
+use crate::provider::{Progress, ProviderContext, ProviderError, Waiting};
+use crate::random::full_jitter_ms;
+use crate::request::Request;
+use crate::response::{Outcome, foreign_text};
+use crate::vocabulary::Disposition;
+
+/// The longest part of a Reason that comes from a provider (often an SDK's or a downstream
+/// service's error text): enough to say what went wrong, never a page of HTML or HTTP headers.
+const PROVIDER_REASON_CHARS_MAX: usize = 512;
+
+/// How a supervised provider run ended.
+enum Run {
+    Finished(Outcome),
+    InProgress(Waiting),
+    LeaseLost,
+}
+
+impl Worker {
+    /// Runs the provider under `fence` (or polls its work in progress) and answers what it
+    /// comes to: commits and sends the outcome, stores the wait, or retries after a lost lease.
+    pub(super) async fn run_and_answer(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over: bool,
+        took_over_from: Option<u64>,
+        poll: Option<PollRecord>,
+    ) -> Disposition {
+        tracing::Span::current().record("fence", fence);
+        let window = job.budget.run_window();
+        let now_ms = self.clock.now_ms();
+        if window.closed(now_ms) {
+            // The lease was taken where no lease may reach any more: answer without running.
+            return self.fail_without_running(job, fence, took_over, poll).await;
+        }
+        if window.too_short(now_ms) {
+            // Taking the lease used up this invocation (a slow store): rather than answer FAILED
+            // for want of time that a later invocation has, let the lease expire and be taken over.
+            return self.retry(job, "too little of this invocation was left to run the provider".into());
+        }
+        let (end, advice) = match window.bound {
+            RunBound::Request => (format!("the request's deadline, set by {}", job.budget.deadline.describe()), ""),
+            RunBound::Invocation => (
+                "the Lambda invocation's deadline".to_owned(),
+                "; raise the function timeout or make the provider faster",
+            ),
+        };
+        let reason = format!(
+            "{} did not finish before {end} (less {} s kept to answer){advice}",
+            describe(job.request),
+            window.kept_ms.div_ceil(1000)
+        );
+        let outcome = match self.supervise(job, fence, took_over_from, poll.as_ref(), window.end_ms, reason).await {
+            Run::Finished(outcome) => outcome,
+            Run::InProgress(waiting) => return self.wait(job, fence, waiting, poll.as_ref()).await,
+            Run::LeaseLost => {
+                self.metrics.record(MetricEvent::FenceConflict);
+                return self.retry(job, "the lease was taken over while the provider ran; nothing committed".into());
+            }
+        };
+        self.commit_and_send(job, fence, outcome).await
+    }
+
+    /// Commits and PUTs FAILED without running the provider: the request's deadline leaves no
+    /// time to run it. With work in progress, the Reason says how long it waited.
+    pub(super) async fn fail_without_running(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over: bool,
+        poll: Option<PollRecord>,
+    ) -> Disposition {
+        tracing::Span::current().record("fence", fence);
+        let now_ms = self.clock.now_ms();
+        let reason = match &poll {
+            Some(poll) => still_in_progress(job, poll, now_ms),
+            None => format!(
+                "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
+                describe(job.request),
+                job.budget.deadline.describe(),
+            ),
+        };
+        let took_over = took_over || poll.is_some();
+        tracing::error!(reason, took_over, "deadline near and nothing committed");
+        // An execution this one took over from may have run the provider: its rollback Delete
+        // must then reach the provider (see `response::build`).
+        let outcome = if took_over { Outcome::failed(reason) } else { Outcome::refused(reason) };
+        self.commit_and_send(job, fence, outcome).await
+    }
+
+    /// Runs the provider (with retries of transient errors) while heartbeating the lease, until
+    /// it finishes, the lease is lost, or `run_deadline_ms` passes (then the answer is FAILED
+    /// with `late_reason`). With `poll`, the provider's work in progress is polled instead.
+    async fn supervise(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over_from: Option<u64>,
+        poll: Option<&PollRecord>,
+        run_deadline_ms: u64,
+        late_reason: String,
+    ) -> Run {
+        let request = job.request;
+        let budget = job.budget;
+        let lease_lost = Arc::new(AtomicBool::new(false));
+        let context = ProviderContext::new(
+            Fence { scope: fence_scope(request), value: fence },
+            request,
+            request.resource_type().unwrap_or_default(),
+            run_deadline_ms,
+            Arc::clone(&self.clock),
+            Arc::clone(&lease_lost),
+        )
+        .taking_over_from(took_over_from);
+        let work = self.run_provider(request, &context, poll);
+        let mut work = std::pin::pin!(work);
+        let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);
+        let mut tick = self.clock.sleep_ms(self.settings.heartbeat_ms);
+        let mut heartbeat: Option<BoxFuture<'_, Result<Conditional, StoreError>>> = None;
+
+        let ended = std::future::poll_fn(|cx| {
+            if let Poll::Ready(outcome) = work.as_mut().poll(cx) {
+                return Poll::Ready(Some(outcome));
+            }
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            loop {
+                if let Some(in_flight) = heartbeat.as_mut() {
+                    let Poll::Ready(result) = in_flight.as_mut().poll(cx) else {
+                        return Poll::Pending;
+                    };
+                    heartbeat = None;
+                    match result {
+                        Ok(Conditional::Applied) => {}
+                        Ok(Conditional::Refused(_)) => {
+                            lease_lost.store(true, Ordering::SeqCst);
+                            return Poll::Ready(Some(Err(())));
+                        }
+                        // Unknown or failed: the next tick tries again; the commit condition
+                        // keeps this safe even if the lease quietly expired meanwhile.
+                        Err(error) => tracing::warn!(%error, "heartbeat failed; will try again"),
+                    }
+                }
+                if tick.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                tick = self.clock.sleep_ms(self.settings.heartbeat_ms);
+                let now_ms = self.clock.now_ms();
+                let store = Arc::clone(&self.store);
+                let key = request.key.clone();
+                let lease_until_ms = budget.heartbeat_lease_until_ms(now_ms);
+                let clock = Arc::clone(&self.clock);
+                let timeout_ms = self.settings.store_call_timeout_ms;
+                heartbeat = Some(Box::pin(async move {
+                    within(clock.as_ref(), timeout_ms, store.heartbeat(&key, fence, lease_until_ms, now_ms))
+                        .await
+                        .unwrap_or_else(|| Err(StoreError::Ambiguous(format!("no answer within {timeout_ms} ms"))))
+                }));
+            }
+        })
+        .await;
+
+        match ended {
+            Some(Ok(Progress::Finished(outcome))) => Run::Finished(outcome),
+            Some(Ok(Progress::InProgress(waiting))) => Run::InProgress(waiting),
+            Some(Err(())) => {
+                tracing::warn!("heartbeat found the lease taken over; provider abandoned");
+                Run::LeaseLost
+            }
+            None => {
+                tracing::error!(late_reason, "provider did not finish in time; answering FAILED");
+                Run::Finished(Outcome::failed(late_reason))
+            }
+        }
+    }
+
+    /// The provider call (or poll), transient errors retried for `provider_retry_ms`. `Err(())` is
+    /// reserved for the supervisor's lease-lost signal and never produced here.
+    async fn run_provider(
+        &self,
+        request: &Request,
+        context: &ProviderContext,
+        poll: Option<&PollRecord>,
+    ) -> Result<Progress, ()> {
+        let label = describe(request);
+        let failed = |reason: String| Ok(Progress::Finished(Outcome::failed(reason)));
+        let started_ms = self.clock.now_ms();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let call = async {
+                match poll {
+                    Some(poll) => self.router.poll(request, context, &poll.state).await,
+                    None => self.router.run(request, context).await,
+                }
+            };
+            // Providers are users' code, and users' code panics. Caught here, a panic is this
+            // request's FAILED answer; uncaught, it would fail the whole batch (lambda_runtime
+            // reports the invocation failed) and hide every record of it for the visibility
+            // timeout, past the deadline margin of any request near its deadline.
+            let result = match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(result) => result,
+                Err(payload) => {
+                    let message = foreign_text(&panic_message(payload.as_ref()), PROVIDER_REASON_CHARS_MAX);
+                    tracing::error!(message, "the provider panicked; answering FAILED");
+                    self.metrics.record(MetricEvent::ProviderPanicked);
+                    return failed(format!("{label} failed: the provider panicked: {message}"));
+                }
+            };
+            match result {
+                Ok(progress) => return Ok(progress),
+                Err(ProviderError::Failed(reason)) => {
+                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
+                    return failed(format!("{label} failed: {reason}"));
+                }
+                Err(ProviderError::Transient(reason)) => {
+                    let delay_ms = full_jitter_ms(
+                        self.random.as_ref(),
+                        attempt,
+                        self.settings.provider_backoff_base_ms,
+                        self.settings.provider_backoff_max_ms,
+                    );
+                    // Retried for a time budget and within the run (past its end the supervisor
+                    // answers FAILED without the provider's reason).
+                    let next_ms = self.clock.now_ms().saturating_add(delay_ms);
+                    if !self.settings.provider_retry_fits(started_ms, next_ms, context.deadline_ms) {
+                        let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
+                        let spent_s = self.clock.now_ms().saturating_sub(started_ms).div_ceil(1000);
+                        return failed(format!(
+                            "{label} failed after {attempt} attempts in {spent_s} s of transient errors: {reason}"
+                        ));
+                    }
+                    tracing::warn!(attempt, reason, delay_ms, "provider failed transiently; retrying");
+                    self.clock.sleep_ms(delay_ms).await;
+                }
+            }
+        }
+    }
+}
