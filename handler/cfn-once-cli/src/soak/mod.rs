@@ -260,7 +260,7 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<SoakOutcome> {
     println!("==> load done after {} s; stopping the fleet and reading what landed", (ended_ms - started_ms) / 1000);
     fleet.stop().await;
 
-    let findings = verify::verify(&fleet, &ledger, &plan).await?;
+    let findings = verify::verify(&fleet, &ledger, &plan, &injected).await?;
     let report = report::Report::build(seed, options, &fleet, &ledger, &plan, &schedule, &injected, &findings, machine);
     let text = report.summary();
     println!("{text}");

@@ -136,7 +136,7 @@ fn seconds(ms: u64) -> String {
 }
 
 /// The worst fault a request saw while it waited for its answer.
-fn fault_seen(request: &Sent, answered_ms: u64, injected: &Injected, started_ms: u64) -> &'static str {
+pub(crate) fn fault_seen(request: &Sent, answered_ms: u64, injected: &Injected, started_ms: u64) -> &'static str {
     let (from, to) = (request.published_ms.saturating_sub(started_ms), answered_ms.saturating_sub(started_ms));
     let overlaps = |kind: &str| injected.windows.iter().any(|w| w.kind == kind && w.start_ms <= to && w.end_ms >= from);
     if overlaps("outage") {
@@ -250,6 +250,13 @@ impl Report {
             "problems   {} lost, {} conflicting, {} late, {} wrong answers, {} superseded attempts answered",
             findings.lost, findings.conflicting, findings.late, findings.wrong, findings.superseded_answered
         );
+        if findings.excused_deadline > 0 {
+            let _ = writeln!(
+                s,
+                "excused    {} answered FAILED at their deadline: a ServiceTimeout shorter than what the fault they met can cost",
+                findings.excused_deadline
+            );
+        }
         let dlqs: Vec<String> = findings
             .dlqs
             .iter()
@@ -384,6 +391,17 @@ impl Report {
         }
         for problem in &findings.problems {
             let _ = writeln!(md, "- {problem}");
+        }
+        if !findings.notes.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## Excused\n\nFAILED answers at a request's deadline whose ServiceTimeout was shorter than what the fault \
+                 it met can hold a copy (visibility timeout, lease, secondary delay, longest run): the answer the \
+                 design gives instead of a hang. Each still had to come before the deadline and say why.\n"
+            );
+            for note in &findings.notes {
+                let _ = writeln!(md, "- {note}");
+            }
         }
         let _ = writeln!(
             md,

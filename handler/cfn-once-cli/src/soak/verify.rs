@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::ops::QueueTarget;
 use crate::ops::dlq;
+use crate::soak::faults::Injected;
 use crate::soak::fleet::Fleet;
 use crate::soak::load::{Class, Expect, Ledger, Plan, Sent, Step, UNDELIVERABLE_MARK};
 
@@ -58,6 +59,10 @@ pub struct Findings {
     pub late: usize,
     /// Answered, but not as its properties call for.
     pub wrong: usize,
+    /// Answered FAILED "the request's deadline" where a fault it met could outlast its
+    /// ServiceTimeout: the answer the design gives then (never a hang), counted apart from
+    /// `wrong` and, being one correct answer, in `answered_once`.
+    pub excused_deadline: usize,
     /// PUTs for a superseded attempt after its late copy.
     pub superseded_answered: usize,
     pub items_checked: usize,
@@ -76,6 +81,8 @@ pub struct Findings {
     pub receives: (usize, u64, u32),
     /// The first problems, in words.
     pub problems: Vec<String>,
+    /// The first excused answers, in words (not problems: listed in the report).
+    pub notes: Vec<String>,
 }
 
 const PROBLEMS_SHOWN: usize = 40;
@@ -93,6 +100,12 @@ impl Findings {
             && self.leaked_signatures == 0
     }
 
+    fn note(&mut self, text: String) {
+        if self.notes.len() < PROBLEMS_SHOWN {
+            self.notes.push(text);
+        }
+    }
+
     fn problem(&mut self, text: String) {
         if self.problems.len() < PROBLEMS_SHOWN {
             self.problems.push(text);
@@ -101,7 +114,7 @@ impl Findings {
 }
 
 /// Runs every check.
-pub async fn verify(fleet: &Fleet, ledger: &Ledger, plan: &Plan) -> anyhow::Result<Findings> {
+pub async fn verify(fleet: &Fleet, ledger: &Ledger, plan: &Plan, injected: &Injected) -> anyhow::Result<Findings> {
     let mut findings = Findings::default();
     let sent = ledger.sent();
     findings.requests = sent.len();
@@ -125,7 +138,8 @@ pub async fn verify(fleet: &Fleet, ledger: &Ledger, plan: &Plan) -> anyhow::Resu
             accepted_ms: ledger.accepted_puts(&request.key),
             region: holder.get(&(request.stack_id.clone(), request.request_id.clone())).cloned(),
         };
-        check_answer(&mut findings, request, &outcome);
+        let excuse = outcome.first_ms().and_then(|at| deadline_excuse(fleet, request, at, injected, ledger.started_ms));
+        check_answer(&mut findings, request, &outcome, excuse);
         findings.outcomes.push(outcome);
     }
     check_items(fleet, &sent, &findings.outcomes.clone(), &mut findings).await?;
@@ -146,7 +160,31 @@ pub async fn verify(fleet: &Fleet, ledger: &Ledger, plan: &Plan) -> anyhow::Resu
     Ok(findings)
 }
 
-fn check_answer(findings: &mut Findings, request: &Sent, outcome: &Outcome) {
+/// The fault that excuses a FAILED answer at the request's deadline, if there is one: a region
+/// outage, a drill or a SIGKILL during the request's life, when its ServiceTimeout is shorter than
+/// the longest such a fault can hold a copy (the visibility timeout after a killed invocation, a
+/// lease, the secondary's delay and the longest provider run: `Fleet::liveness_bound_ms`). Then no
+/// region may be able to run the provider in time, and a FAILED before the deadline, saying so, is
+/// the designed answer. A request with more time than that gets no excuse.
+fn deadline_excuse(
+    fleet: &Fleet,
+    request: &Sent,
+    answered_ms: u64,
+    injected: &Injected,
+    started_ms: u64,
+) -> Option<&'static str> {
+    if request.deadline_ms.saturating_sub(request.published_ms) >= fleet.liveness_bound_ms() {
+        return None;
+    }
+    let fault = crate::soak::report::fault_seen(request, answered_ms, injected, started_ms);
+    ["primary region down", "drill (secondary active)", "a SIGKILL in the fleet"].contains(&fault).then_some(fault)
+}
+
+/// The Reasons the handler gives when a request's deadline comes before its provider can finish.
+const DEADLINE_REASONS: [&str; 3] =
+    ["did not finish before the request's deadline", "before the request's deadline", "when the request's deadline"];
+
+fn check_answer(findings: &mut Findings, request: &Sent, outcome: &Outcome, excuse: Option<&str>) {
     let what = format!("{} {} of {} ({})", request.kind, request.request_id, request.logical_id, request.class.label());
     let Some(first_ms) = outcome.first_ms() else {
         findings.lost += 1;
@@ -183,8 +221,22 @@ fn check_answer(findings: &mut Findings, request: &Sent, outcome: &Outcome) {
             Expect::Success => status == "SUCCESS",
             Expect::Failed(part) => status == "FAILED" && reason.contains(part.as_str()),
         };
+    let excused = !right
+        && excuse.is_some()
+        && status == "FAILED"
+        && body["RequestId"] == request.request_id.as_str()
+        && DEADLINE_REASONS.iter().any(|part| reason.contains(part));
     if right {
         findings.answered_once += 1;
+    } else if excused {
+        findings.answered_once += 1;
+        findings.excused_deadline += 1;
+        findings.note(format!(
+            "answered FAILED at its deadline, excused ({}, ServiceTimeout {} s): {what}: {:?}",
+            excuse.unwrap_or_default(),
+            request.deadline_ms.saturating_sub(request.published_ms) / 1000,
+            reason.chars().take(160).collect::<String>()
+        ));
     } else {
         findings.wrong += 1;
         findings.problem(format!(
@@ -435,8 +487,17 @@ mod tests {
     }
 
     fn judge(request: &Sent, puts: Vec<(u64, Vec<u8>)>, accepted_ms: Vec<u64>) -> Findings {
+        judge_excused(request, puts, accepted_ms, None)
+    }
+
+    fn judge_excused(
+        request: &Sent,
+        puts: Vec<(u64, Vec<u8>)>,
+        accepted_ms: Vec<u64>,
+        excuse: Option<&str>,
+    ) -> Findings {
         let mut findings = Findings::default();
-        check_answer(&mut findings, request, &Outcome { sent: 0, puts, accepted_ms, region: None });
+        check_answer(&mut findings, request, &Outcome { sent: 0, puts, accepted_ms, region: None }, excuse);
         findings
     }
 
@@ -458,6 +519,22 @@ mod tests {
         let answered = vec![(2_000, body("SUCCESS", "")), (12_000, body("SUCCESS", ""))];
         assert_eq!(judge(&superseded, answered.clone(), vec![2_000, 12_000]).superseded_answered, 1);
         assert_eq!(judge(&superseded, answered[..1].to_vec(), vec![2_000]).superseded_answered, 0);
+    }
+
+    #[test]
+    fn a_deadline_failed_is_excused_only_with_a_fault_and_a_deadline_reason() {
+        let ok = sent(Expect::Success);
+        let deadline = body("FAILED", "Custom::Echo Create did not finish before the request's deadline, set by …");
+        let excused = judge_excused(&ok, vec![(2_000, deadline.clone())], vec![2_000], Some("primary region down"));
+        assert_eq!((excused.wrong, excused.excused_deadline, excused.answered_once), (0, 1, 1));
+        // Without a fault that could outlast the ServiceTimeout, the same answer is wrong.
+        assert_eq!(judge(&ok, vec![(2_000, deadline)], vec![2_000]).wrong, 1);
+        // A fault excuses only a deadline's Reason.
+        let other = judge_excused(&ok, vec![(2_000, body("FAILED", "no"))], vec![2_000], Some("primary region down"));
+        assert_eq!((other.wrong, other.excused_deadline), (1, 0));
+        // And never a late one.
+        let late = body("FAILED", "no region could run Custom::Echo Create before the request's deadline");
+        assert_eq!(judge_excused(&ok, vec![(61_000, late)], vec![61_500], Some("primary region down")).late, 1);
     }
 
     #[test]

@@ -58,9 +58,9 @@ impl Worker {
         .map(|written| written.map(|stored| stored.unwrap_or_else(|| body.to_vec())))
     }
 
-    /// Sends a committed answer: PUTs the committed bytes, then records the delivery (best
-    /// effort: a duplicate that finds it unrecorded only PUTs the same bytes again). Returns the
-    /// status the body carries.
+    /// Sends a committed answer: PUTs the committed bytes, then records the delivery, retried
+    /// within the invocation (if it still cannot be recorded, a duplicate that finds it
+    /// unrecorded only PUTs the same bytes again). Returns the status the body carries.
     pub(super) async fn send_answer(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<Status, PutError> {
         let work_end_ms = job.budget.work_end_ms();
         // The last PUT attempt ends in time to record the delivery.
@@ -89,7 +89,7 @@ impl Worker {
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, "response delivered");
-        match self.store_call(self.store.mark_delivered(&job.request.key, fence, now_ms), work_end_ms).await {
+        match self.mark_delivered(&job.request.key, fence, work_end_ms).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
             Err(error) => {

@@ -16,7 +16,7 @@ use crate::clock::within;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, RequestLabel, Seen, StoreError};
 use crate::metrics::MetricEvent;
 use crate::random::full_jitter_ms;
-use crate::request::{Request, RequestKind};
+use crate::request::{Request, RequestKey, RequestKind};
 
 impl Worker {
     /// Takes the lease, or reports the record that refused it. `Seen::Mine` on success.
@@ -133,6 +133,30 @@ impl Worker {
                 Ok(Conditional::Refused(_)) => return Ok(None),
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
+            }
+            if !self.store_backoff(attempt, end_ms).await {
+                break;
+            }
+        }
+        Err(last)
+    }
+
+    /// Records that the answer was delivered, retried with backoff until `end_ms`. The write only
+    /// sets a flag under the fence, so repeating it is harmless and an unknown outcome (a 5xx,
+    /// a reset, a lost reply) is simply tried again: a mark that stays unrecorded makes every
+    /// later copy PUT the answer again and leaves the record looking undelivered to operators.
+    pub(super) async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        end_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        let mut last = StoreError::Transient("no attempt was made".into());
+        for attempt in 1..=self.settings.store_attempts_max.max(1) {
+            match self.store_call(self.store.mark_delivered(key, fence, self.clock.now_ms()), end_ms).await {
+                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) => last = error,
+                Ok(answer) => return Ok(answer),
             }
             if !self.store_backoff(attempt, end_ms).await {
                 break;

@@ -165,6 +165,21 @@ fn answered(disposition: &Disposition) -> (u64, Status) {
 }
 
 #[test]
+fn a_delivered_mark_that_fails_is_tried_again() {
+    // Found by the 30-minute soak: a 5xx and then a reset on the mark left a record committed
+    // and undelivered after both copies had PUT the answer.
+    let h = Harness::new();
+    h.store.inject(Op::MarkDelivered, Fault::LostRequest);
+    h.store.inject(Op::MarkDelivered, Fault::Transient);
+    let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({"Colour": "blue"})));
+    assert_eq!(answered(&disposition), (1, Status::Success));
+    assert_eq!(h.bodies(URL).len(), 1);
+    let record = h.record();
+    assert_eq!((record.state, record.delivered), (LeaseState::Committed, true), "the mark is retried until it lands");
+    assert_eq!(h.store.calls(Op::MarkDelivered), 3);
+}
+
+#[test]
 fn happy_path_answers_once_with_echoed_data() {
     let h = Harness::new();
     let disposition = h.handle(&h.worker("us-east-1"), &echo_create(json!({"Colour": "blue", "Size": "5"})));
