@@ -14,6 +14,7 @@ mod esm;
 mod fenced;
 mod hostile;
 mod http_sink;
+mod invoke_api;
 mod lambda_service;
 mod lifecycle;
 mod logs;

@@ -458,7 +458,7 @@ async fn serve_connection(
 ) {
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
-    while let Some((method, path, body)) = read_request(&mut reader).await {
+    while let Some(HttpRequest { method, path, body, .. }) = read_request(&mut reader).await {
         let rest = path.strip_prefix(PREFIX).unwrap_or_default();
         let reply = match (method.as_str(), rest) {
             ("GET", "/invocation/next") => {
@@ -500,10 +500,15 @@ async fn serve_connection(
     }
 }
 
-fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
+/// One HTTP/1.1 response: `status`, extra `headers` (each line ending in CRLF), a JSON `body`.
+pub(crate) fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         202 => "Accepted",
+        204 => "No Content",
+        400 => "Bad Request",
+        413 => "Request Entity Too Large",
+        429 => "Too Many Requests",
         _ => "Not Found",
     };
     let mut bytes = format!(
@@ -515,8 +520,26 @@ fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// Reads one request: method, path and body (by Content-Length, or chunked).
-async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<(String, String, Vec<u8>)> {
+/// One HTTP/1.1 request, as the local services read it.
+#[derive(Debug)]
+pub(crate) struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    /// Header names in lower case, values trimmed.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    /// The value of header `name` (lower case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads one request: method, path, headers and body (by Content-Length, or chunked), at most
+/// Lambda's 6 MB payload limit.
+pub(crate) async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<HttpRequest> {
     let mut line = String::new();
     if reader.read_line(&mut line).await.ok()? == 0 {
         return None;
@@ -524,6 +547,7 @@ async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
     let (mut length, mut chunked) = (0usize, false);
+    let mut headers = Vec::new();
     loop {
         let mut header = String::new();
         if reader.read_line(&mut header).await.ok()? == 0 {
@@ -534,14 +558,16 @@ async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>
             break;
         }
         let (name, value) = header.split_once(':')?;
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.trim().parse().ok()?,
-            "transfer-encoding" => chunked = value.trim().eq_ignore_ascii_case("chunked"),
+        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_owned());
+        match name.as_str() {
+            "content-length" => length = value.parse().ok()?,
+            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
             _ => {}
         }
+        headers.push((name, value));
     }
     let body = if chunked { read_chunked(reader).await? } else { read_exact(reader, length).await? };
-    Some((method, path, body))
+    Some(HttpRequest { method, path, headers, body })
 }
 
 async fn read_exact<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>, length: usize) -> Option<Vec<u8>> {
