@@ -397,38 +397,47 @@ impl<'a> Budget<'a> {
 }
 
 #[cfg(test)]
+/// The worker tests' settings (`worker::tests` and the tests below): 2 s store calls and PUT attempts, a 1 s
+/// SQS call.
+pub(crate) fn test_settings(region: &str) -> Settings {
+    Settings {
+        region: region.into(),
+        role: Role::Primary,
+        lease_ms: 10_000,
+        skew_ms: 1_000,
+        heartbeat_ms: 3_000,
+        store_attempts_max: 4,
+        store_call_timeout_ms: 2_000,
+        store_backoff_base_ms: 50,
+        store_backoff_max_ms: 1_000,
+        provider_retry_ms: 10_000,
+        provider_backoff_base_ms: 100,
+        provider_backoff_max_ms: 1_000,
+        put: crate::put::PutPolicy {
+            attempts_max: 3,
+            attempt_timeout_ms: 2_000,
+            backoff_base_ms: 100,
+            backoff_max_ms: 1_000,
+        },
+        retention_ms: 86_400_000,
+        retry_delay_s_max: 900,
+        standby_retry_s: 30,
+        deadline_ceiling_s: 3_600,
+        deadline_margin_ms: 20_000,
+        queue_call_timeout_ms: 1_000,
+        max_receive_count: 1_000,
+        control_cache_ms: 0,
+        visibility_timeout_s: 960,
+        secondary_delay_s: 60,
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::put::PutPolicy;
 
-    /// The worker tests' settings (`worker::tests`): 2 s store calls and PUT attempts, a 1 s
-    /// SQS call.
     fn settings(region: &str) -> Settings {
-        Settings {
-            region: region.into(),
-            role: Role::Primary,
-            lease_ms: 10_000,
-            skew_ms: 1_000,
-            heartbeat_ms: 3_000,
-            store_attempts_max: 4,
-            store_call_timeout_ms: 2_000,
-            store_backoff_base_ms: 50,
-            store_backoff_max_ms: 1_000,
-            provider_retry_ms: 10_000,
-            provider_backoff_base_ms: 100,
-            provider_backoff_max_ms: 1_000,
-            put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 },
-            retention_ms: 86_400_000,
-            retry_delay_s_max: 900,
-            standby_retry_s: 30,
-            deadline_ceiling_s: 3_600,
-            deadline_margin_ms: 20_000,
-            queue_call_timeout_ms: 1_000,
-            max_receive_count: 1_000,
-            control_cache_ms: 0,
-            visibility_timeout_s: 960,
-            secondary_delay_s: 60,
-        }
+        test_settings(region)
     }
 
     #[test]

@@ -17,7 +17,6 @@ use crate::lease::{LeaseRecord, LeaseState};
 use crate::memory_store::MemoryLeaseStore;
 use crate::metrics::MetricEvent;
 use crate::provider::ProviderContext;
-use crate::put::PutPolicy;
 use crate::random::SplitMix64;
 use crate::request::RequestKey;
 use crate::response::{ResponseBody, Status, is_failed_create_id};
@@ -107,31 +106,7 @@ impl Harness {
 }
 
 fn settings(region: &str) -> Settings {
-    Settings {
-        region: region.into(),
-        role: Role::Primary,
-        lease_ms: 10_000,
-        skew_ms: 1_000,
-        heartbeat_ms: 3_000,
-        store_attempts_max: 4,
-        store_call_timeout_ms: 2_000,
-        store_backoff_base_ms: 50,
-        store_backoff_max_ms: 1_000,
-        provider_retry_ms: 10_000,
-        provider_backoff_base_ms: 100,
-        provider_backoff_max_ms: 1_000,
-        put: PutPolicy { attempts_max: 3, attempt_timeout_ms: 2_000, backoff_base_ms: 100, backoff_max_ms: 1_000 },
-        retention_ms: 86_400_000,
-        retry_delay_s_max: 900,
-        standby_retry_s: 30,
-        deadline_ceiling_s: 3_600,
-        deadline_margin_ms: 20_000,
-        queue_call_timeout_ms: 1_000,
-        max_receive_count: 1_000,
-        control_cache_ms: 0,
-        visibility_timeout_s: 960,
-        secondary_delay_s: 60,
-    }
+    crate::budget::test_settings(region)
 }
 
 fn request(kind: &str, resource_type: &str, properties: Value, url: &str) -> String {
