@@ -82,6 +82,16 @@ impl TwoRegions {
         overrides: &[(&str, &str)],
         customize: impl FnOnce(Ports) -> Ports,
     ) -> Self {
+        Self::with_ports(secondary_delay_s, overrides, customize, |ports| ports).await
+    }
+
+    /// Like [`TwoRegions::new`], with each region's ports replaced by its `customize`.
+    pub async fn with_ports(
+        secondary_delay_s: u32,
+        overrides: &[(&str, &str)],
+        customize: impl FnOnce(Ports) -> Ports,
+        customize_secondary: impl FnOnce(Ports) -> Ports,
+    ) -> Self {
         let options = EnvironmentOptions {
             name: unique("cfn-once-two"),
             secondary_delay_s,
@@ -96,9 +106,15 @@ impl TwoRegions {
             RegionPair::worker_with(&env, Role::Primary, overrides, Some(primary_observed.observer()), customize)
                 .await
                 .expect("primary");
-        let mut secondary = RegionPair::worker(&env, Role::Secondary, overrides, Some(secondary_observed.observer()))
-            .await
-            .expect("secondary");
+        let mut secondary = RegionPair::worker_with(
+            &env,
+            Role::Secondary,
+            overrides,
+            Some(secondary_observed.observer()),
+            customize_secondary,
+        )
+        .await
+        .expect("secondary");
         primary.start();
         secondary.start();
         let file = &env.file;

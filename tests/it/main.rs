@@ -12,6 +12,7 @@ mod e2e;
 mod emf;
 mod esm;
 mod fenced;
+mod functions;
 mod hostile;
 mod http_sink;
 mod invoke_api;

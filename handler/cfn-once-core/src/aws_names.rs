@@ -95,6 +95,53 @@ pub fn is_region(text: &str) -> bool {
         && parts.last().is_some_and(|last| (1..=2).contains(&last.len()) && last.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// A Lambda function of this region, by name (`reservation-on-event`) or ARN
+/// (`arn:aws:lambda:us-east-1:123456789012:function:reservation-on-event[:alias]`). A handler
+/// region invokes its own region's copy of a function only, so that an outage takes the pair
+/// down together and the other region's pair carries on: an ARN of another region is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRef(String);
+
+impl FunctionRef {
+    /// Parses `text` as a function of `region`.
+    pub fn parse(text: &str, region: &str) -> Result<Self, String> {
+        if let Some(rest) = text.strip_prefix("arn:") {
+            let parts: Vec<&str> = rest.split(':').collect();
+            let ok = matches!(parts.as_slice(),
+                [partition, "lambda", arn_region, account, "function", name, qualifier @ ..]
+                    if partition.starts_with("aws") && is_region(arn_region) && is_account(account)
+                        && is_function_name(name) && qualifier.len() <= 1
+                        && qualifier.iter().all(|q| !q.is_empty() && q.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'$'))));
+            if !ok {
+                return Err(format!(
+                    "{text:?} is not a Lambda function ARN (arn:aws:lambda:<region>:<account>:function:<name>)"
+                ));
+            }
+            if parts[2] != region {
+                return Err(format!(
+                    "{text:?} is a function of {}: each handler region invokes its own region's copy ({region})",
+                    parts[2]
+                ));
+            }
+            return Ok(Self(text.to_owned()));
+        }
+        if is_function_name(text) {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(format!("{text:?} is not a Lambda function name (1 to 64 letters, digits, - and _) or ARN"))
+        }
+    }
+
+    /// The name or ARN, as the Invoke API takes it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn is_function_name(text: &str) -> bool {
+    (1..=64).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+}
+
 fn is_account(text: &str) -> bool {
     text.len() == 12 && text.bytes().all(|b| b.is_ascii_digit())
 }
@@ -107,6 +154,22 @@ fn is_table_name(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn functions_are_this_regions_by_name_or_arn() {
+        assert!(FunctionRef::parse("reservation-on-event", "us-east-1").is_ok());
+        assert!(FunctionRef::parse("arn:aws:lambda:us-east-1:123456789012:function:on-event", "us-east-1").is_ok());
+        assert!(
+            FunctionRef::parse("arn:aws:lambda:us-east-1:123456789012:function:on-event:live", "us-east-1").is_ok()
+        );
+        let other = FunctionRef::parse("arn:aws:lambda:us-west-2:123456789012:function:on-event", "us-east-1");
+        assert!(other.unwrap_err().contains("its own region's copy (us-east-1)"));
+        for bad in
+            ["", "has space", "a/b", &"x".repeat(65), "arn:aws:lambda:us-east-1:1234:function:f", "arn:aws:s3:::bucket"]
+        {
+            assert!(FunctionRef::parse(bad, "us-east-1").is_err(), "{bad:?}");
+        }
+    }
 
     fn table(text: &str) -> TableRef {
         TableRef::parse(text).expect("a table")

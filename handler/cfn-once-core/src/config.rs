@@ -8,7 +8,7 @@
 //! Settings are built from a configuration, never the other way round: `settings` knows nothing
 //! of the environment.
 
-use crate::aws_names::{ItemTables, TableRef};
+use crate::aws_names::{FunctionRef, ItemTables, TableRef};
 use crate::budget::BACKOFF_FLOOR_S_MAX;
 use crate::put::PutPolicy;
 use crate::response_url::AllowedPrefix;
@@ -135,6 +135,59 @@ pub struct Config {
     /// handed to them at start (`cfn_once::ProviderSetup::var`). The regional template passes
     /// its `ProviderEnvironment` parameter here.
     pub provider_environment: std::collections::BTreeMap<String, String>,
+    /// `CFN_ONCE_FUNCTIONS` (default none): resource types served by existing Lambda functions
+    /// of this region, the CDK Provider framework's way: `Custom::Type=on-event[|is-complete]`,
+    /// comma-separated, each function by name or ARN. The regional template passes its
+    /// `Functions` parameter here and grants `lambda:InvokeFunction` on exactly those.
+    pub functions: Vec<FunctionRoute>,
+}
+
+/// A resource type answered by existing functions: `onEvent`, and `isComplete` if configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionRoute {
+    /// The resource type, `Custom::Name`.
+    pub resource_type: String,
+    /// The function every request of the type is passed to.
+    pub on_event: FunctionRef,
+    /// The function polled until it says `IsComplete`, if the type has one.
+    pub is_complete: Option<FunctionRef>,
+}
+
+/// Parses `CFN_ONCE_FUNCTIONS` for `region`; every problem named.
+fn function_routes(entries: &[String], region: &str) -> Result<Vec<FunctionRoute>, Vec<String>> {
+    let (mut routes, mut problems) = (Vec::<FunctionRoute>::new(), Vec::new());
+    for entry in entries {
+        let Some((resource_type, functions)) = entry.split_once('=') else {
+            problems.push(format!("CFN_ONCE_FUNCTIONS entry {entry:?} is not Custom::Type=on-event[|is-complete]"));
+            continue;
+        };
+        let resource_type = resource_type.trim();
+        let name = resource_type.strip_prefix("Custom::").unwrap_or_default();
+        if name.is_empty()
+            || name.len() > 60
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'@' | b'-'))
+        {
+            problems
+                .push(format!("CFN_ONCE_FUNCTIONS: {resource_type:?} is not a custom resource type (Custom::Name)"));
+            continue;
+        }
+        if routes.iter().any(|route| route.resource_type == resource_type) {
+            problems.push(format!("CFN_ONCE_FUNCTIONS names {resource_type} twice"));
+            continue;
+        }
+        let mut refs = functions.split('|').map(|f| FunctionRef::parse(f.trim(), region));
+        let on_event = refs.next().expect("split yields one part at least");
+        let is_complete = refs.next().transpose();
+        let extra = refs.next().is_some();
+        match (on_event, is_complete, extra) {
+            (_, _, true) => problems.push(format!("CFN_ONCE_FUNCTIONS: {resource_type} names more than two functions")),
+            (Ok(on_event), Ok(is_complete), false) => {
+                routes.push(FunctionRoute { resource_type: resource_type.to_owned(), on_event, is_complete })
+            }
+            (Err(why), _, _) | (_, Err(why), _) => problems.push(format!("CFN_ONCE_FUNCTIONS: {resource_type}: {why}")),
+        }
+    }
+    if problems.is_empty() { Ok(routes) } else { Err(problems) }
 }
 
 /// Where a primary learns whether it is the active region.
@@ -318,6 +371,10 @@ impl Config {
         let visibility_timeout_s =
             vars.number("CFN_ONCE_VISIBILITY_TIMEOUT_S", VISIBILITY_TIMEOUT_S_DEFAULT, 0, 43_200);
         let secondary_delay_s = vars.number("CFN_ONCE_SECONDARY_DELAY_S", SECONDARY_DELAY_S_DEFAULT, 0, 900);
+        let functions = function_routes(&vars.list("CFN_ONCE_FUNCTIONS"), &region).unwrap_or_else(|why| {
+            vars.problems.extend(why);
+            Vec::new()
+        });
         let provider_environment = match vars.get("CFN_ONCE_PROVIDER_ENVIRONMENT") {
             None => std::collections::BTreeMap::new(),
             Some(text) => provider_environment(&text).unwrap_or_else(|why| {
@@ -375,6 +432,7 @@ impl Config {
             visibility_timeout_s,
             secondary_delay_s,
             provider_environment,
+            functions,
         };
         let settings = config.settings();
         if config.deadline_margin_ms <= settings.take_over_answer_ms() {
@@ -539,6 +597,43 @@ mod tests {
         assert_eq!(config.topic_arns, vec![TOPIC.to_owned()]);
         assert_eq!(config.item_tables, ItemTables::Only(vec![]));
         assert!(config.response_url_allow.is_empty());
+    }
+
+    #[test]
+    fn functions_route_resource_types_to_this_regions_functions() {
+        let base = [
+            ("AWS_REGION", "us-east-1"),
+            ("CFN_ONCE_ROLE", "primary"),
+            ("CFN_ONCE_TABLE", "leases"),
+            ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+        ];
+        let with = |functions: &str| {
+            let mut vars = base.to_vec();
+            vars.push(("CFN_ONCE_FUNCTIONS", functions));
+            config(&vars)
+        };
+        let routes = with("Custom::Reservation=on-event|is-complete, Custom::Greeting=arn:aws:lambda:us-east-1:123456789012:function:greet")
+            .expect("valid")
+            .functions;
+        assert_eq!(routes.len(), 2);
+        assert_eq!(
+            (routes[0].resource_type.as_str(), routes[0].on_event.as_str()),
+            ("Custom::Reservation", "on-event")
+        );
+        assert_eq!(routes[0].is_complete.as_ref().map(FunctionRef::as_str), Some("is-complete"));
+        assert_eq!(routes[1].is_complete, None);
+        assert!(config(&base).expect("valid").functions.is_empty());
+        for (bad, says) in [
+            ("Custom::X", "is not Custom::Type=on-event"),
+            ("AWS::S3::Bucket=f", "is not a custom resource type"),
+            ("Custom::X=f,Custom::X=g", "names Custom::X twice"),
+            ("Custom::X=a|b|c", "more than two functions"),
+            ("Custom::X=arn:aws:lambda:us-west-2:123456789012:function:f", "its own region's copy"),
+            ("Custom::X=not a name", "is not a Lambda function name"),
+        ] {
+            let error = with(bad).expect_err(bad).to_string();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
     }
 
     #[test]

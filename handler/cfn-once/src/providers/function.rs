@@ -1,0 +1,550 @@
+//! Resource types answered by Lambda functions that already exist, following the AWS CDK
+//! Provider framework's contract: an `onEvent` function and an optional `isComplete` one
+//! (`CFN_ONCE_FUNCTIONS`), invoked synchronously in this handler's own region.
+//!
+//! * **Input.** `onEvent` gets the CloudFormation request as the CDK framework passes it
+//!   (`RequestType`, `StackId`, `RequestId`, `ResourceType`, `LogicalResourceId`,
+//!   `PhysicalResourceId` for an Update or Delete, `ResourceProperties` and, for an Update,
+//!   `OldResourceProperties`), **never the ResponseURL**, plus `CfnOnce`: the fence (`Value`,
+//!   `Scope`) for fenced writes, this `Region`, `TookOverFrom` (the fence of the execution this
+//!   one took over from, or null) and `RemainingMs` until the request's deadline.
+//! * **Output.** An object with optional `PhysicalResourceId` (default as the CDK framework's:
+//!   the RequestId for a Create, the current id otherwise), `Data` and `NoEcho`. With an
+//!   `isComplete` function, or when the output says `"IsComplete": false`, the request is in
+//!   progress: the event and the output so far are stored under the fence like any provider's
+//!   state, and `isComplete` (or, without one, `onEvent` again) is called with the event plus
+//!   the output's `PhysicalResourceId` and `Data`, from whichever region holds the due poll,
+//!   until it answers `"IsComplete": true`; its `Data` is merged over the output's.
+//! * **Errors.** A function error (an exception) is a FAILED answer with the error's type and
+//!   message (bounded and stripped like any provider text); a function timeout is a FAILED
+//!   saying so; a throttled or failing Invoke is retried as any transient provider error is
+//!   (within the provider's retry budget and the run's time); an unreadable answer is a FAILED
+//!   naming what was wrong. Data over CloudFormation's 4 KB limit is refused by the response
+//!   builder, as for any provider.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cfn_once_core::config::FunctionRoute;
+use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
+use cfn_once_core::request::RequestKind;
+use serde_json::{Map, Value, json};
+
+/// How long after an in-progress answer the next poll comes (the CDK framework's default
+/// query interval).
+pub const POLL_AFTER: Duration = Duration::from_secs(5);
+
+/// What a synchronous invoke returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invoked {
+    /// The function's response payload.
+    Response(Vec<u8>),
+    /// The function failed (`X-Amz-Function-Error`): Lambda's error document.
+    FunctionError(Vec<u8>),
+}
+
+/// Why an invoke did not return.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvokeError {
+    /// Worth trying again: throttled, a 5xx, a network failure, a timeout.
+    #[error("{0}")]
+    Transient(String),
+    /// Will not work by trying again: no such function, access denied, a payload refused.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+/// Invokes a function synchronously (the port; `LambdaInvoker` is the AWS adapter).
+#[async_trait]
+pub trait FunctionInvoker: Send + Sync + std::fmt::Debug {
+    /// Invokes `function` (a name or ARN) with `payload`, giving up after `timeout_ms`.
+    async fn invoke(&self, function: &str, payload: Vec<u8>, timeout_ms: u64) -> Result<Invoked, InvokeError>;
+}
+
+/// The AWS Lambda Invoke API through `aws-sdk-lambda`, one attempt per call (the worker retries).
+#[derive(Debug, Clone)]
+pub struct LambdaInvoker {
+    client: aws_sdk_lambda::Client,
+}
+
+impl LambdaInvoker {
+    /// A client from the function's AWS configuration (its HTTPS client and region).
+    pub fn new(sdk: &aws_config::SdkConfig) -> Self {
+        let config = aws_sdk_lambda::config::Builder::from(sdk)
+            .retry_config(aws_sdk_lambda::config::retry::RetryConfig::standard().with_max_attempts(1))
+            .build();
+        Self { client: aws_sdk_lambda::Client::from_conf(config) }
+    }
+}
+
+#[async_trait]
+impl FunctionInvoker for LambdaInvoker {
+    async fn invoke(&self, function: &str, payload: Vec<u8>, timeout_ms: u64) -> Result<Invoked, InvokeError> {
+        use aws_sdk_lambda::operation::invoke::InvokeError as Sdk;
+        let call =
+            self.client.invoke().function_name(function).payload(aws_sdk_lambda::primitives::Blob::new(payload)).send();
+        let output = match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
+            Err(_) => {
+                return Err(InvokeError::Transient(format!(
+                    "the Invoke of {function} had no answer within {timeout_ms} ms"
+                )));
+            }
+            Ok(Ok(output)) => output,
+            Ok(Err(error)) => {
+                let text = aws_sdk_lambda::error::DisplayErrorContext(&error).to_string();
+                let permanent = matches!(
+                    error.as_service_error(),
+                    Some(
+                        Sdk::ResourceNotFoundException(_)
+                            | Sdk::InvalidParameterValueException(_)
+                            | Sdk::RequestTooLargeException(_)
+                            | Sdk::InvalidRequestContentException(_)
+                            | Sdk::UnsupportedMediaTypeException(_)
+                    )
+                ) || text.contains("AccessDenied");
+                let why = format!("the Invoke of {function} failed: {}", first_line(&text));
+                return Err(if permanent { InvokeError::Permanent(why) } else { InvokeError::Transient(why) });
+            }
+        };
+        let payload = output.payload.map(|blob| blob.into_inner()).unwrap_or_default();
+        Ok(if output.function_error.is_some() { Invoked::FunctionError(payload) } else { Invoked::Response(payload) })
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// A resource type served by its `onEvent` (and `isComplete`) functions.
+#[derive(Debug, Clone)]
+pub struct FunctionProvider {
+    route: FunctionRoute,
+    region: String,
+    invoker: Arc<dyn FunctionInvoker>,
+}
+
+impl FunctionProvider {
+    /// The provider of `route`'s type, invoking through `invoker` in `region`.
+    pub fn new(route: FunctionRoute, region: impl Into<String>, invoker: Arc<dyn FunctionInvoker>) -> Self {
+        Self { route, region: region.into(), invoker }
+    }
+
+    /// The event the CDK framework passes, with cfn-once's object and without the ResponseURL.
+    fn event(
+        &self,
+        ctx: &ProviderContext,
+        physical_resource_id: Option<&str>,
+        properties: Value,
+        old: Option<Value>,
+    ) -> Map<String, Value> {
+        let mut event = Map::new();
+        let kind = match ctx.request_type {
+            RequestKind::Create => "Create",
+            RequestKind::Update => "Update",
+            RequestKind::Delete => "Delete",
+        };
+        event.insert("RequestType".into(), kind.into());
+        event.insert("StackId".into(), ctx.stack_id.clone().into());
+        event.insert("RequestId".into(), ctx.request_id.clone().into());
+        event.insert("ResourceType".into(), ctx.resource_type.clone().into());
+        event.insert("LogicalResourceId".into(), ctx.logical_resource_id.clone().into());
+        if let Some(id) = physical_resource_id {
+            event.insert("PhysicalResourceId".into(), id.into());
+        }
+        event.insert("ResourceProperties".into(), properties);
+        if let Some(old) = old {
+            event.insert("OldResourceProperties".into(), old);
+        }
+        event
+    }
+
+    fn with_cfn_once(&self, ctx: &ProviderContext, mut event: Map<String, Value>) -> Vec<u8> {
+        event.insert(
+            "CfnOnce".into(),
+            json!({
+                "Fence": {"Value": ctx.fence.value, "Scope": ctx.fence.scope},
+                "Region": self.region,
+                "TookOverFrom": ctx.took_over_from,
+                "RemainingMs": ctx.remaining_ms(),
+            }),
+        );
+        Value::Object(event).to_string().into_bytes()
+    }
+
+    /// One call of `function` with `event`: its answer as a JSON object, or why not.
+    async fn call(
+        &self,
+        ctx: &ProviderContext,
+        function: &str,
+        event: Map<String, Value>,
+    ) -> Result<Map<String, Value>, ProviderError> {
+        let payload = self.with_cfn_once(ctx, event);
+        let answer =
+            self.invoker.invoke(function, payload, ctx.remaining_ms().max(1)).await.map_err(|error| match error {
+                InvokeError::Transient(why) => ProviderError::Transient(why),
+                InvokeError::Permanent(why) => ProviderError::Failed(why),
+            })?;
+        match answer {
+            Invoked::FunctionError(document) => Err(ProviderError::Failed(function_error(function, &document))),
+            Invoked::Response(body) => match serde_json::from_slice::<Value>(&body) {
+                Ok(Value::Object(answer)) => Ok(answer),
+                // A handler that returns nothing (Python's None) answers `null`: an empty output.
+                Ok(Value::Null) => Ok(Map::new()),
+                Ok(other) => {
+                    Err(ProviderError::Failed(format!("{function} answered {}, not a JSON object", kind_of(&other))))
+                }
+                Err(error) => {
+                    Err(ProviderError::Failed(format!("{function} answered something that is not JSON: {error}")))
+                }
+            },
+        }
+    }
+
+    /// `onEvent`, then: done, or in progress until `isComplete` says so.
+    async fn on_event(&self, ctx: &ProviderContext, event: Map<String, Value>) -> Result<Step, ProviderError> {
+        let output = self.call(ctx, self.route.on_event.as_str(), event.clone()).await?;
+        let output = Output::read(&self.route.on_event, &output, &event)?;
+        if self.route.is_complete.is_some() || output.is_complete == Some(false) {
+            return Step::in_progress(json!({"Event": event, "Output": output.to_value()}), POLL_AFTER);
+        }
+        Ok(output.into_step())
+    }
+}
+
+/// What onEvent answered, defaults applied.
+struct Output {
+    physical_resource_id: String,
+    data: BTreeMap<String, Value>,
+    no_echo: bool,
+    is_complete: Option<bool>,
+}
+
+impl Output {
+    fn read(
+        function: &cfn_once_core::aws_names::FunctionRef,
+        answer: &Map<String, Value>,
+        event: &Map<String, Value>,
+    ) -> Result<Self, ProviderError> {
+        let function = function.as_str();
+        let default_id = event
+            .get("PhysicalResourceId")
+            .or_else(|| event.get("RequestId"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let physical_resource_id = match answer.get("PhysicalResourceId") {
+            None | Some(Value::Null) => default_id,
+            Some(Value::String(id)) if !id.is_empty() => id.clone(),
+            Some(other) => {
+                return Err(ProviderError::Failed(format!(
+                    "{function} answered a PhysicalResourceId that is {}, not a non-empty string",
+                    kind_of(other)
+                )));
+            }
+        };
+        let data = match answer.get("Data") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(data)) => data.clone().into_iter().collect(),
+            Some(other) => {
+                return Err(ProviderError::Failed(format!(
+                    "{function} answered Data that is {}, not an object",
+                    kind_of(other)
+                )));
+            }
+        };
+        let flag = |name: &str| match answer.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(value)) => Ok(Some(*value)),
+            Some(other) => Err(ProviderError::Failed(format!(
+                "{function} answered {name} that is {}, not a boolean",
+                kind_of(other)
+            ))),
+        };
+        Ok(Self {
+            physical_resource_id,
+            data,
+            no_echo: flag("NoEcho")?.unwrap_or(false),
+            is_complete: flag("IsComplete")?,
+        })
+    }
+
+    fn to_value(&self) -> Value {
+        json!({"PhysicalResourceId": self.physical_resource_id, "Data": self.data, "NoEcho": self.no_echo})
+    }
+
+    fn into_step(self) -> Step {
+        let mut output = ProviderOutput::with_id(self.physical_resource_id);
+        output.data = self.data;
+        output.no_echo = self.no_echo;
+        Step::Done(output)
+    }
+}
+
+/// A function error document (`{"errorType", "errorMessage"}`) in words.
+fn function_error(function: &str, document: &[u8]) -> String {
+    let document: Value = serde_json::from_slice(document).unwrap_or(Value::Null);
+    let kind = document["errorType"].as_str().unwrap_or("an error");
+    let message = document["errorMessage"].as_str().unwrap_or("(no message)");
+    if kind == "Sandbox.Timedout" || message.contains("Task timed out") {
+        return format!("{function} timed out: {message}");
+    }
+    format!("{function} failed: {kind}: {message}")
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[async_trait]
+impl Provider for FunctionProvider {
+    type Properties = Value;
+
+    async fn create(&self, ctx: &ProviderContext, properties: Value) -> Result<Step, ProviderError> {
+        self.on_event(ctx, self.event(ctx, None, properties, None)).await
+    }
+
+    async fn update(
+        &self,
+        ctx: &ProviderContext,
+        id: &str,
+        properties: Value,
+        old: Option<Value>,
+    ) -> Result<Step, ProviderError> {
+        self.on_event(ctx, self.event(ctx, Some(id), properties, Some(old.unwrap_or(Value::Object(Map::new()))))).await
+    }
+
+    async fn delete(&self, ctx: &ProviderContext, id: &str, properties: Value) -> Result<Step<()>, ProviderError> {
+        Ok(self.on_event(ctx, self.event(ctx, Some(id), properties, None)).await?.map(|_| ()))
+    }
+
+    async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        let (Some(Value::Object(event)), Some(output)) = (state.get("Event").cloned(), state.get("Output")) else {
+            return Err(ProviderError::Failed(
+                "the stored state of the wait is not the event and output cfn-once stored".into(),
+            ));
+        };
+        let function = self.route.is_complete.as_ref().unwrap_or(&self.route.on_event);
+        let mut asked = event.clone();
+        for field in ["PhysicalResourceId", "Data"] {
+            if let Some(value) = output.get(field) {
+                asked.insert(field.into(), value.clone());
+            }
+        }
+        let answer = self.call(ctx, function.as_str(), asked).await?;
+        let complete = match answer.get("IsComplete") {
+            Some(Value::Bool(done)) => *done,
+            None | Some(Value::Null) if self.route.is_complete.is_none() => true,
+            other => {
+                return Err(ProviderError::Failed(format!(
+                    "{} answered IsComplete that is {}, not a boolean",
+                    function.as_str(),
+                    other.map_or("missing", kind_of)
+                )));
+            }
+        };
+        if !complete {
+            return Ok(Step::InProgress(cfn_once_core::provider::Waiting { state, poll_after: POLL_AFTER }));
+        }
+        let mut output = Output::read(&self.route.on_event, output.as_object().unwrap_or(&Map::new()), &event)?;
+        if let Some(Value::Object(more)) = answer.get("Data") {
+            output.data.extend(more.clone());
+        }
+        Ok(output.into_step())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use cfn_once_core::aws_names::FunctionRef;
+    use cfn_once_core::response::Status;
+    use cfn_once_core::testing::ProviderTest;
+
+    use super::*;
+
+    /// A fake Lambda: answers from a script per function, and keeps every event it was given.
+    #[derive(Debug, Default)]
+    struct Script {
+        answers: Mutex<BTreeMap<String, VecDeque<Result<Invoked, InvokeError>>>>,
+        events: Mutex<Vec<(String, Value)>>,
+    }
+
+    impl Script {
+        fn then(&self, function: &str, answer: Result<Invoked, InvokeError>) -> &Self {
+            self.answers.lock().unwrap().entry(function.into()).or_default().push_back(answer);
+            self
+        }
+        fn events(&self) -> Vec<(String, Value)> {
+            self.events.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl FunctionInvoker for Script {
+        async fn invoke(&self, function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
+            self.events.lock().unwrap().push((function.into(), serde_json::from_slice(&payload).unwrap()));
+            self.answers.lock().unwrap().get_mut(function).and_then(VecDeque::pop_front).unwrap_or_else(|| {
+                Err(InvokeError::Permanent(format!("the script has no more answers for {function}")))
+            })
+        }
+    }
+
+    fn ok(answer: Value) -> Result<Invoked, InvokeError> {
+        Ok(Invoked::Response(answer.to_string().into_bytes()))
+    }
+
+    fn kit(script: &Arc<Script>, is_complete: bool) -> ProviderTest {
+        let route = FunctionRoute {
+            resource_type: "Custom::Reservation".into(),
+            on_event: FunctionRef::parse("on-event", "us-east-1").unwrap(),
+            is_complete: is_complete.then(|| FunctionRef::parse("is-complete", "us-east-1").unwrap()),
+        };
+        let invoker: Arc<dyn FunctionInvoker> = script.clone();
+        ProviderTest::new().provider("Custom::Reservation", FunctionProvider::new(route, "us-east-1", invoker))
+    }
+
+    #[test]
+    fn on_event_gets_the_cdk_event_without_the_response_url_and_its_answer_is_the_answer() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-ada", "Data": {"Size": 3}})));
+        script.then("on-event", ok(json!({"Data": {"Size": 4}})));
+        script.then("on-event", ok(Value::Null));
+        let mut kit = kit(&script, false);
+        let created = kit.create("Custom::Reservation", json!({"Name": "ada"}));
+        assert_eq!(created.status(), Some(Status::Success));
+        assert_eq!(created.physical_resource_id(), "r-ada");
+        assert_eq!(created.data()["Size"], json!(3));
+        let updated =
+            kit.update("Custom::Reservation", "r-ada", json!({"Name": "ada", "Size": "4"}), json!({"Name": "ada"}));
+        assert_eq!(
+            (updated.status(), updated.physical_resource_id()),
+            (Some(Status::Success), "r-ada"),
+            "the id stays by default"
+        );
+        let deleted = kit.delete("Custom::Reservation", "r-ada", json!({"Name": "ada"}));
+        assert_eq!(deleted.status(), Some(Status::Success));
+
+        let events = script.events();
+        assert_eq!(events.len(), 3);
+        let (function, create) = &events[0];
+        assert_eq!(function, "on-event");
+        assert!(create.get("ResponseURL").is_none(), "the function never sees the ResponseURL: {create}");
+        assert!(!create.to_string().contains("X-Amz-Signature"));
+        assert_eq!(create["RequestType"], "Create");
+        assert_eq!(create["ResourceType"], "Custom::Reservation");
+        assert_eq!(create["ResourceProperties"]["Name"], "ada");
+        assert!(create.get("PhysicalResourceId").is_none());
+        assert_eq!(create["CfnOnce"]["Fence"]["Value"], 1);
+        assert_eq!(create["CfnOnce"]["Region"], "us-east-1");
+        assert_eq!(create["CfnOnce"]["TookOverFrom"], Value::Null);
+        assert!(create["CfnOnce"]["RemainingMs"].as_u64().unwrap() > 0);
+        assert_eq!(
+            (events[1].1["RequestType"].as_str(), events[1].1["PhysicalResourceId"].as_str()),
+            (Some("Update"), Some("r-ada"))
+        );
+        assert_eq!(events[1].1["OldResourceProperties"]["Name"], "ada");
+        assert_eq!(events[2].1["RequestType"], "Delete");
+    }
+
+    #[test]
+    fn a_create_without_an_id_gets_the_request_id_as_the_cdk_framework_gives() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({})));
+        let mut kit = kit(&script, false);
+        let request = kit.create_request("Custom::Reservation", json!({"Name": "bo"}));
+        let created = kit.deliver(&request);
+        assert_eq!(created.physical_resource_id(), request.request["RequestId"].as_str().unwrap());
+    }
+
+    #[test]
+    fn is_complete_is_polled_until_it_says_so_and_its_data_is_merged() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-cy", "Data": {"Started": "yes", "Size": 1}})));
+        script.then("is-complete", ok(json!({"IsComplete": false})));
+        script.then("is-complete", ok(json!({"IsComplete": false})));
+        script.then("is-complete", ok(json!({"IsComplete": true, "Data": {"Ready": "true", "Size": 2}})));
+        let mut kit = kit(&script, true);
+        let created = kit.create("Custom::Reservation", json!({"Name": "cy"}));
+        assert_eq!(created.status(), Some(Status::Success), "{:?}", created.reason());
+        assert_eq!(created.physical_resource_id(), "r-cy");
+        assert_eq!(created.data()["Started"], json!("yes"));
+        assert_eq!(created.data()["Ready"], json!("true"));
+        assert_eq!(created.data()["Size"], json!(2), "isComplete's Data wins");
+        let events = script.events();
+        assert_eq!(events.iter().filter(|(f, _)| f == "is-complete").count(), 3);
+        let polled = &events[1].1;
+        assert_eq!(
+            (polled["PhysicalResourceId"].as_str(), polled["Data"]["Started"].as_str()),
+            (Some("r-cy"), Some("yes"))
+        );
+        assert!(polled.get("ResponseURL").is_none());
+    }
+
+    #[test]
+    fn on_event_saying_not_complete_is_asked_again_when_there_is_no_is_complete() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-di", "IsComplete": false})));
+        script.then("on-event", ok(json!({"IsComplete": true, "Data": {"Done": "1"}})));
+        let created = kit(&script, false).create("Custom::Reservation", json!({"Name": "di"}));
+        assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "r-di"));
+        assert_eq!(created.data()["Done"], json!("1"));
+    }
+
+    #[test]
+    fn function_errors_timeouts_and_bad_answers_are_failed_with_a_clear_reason() {
+        for (answer, says) in [
+            (
+                Ok(Invoked::FunctionError(
+                    br#"{"errorType":"RuntimeError","errorMessage":"the quota is exhausted"}"#.to_vec(),
+                )),
+                "on-event failed: RuntimeError: the quota is exhausted",
+            ),
+            (
+                Ok(Invoked::FunctionError(
+                    br#"{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after 3.00 seconds"}"#.to_vec(),
+                )),
+                "on-event timed out: Task timed out after 3.00 seconds",
+            ),
+            (ok(json!([1, 2])), "on-event answered an array, not a JSON object"),
+            (Ok(Invoked::Response(b"<html>".to_vec())), "on-event answered something that is not JSON"),
+            (ok(json!({"PhysicalResourceId": 7})), "PhysicalResourceId that is a number"),
+            (ok(json!({"Data": "x"})), "Data that is a string, not an object"),
+            (
+                Err(InvokeError::Permanent("the Invoke of on-event failed: ResourceNotFoundException".into())),
+                "ResourceNotFoundException",
+            ),
+            (ok(json!({"Data": {"Blob": "x".repeat(5000)}})), "4096"),
+        ] {
+            let script = Arc::new(Script::default());
+            script.then("on-event", answer);
+            let failed = kit(&script, false).create("Custom::Reservation", json!({"Name": "ed"}));
+            assert_eq!(failed.status(), Some(Status::Failed), "{says}");
+            assert!(failed.reason().unwrap_or_default().contains(says), "{says}: {:?}", failed.reason());
+        }
+    }
+
+    #[test]
+    fn a_throttled_invoke_is_tried_again() {
+        let script = Arc::new(Script::default());
+        script.then(
+            "on-event",
+            Err(InvokeError::Transient("the Invoke of on-event failed: TooManyRequestsException".into())),
+        );
+        script.then("on-event", Err(InvokeError::Transient("the Invoke of on-event failed: ServiceException".into())));
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-fy"})));
+        let created = kit(&script, false).create("Custom::Reservation", json!({"Name": "fy"}));
+        assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "r-fy"));
+        assert_eq!(script.events().len(), 3);
+    }
+}
