@@ -141,15 +141,50 @@ async fn a_cdk_style_function_is_answered_once_and_never_sees_the_response_url()
         failed.reason
     );
 
+    // A throttled Invoke is tried again: two 429s, then the function runs.
+    primary_api.throttle_next("on-event", 2);
+    let before = primary_api.invokes("on-event");
+    let throttled = reservation(&regions, "create-echo.json", json!({"Name": "cy"})).await;
+    regions.publish(&throttled).await;
+    let (body, _) = regions.wait_for_answer(&throttled, started, Duration::from_secs(60)).await;
+    let answered = ResponseBody::parse(&body).expect("body");
+    assert_eq!((answered.status, answered.physical_resource_id.as_str()), (Status::Success, "reservation-cy"));
+    assert_eq!(primary_api.invokes("on-event") - before, 3, "two throttled invokes and the one that ran");
+
+    // A function that runs past its timeout: killed by Lambda, answered FAILED saying so.
+    let slow = reservation(&regions, "create-echo.json", json!({"Name": "di", "SleepS": "12"})).await;
+    regions.publish(&slow).await;
+    let (body, _) = regions.wait_for_answer(&slow, started, Duration::from_secs(90)).await;
+    let timed_out = ResponseBody::parse(&body).expect("body");
+    assert_eq!(timed_out.status, Status::Failed);
+    assert!(
+        timed_out
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("on-event timed out: Task timed out after 10.00 seconds"),
+        "{:?}",
+        timed_out.reason
+    );
+
+    // Data over CloudFormation's 4 KB: FAILED naming the limit, not a truncated answer.
+    let big = reservation(&regions, "create-echo.json", json!({"Name": "ed", "BlobBytes": "5000"})).await;
+    regions.publish(&big).await;
+    let (body, _) = regions.wait_for_answer(&big, started, Duration::from_secs(60)).await;
+    let too_big = ResponseBody::parse(&body).expect("body");
+    assert_eq!(too_big.status, Status::Failed);
+    assert!(too_big.reason.as_deref().unwrap_or_default().contains("4096"), "{:?}", too_big.reason);
+    assert!(body.len() <= 4096);
+
     regions.drain(Duration::from_secs(60)).await;
-    for sent in [&create, &failing] {
+    for sent in [&create, &failing, &throttled, &slow, &big] {
         assert_eq!(regions.responses(sent).await.len(), 1, "answered once");
     }
     // The functions logged every event they were given: none held a ResponseURL.
     let logged = logs(&dir);
     assert!(logged.contains("\"handler\": \"onEvent\""), "the function logged its events");
     assert!(!logged.contains("ResponseURL"), "a function saw a ResponseURL");
-    for sent in [&create, &failing] {
+    for sent in [&create, &failing, &throttled, &slow, &big] {
         assert!(!logged.contains(&signature(sent)), "a function saw a ResponseURL's signature");
     }
     regions.stop().await;

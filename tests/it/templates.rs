@@ -360,6 +360,14 @@ fn every_role_holds_exactly_these_permissions() {
         grant(
             "regional.yaml",
             "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["lambda:InvokeFunction"],
+            json!({"Ref": "FunctionArns"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
             Some("IsArc"),
             "Allow",
             &["route53-recovery-cluster:GetRoutingControlState"],
