@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use cfn_once_core::provider::Router;
 use cfn_once_core::vocabulary::Role;
 use cfn_once_core::worker::Ports;
 
@@ -45,8 +46,26 @@ impl RegionPair {
         overrides: &[(&str, &str)],
         observer: impl Fn(Role) -> Option<Observer>,
     ) -> anyhow::Result<Self> {
-        let mut primary = Self::worker(env, Role::Primary, overrides, observer(Role::Primary)).await?;
-        let mut secondary = Self::worker(env, Role::Secondary, overrides, observer(Role::Secondary)).await?;
+        Self::start_serving(env, overrides, observer, |_, router| router).await
+    }
+
+    /// Like [`RegionPair::start`], each region's providers extended by `extend(role, router)`
+    /// (the demo adds resource types answered by local functions).
+    pub async fn start_serving(
+        env: &LocalEnvironment,
+        overrides: &[(&str, &str)],
+        observer: impl Fn(Role) -> Option<Observer>,
+        extend: impl Fn(Role, Router) -> Router,
+    ) -> anyhow::Result<Self> {
+        let mut workers = Vec::new();
+        for role in [Role::Primary, Role::Secondary] {
+            let extend = |router| extend(role, router);
+            workers.push(Self::build(env, role, overrides, observer(role), |ports| ports, extend).await?);
+        }
+        let (mut primary, mut secondary) = {
+            let mut workers = workers.into_iter();
+            (workers.next().expect("the primary"), workers.next().expect("the secondary"))
+        };
         primary.start();
         secondary.start();
         Ok(Self { primary, secondary })
@@ -70,10 +89,21 @@ impl RegionPair {
         observer: Option<Observer>,
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<RegionalWorker> {
+        Self::build(env, role, overrides, observer, customize, |router| router).await
+    }
+
+    async fn build(
+        env: &LocalEnvironment,
+        role: Role,
+        overrides: &[(&str, &str)],
+        observer: Option<Observer>,
+        customize: impl FnOnce(Ports) -> Ports,
+        extend: impl FnOnce(Router) -> Router,
+    ) -> anyhow::Result<RegionalWorker> {
         let config = env.config(role, overrides)?;
         let sdk = env.sdk(env.region(role)).await;
-        // What the stock function serves (handler/cfn-once/src/main.rs).
-        let router = cfn_once::providers::standard_router(&config, &sdk);
+        // What the stock function serves (handler/cfn-once/src/main.rs), and what `extend` adds.
+        let router = extend(cfn_once::providers::standard_router(&config, &sdk));
         let mut app = App::from_config_with(&config, &sdk, router, customize)?;
         if let Some(observer) = observer {
             app = app.observed(observer);
