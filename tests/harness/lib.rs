@@ -67,13 +67,13 @@ pub const REGION: &str = "us-east-1";
 /// The shared moto endpoint, started on first use.
 pub fn moto() -> &'static str {
     static MOTO: OnceLock<MotoServer> = OnceLock::new();
-    MOTO.get_or_init(|| {
-        let python = std::env::var_os("CFN_ONCE_PYTHON")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
-        MotoServer::start(&python).unwrap_or_else(|error| panic!("could not start moto: {error:#}"))
-    })
-    .endpoint()
+    MOTO.get_or_init(|| MotoServer::start(&python()).unwrap_or_else(|error| panic!("could not start moto: {error:#}")))
+        .endpoint()
+}
+
+/// The project's Python (`make venv`'s, or `CFN_ONCE_PYTHON`): moto, and functions run locally.
+pub fn python() -> PathBuf {
+    std::env::var_os("CFN_ONCE_PYTHON").map(PathBuf::from).unwrap_or_else(|| workspace_root().join(".venv/bin/python"))
 }
 
 /// The repository root.

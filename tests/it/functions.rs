@@ -3,7 +3,6 @@
 //! `awslambdaric`) answered exactly once through cfn-once on moto, each handler region invoking
 //! its own region's copy through the real `aws-sdk-lambda` client and the local Invoke API.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,28 +31,15 @@ const SETTINGS: [(&str, &str); 7] = [
     ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
 ];
 
-fn python() -> PathBuf {
-    std::env::var_os("CFN_ONCE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cfn_once_tests::workspace_root().join(".venv/bin/python"))
-}
-
 /// One region's copies of the CDK-style function: `on-event` and `is-complete`, each a Python
 /// process under awslambdaric, logging into `dir`.
 async fn functions_in(region: &str, dir: &std::path::Path) -> InvokeApi {
     let code = cfn_once_tests::workspace_root().join("examples/functions/cdk-provider");
     let function = |name: &str, handler: &str| {
-        LocalFunction::new(FunctionSpec {
-            name: name.to_owned(),
-            region: region.to_owned(),
-            command: python(),
-            args: vec!["-m".to_owned(), "awslambdaric".to_owned(), handler.to_owned()],
-            env: BTreeMap::from([("PYTHONPATH".to_owned(), code.display().to_string())]),
-            timeout_ms: 10_000,
-            concurrency_max: 4,
-            log: dir.join(format!("{region}-{name}.log")),
-        })
-        .expect("the function's log opens")
+        let log = dir.join(format!("{region}-{name}.log"));
+        let spec = FunctionSpec::python(name, region, &cfn_once_tests::python(), &code, handler, log);
+        LocalFunction::new(FunctionSpec { timeout_ms: 10_000, concurrency_max: 4, ..spec })
+            .expect("the function's log opens")
     };
     InvokeApi::start(vec![function("on-event", "app.on_event"), function("is-complete", "app.is_complete")])
         .await
@@ -75,6 +61,23 @@ async fn router(region: &str, api: &InvokeApi) -> Router {
     };
     let invoker: Arc<dyn FunctionInvoker> = Arc::new(LambdaInvoker::new(&sdk));
     Router::new().register(TYPE, FunctionProvider::new(route, region, invoker))
+}
+
+/// Both regions on moto, each routing `Custom::Reservation` to its own copies of the function
+/// (logging into the returned folder).
+async fn two_regions_with_functions(label: &str) -> (PathBuf, InvokeApi, InvokeApi, TwoRegions) {
+    let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let primary_api = functions_in("us-east-1", &dir).await;
+    let secondary_api = functions_in("us-west-2", &dir).await;
+    let regions = TwoRegions::with_ports(
+        DELAY_S,
+        &SETTINGS,
+        with_router(router("us-east-1", &primary_api).await),
+        with_router(router("us-west-2", &secondary_api).await),
+    )
+    .await;
+    (dir, primary_api, secondary_api, regions)
 }
 
 fn with_router(router: Router) -> impl FnOnce(Ports) -> Ports {
@@ -104,17 +107,7 @@ fn signature(sent: &Sent) -> String {
 
 #[tokio::test]
 async fn a_cdk_style_function_is_answered_once_and_never_sees_the_response_url() {
-    let dir = std::env::temp_dir().join(cfn_once_tests::unique("functions"));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let primary_api = functions_in("us-east-1", &dir).await;
-    let secondary_api = functions_in("us-west-2", &dir).await;
-    let mut regions = TwoRegions::with_ports(
-        DELAY_S,
-        &SETTINGS,
-        with_router(router("us-east-1", &primary_api).await),
-        with_router(router("us-west-2", &secondary_api).await),
-    )
-    .await;
+    let (dir, primary_api, _secondary_api, mut regions) = two_regions_with_functions("functions").await;
     let started = Instant::now();
 
     // Create: ready at once; isComplete says so on its first poll.
@@ -192,17 +185,7 @@ async fn a_cdk_style_function_is_answered_once_and_never_sees_the_response_url()
 
 #[tokio::test]
 async fn is_complete_is_polled_from_the_secondary_when_the_primary_dies_mid_wait() {
-    let dir = std::env::temp_dir().join(cfn_once_tests::unique("functions-failover"));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let primary_api = functions_in("us-east-1", &dir).await;
-    let secondary_api = functions_in("us-west-2", &dir).await;
-    let mut regions = TwoRegions::with_ports(
-        DELAY_S,
-        &SETTINGS,
-        with_router(router("us-east-1", &primary_api).await),
-        with_router(router("us-west-2", &secondary_api).await),
-    )
-    .await;
+    let (_dir, primary_api, secondary_api, mut regions) = two_regions_with_functions("functions-failover").await;
     // Ready 15 s after onEvent: isComplete says no for a while.
     let sent = reservation(&regions, "create-echo.json", json!({"Name": "cy", "ReadyInS": "15"})).await;
     let published = Instant::now();

@@ -4,36 +4,19 @@
 //! does not exist. These check the local service that stands in for Lambda, not cfn-once's
 //! handling of what it answers.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use aws_sdk_lambda::primitives::Blob;
 use cfn_once_cli::local::invoke_api::InvokeApi;
 use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
 use serde_json::{Value, json};
-
-fn python() -> PathBuf {
-    std::env::var_os("CFN_ONCE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cfn_once_tests::workspace_root().join(".venv/bin/python"))
-}
 
 /// A Python function of `examples/functions/<example>` whose handler is `handler` (`app.on_event`).
 fn python_function(name: &str, example: &str, handler: &str, timeout_ms: u64, concurrency_max: usize) -> LocalFunction {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique("invoke-api"));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let code = cfn_once_tests::workspace_root().join("examples/functions").join(example);
-    LocalFunction::new(FunctionSpec {
-        name: name.to_owned(),
-        region: "us-east-1".to_owned(),
-        command: python(),
-        args: vec!["-m".to_owned(), "awslambdaric".to_owned(), handler.to_owned()],
-        env: BTreeMap::from([("PYTHONPATH".to_owned(), code.display().to_string())]),
-        timeout_ms,
-        concurrency_max,
-        log: dir.join(format!("{name}.log")),
-    })
-    .expect("the function's log opens")
+    let log = dir.join(format!("{name}.log"));
+    let spec = FunctionSpec::python(name, "us-east-1", &cfn_once_tests::python(), &code, handler, log);
+    LocalFunction::new(FunctionSpec { timeout_ms, concurrency_max, ..spec }).expect("the function's log opens")
 }
 
 async fn client(api: &InvokeApi) -> aws_sdk_lambda::Client {

@@ -5,7 +5,6 @@
 //! library only), so these tests check the service, not cfn-once's handler.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,12 +29,6 @@ while True:
     urllib.request.urlopen(urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")).read()
 "#;
 
-fn python() -> PathBuf {
-    std::env::var_os("CFN_ONCE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cfn_once_tests::workspace_root().join(".venv/bin/python"))
-}
-
 fn function(concurrency_max: usize, timeout_ms: u64) -> Arc<LocalFunction> {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique("lambda-service"));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -45,7 +38,7 @@ fn function(concurrency_max: usize, timeout_ms: u64) -> Arc<LocalFunction> {
         LocalFunction::new(FunctionSpec {
             name: "test-function".into(),
             region: "us-east-1".into(),
-            command: python(),
+            command: cfn_once_tests::python(),
             args: vec![script.display().to_string()],
             env: BTreeMap::new(),
             timeout_ms,

@@ -215,16 +215,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
 /// them, behind the Invoke API.
 async fn local_functions(python: &Path, code: &Path, region: &str, logs: &Path) -> anyhow::Result<InvokeApi> {
     let function = |name: &str, handler: &str| {
-        LocalFunction::new(FunctionSpec {
-            name: name.to_owned(),
-            region: region.to_owned(),
-            command: python.to_path_buf(),
-            args: vec!["-m".to_owned(), "awslambdaric".to_owned(), handler.to_owned()],
-            env: std::collections::BTreeMap::from([("PYTHONPATH".to_owned(), code.display().to_string())]),
-            timeout_ms: 30_000,
-            concurrency_max: 2,
-            log: logs.join(format!("{region}-{name}.log")),
-        })
+        LocalFunction::new(FunctionSpec::python(
+            name,
+            region,
+            python,
+            code,
+            handler,
+            logs.join(format!("{region}-{name}.log")),
+        ))
     };
     InvokeApi::start(vec![function("on-event", "app.on_event")?, function("is-complete", "app.is_complete")?]).await
 }

@@ -21,7 +21,7 @@
 //! functions of other runtimes this way (issue: "custom resources you already have").
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -59,6 +59,24 @@ pub struct FunctionSpec {
     pub concurrency_max: usize,
     /// Where every line the processes print is appended, prefixed with the sandbox.
     pub log: PathBuf,
+}
+
+impl FunctionSpec {
+    /// A Python function: `handler` (`module.function`) of the code in `code`, run by `python`
+    /// under the real runtime interface client (`python -m awslambdaric`), with a 30 s timeout
+    /// and two sandboxes at once unless the caller changes them.
+    pub fn python(name: &str, region: &str, python: &Path, code: &Path, handler: &str, log: PathBuf) -> Self {
+        Self {
+            name: name.to_owned(),
+            region: region.to_owned(),
+            command: python.to_path_buf(),
+            args: vec!["-m".to_owned(), "awslambdaric".to_owned(), handler.to_owned()],
+            env: BTreeMap::from([("PYTHONPATH".to_owned(), code.display().to_string())]),
+            timeout_ms: 30_000,
+            concurrency_max: 2,
+            log,
+        }
+    }
 }
 
 /// How one invocation ended.
