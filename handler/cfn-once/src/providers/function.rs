@@ -5,7 +5,8 @@
 //! * **Input.** `onEvent` gets the CloudFormation request as the CDK framework passes it
 //!   (`RequestType`, `StackId`, `RequestId`, `ResourceType`, `LogicalResourceId`,
 //!   `PhysicalResourceId` for an Update or Delete, `ResourceProperties` and, for an Update,
-//!   `OldResourceProperties`), **never the ResponseURL**, plus `CfnOnce`: the fence (`Value`,
+//!   `OldResourceProperties`; without their `ServiceToken`, as every provider's properties come,
+//!   where the CDK framework leaves it in), **never the ResponseURL**, plus `CfnOnce`: the fence (`Value`,
 //!   `Scope`) for fenced writes, this `Region`, `TookOverFrom` (the fence of the execution this
 //!   one took over from, or null) and `RemainingMs` until the request's deadline.
 //! * **Output.** An object with optional `PhysicalResourceId` (default as the CDK framework's:
@@ -455,6 +456,15 @@ mod tests {
         );
         assert_eq!(events[1].1["OldResourceProperties"]["Name"], "ada");
         assert_eq!(events[2].1["RequestType"], "Delete");
+    }
+
+    #[test]
+    fn the_properties_come_without_their_service_token() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({})));
+        kit(&script, false)
+            .create("Custom::Reservation", json!({"ServiceToken": "arn:aws:sns:us-east-2:1:t", "Name": "al"}));
+        assert_eq!(script.events()[0].1["ResourceProperties"], json!({"Name": "al"}));
     }
 
     #[test]
