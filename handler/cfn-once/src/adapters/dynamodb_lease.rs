@@ -181,12 +181,7 @@ impl DynamoLeaseStore {
             .send()
             .collect::<Vec<_>>()
             .await;
-        let mut records = Vec::new();
-        for item in pages {
-            let item = item.map_err(|error| store_error(&error))?;
-            records.extend(lease_record(&item));
-        }
-        Ok(records)
+        lease_records(pages)
     }
 
     /// Every request record in the table (one Scan, all pages).
@@ -201,13 +196,24 @@ impl DynamoLeaseStore {
             .send()
             .collect::<Vec<_>>()
             .await;
-        let mut records = Vec::new();
-        for item in pages {
-            let item = item.map_err(|error| store_error(&error))?;
-            records.extend(lease_record(&item));
-        }
-        Ok(records)
+        lease_records(pages)
     }
+}
+
+/// The lease records among a paginated read's items (other items, the control's, skipped).
+fn lease_records<E, R>(
+    items: Vec<Result<HashMap<String, AttributeValue>, SdkError<E, R>>>,
+) -> Result<Vec<LeaseRecord>, StoreError>
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    let mut records = Vec::new();
+    for item in items {
+        let item = item.map_err(|error| store_error(&error))?;
+        records.extend(lease_record(&item));
+    }
+    Ok(records)
 }
 
 /// A scanned item as a lease record, if it is one (StackId ARN key, a fence).
