@@ -1,13 +1,18 @@
 //! Custom resources you already have: a Python Lambda function written for the CDK Provider
 //! framework (`examples/functions/cdk-provider`, `on_event` and `is_complete` under
-//! `awslambdaric`) answered exactly once through cfn-once on moto, each handler region invoking
-//! its own region's copy through the real `aws-sdk-lambda` client and the local Invoke API.
+//! `awslambdaric`) and functions that PUT their own answer as `cfnresponse` does
+//! (`examples/functions/cfn-response`, and a slow one written here), answered exactly once
+//! through cfn-once on moto, each handler region invoking its own region's copy through the real
+//! `aws-sdk-lambda` client and the local Invoke API, and reading self-answers from its own
+//! region's answer bucket on moto through presigned URLs.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cfn_once::adapters::s3_answers::S3AnswerDrop;
 use cfn_once::providers::function::{FunctionInvoker, FunctionProvider, LambdaInvoker};
+use cfn_once_cli::local::environment::s3_client;
 use cfn_once_cli::local::invoke_api::InvokeApi;
 use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
 use cfn_once_core::aws_names::FunctionRef;
@@ -58,6 +63,7 @@ async fn router(region: &str, api: &InvokeApi) -> Router {
         resource_type: TYPE.to_owned(),
         on_event: FunctionRef::parse("on-event", region).expect("a name"),
         is_complete: Some(FunctionRef::parse("is-complete", region).expect("a name")),
+        answers_itself: false,
     };
     let invoker: Arc<dyn FunctionInvoker> = Arc::new(LambdaInvoker::new(&sdk));
     Router::new().register(TYPE, FunctionProvider::new(route, region, invoker))
@@ -233,5 +239,206 @@ async fn is_complete_is_polled_from_the_secondary_when_the_primary_dies_mid_wait
     regions.drain(Duration::from_secs(60)).await;
     assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
     assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}
+
+/// A function that answers by itself, as `cfnresponse` does, and logs every event it is given;
+/// in the region its `SlowIn` property names it first sleeps `SlowForS` seconds.
+const SLOW_RESPONDER: &str = r#"
+import json, os, time, urllib.request
+
+def handler(event, context):
+    print(json.dumps({"handler": "responder", "event": event}, sort_keys=True), flush=True)
+    props = event.get("ResourceProperties", {})
+    region = os.environ["AWS_REGION"]
+    if props.get("SlowIn") == region:
+        time.sleep(float(props.get("SlowForS", "0")))
+    body = json.dumps({
+        "Status": "SUCCESS", "Reason": "done", "PhysicalResourceId": "late-" + props.get("Name", "x"),
+        "StackId": event["StackId"], "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"], "NoEcho": False,
+        "Data": {"AnsweredIn": region},
+    }).encode()
+    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
+                                     headers={"content-type": "", "content-length": str(len(body))})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        print(f"answer PUT in {region}: {response.status}", flush=True)
+"#;
+
+const GREETING: &str = "Custom::Greeting";
+
+/// Both regions on moto, each routing `Custom::Greeting` to its own region's copy of a function
+/// that answers by itself (`handler` of the code in `code`), with an answer bucket per region.
+async fn two_regions_with_a_responder(
+    label: &str,
+    code: &std::path::Path,
+    handler: &str,
+) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
+    let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let mut regions = Vec::new();
+    let mut routers = Vec::new();
+    for region in ["us-east-1", "us-west-2"] {
+        let log = dir.join(format!("{region}-responder.log"));
+        let spec = FunctionSpec::python("responder", region, &cfn_once_tests::python(), code, handler, log);
+        let function = LocalFunction::new(FunctionSpec { timeout_ms: 30_000, ..spec }).expect("the log opens");
+        let api = InvokeApi::start(vec![function]).await.expect("the Invoke API starts");
+        let bucket = cfn_once_tests::unique("answers").to_lowercase();
+        let moto = cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await;
+        let mut create = s3_client(&moto).create_bucket().bucket(&bucket);
+        if region != "us-east-1" {
+            create = create.create_bucket_configuration(
+                aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                    .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(region))
+                    .build(),
+            );
+        }
+        create.send().await.expect("the answer bucket");
+        let invoker: Arc<dyn FunctionInvoker> =
+            Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(api.endpoint(), region).await));
+        let route = FunctionRoute {
+            resource_type: GREETING.to_owned(),
+            on_event: FunctionRef::parse("responder", region).expect("a name"),
+            is_complete: None,
+            answers_itself: true,
+        };
+        let answers = Arc::new(S3AnswerDrop::new(&moto, &bucket, 3_000).expect("the answer bucket's client"));
+        let provider = FunctionProvider::new(route, region, invoker).with_answer_drop(answers);
+        routers.push(Router::new().register(GREETING, provider));
+        regions.push((api, bucket));
+    }
+    let secondary_router = routers.pop().expect("two routers");
+    let primary_router = routers.pop().expect("two routers");
+    let two =
+        TwoRegions::with_ports(DELAY_S, &SETTINGS, with_router(primary_router), with_router(secondary_router)).await;
+    let regions: [(InvokeApi, String); 2] = regions.try_into().unwrap_or_else(|_| unreachable!("two regions"));
+    (dir, regions, two)
+}
+
+/// The objects of `bucket` (in `region`), with their bodies.
+async fn answers_in(region: &str, bucket: &str) -> Vec<(String, Value)> {
+    let s3 = s3_client(&cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await);
+    let listed = s3.list_objects_v2().bucket(bucket).send().await.expect("ListObjectsV2");
+    let mut objects = Vec::new();
+    for object in listed.contents() {
+        let key = object.key().expect("a key").to_owned();
+        let body = s3.get_object().bucket(bucket).key(&key).send().await.expect("GetObject").body;
+        let bytes = body.collect().await.expect("the body").into_bytes();
+        objects.push((key, serde_json::from_slice(&bytes).expect("a JSON answer")));
+    }
+    objects
+}
+
+async fn greeting(regions: &TwoRegions, fixture: &str, properties: Value) -> Sent {
+    let mut sent = regions.request(fixture).await;
+    sent.request["ResourceType"] = json!(GREETING);
+    sent.request["ResourceProperties"] = properties;
+    sent
+}
+
+#[tokio::test]
+async fn a_function_that_answers_by_itself_is_answered_once_through_an_object_of_its_own() {
+    let code = cfn_once_tests::workspace_root().join("examples/functions/cfn-response");
+    let (dir, [(primary_api, primary_bucket), _], mut regions) =
+        two_regions_with_a_responder("self-answering", &code, "app.handler").await;
+    let started = Instant::now();
+
+    let create = greeting(&regions, "create-echo.json", json!({"Name": "ada"})).await;
+    regions.publish(&create).await;
+    let (body, took) = regions.wait_for_answer(&create, started, Duration::from_secs(60)).await;
+    let created = ResponseBody::parse(&body).expect("body");
+    println!("Create answered {:?} in {took:?}: {}", created.status, String::from_utf8_lossy(&body));
+    assert_eq!((created.status, created.physical_resource_id.as_str()), (Status::Success, "greeting-ada"));
+    assert_eq!(created.data["Greeting"], json!("hello, ada"));
+
+    // The function answers FAILED itself: FAILED with its Reason.
+    let failing = greeting(&regions, "create-echo.json", json!({})).await;
+    regions.publish(&failing).await;
+    let (body, _) = regions.wait_for_answer(&failing, started, Duration::from_secs(60)).await;
+    let failed = ResponseBody::parse(&body).expect("body");
+    assert_eq!(failed.status, Status::Failed);
+    assert!(failed.reason.as_deref().unwrap_or_default().contains("responder answered FAILED: Name is required"));
+
+    let mut delete = greeting(&regions, "delete-echo.json", json!({"Name": "ada"})).await;
+    delete.request["PhysicalResourceId"] = json!("greeting-ada");
+    regions.publish(&delete).await;
+    let (body, _) = regions.wait_for_answer(&delete, started, Duration::from_secs(60)).await;
+    assert_eq!(ResponseBody::parse(&body).expect("body").status, Status::Success);
+
+    regions.drain(Duration::from_secs(60)).await;
+    for sent in [&create, &failing, &delete] {
+        assert_eq!(regions.responses(sent).await.len(), 1, "answered once");
+    }
+    assert_eq!(primary_api.invokes("responder"), 3, "each request ran the function once");
+    // Each answer went to an object of cfn-once's, one per execution, for its request.
+    let objects = answers_in("us-east-1", &primary_bucket).await;
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    assert!(objects.iter().all(|(key, _)| key.starts_with("answers/") && key.len() == "answers/".len() + 32));
+    let logged = logs(&dir);
+    assert!(logged.contains("answer PUT: 200"), "the function PUT its answers");
+    for sent in [&create, &failing, &delete] {
+        assert!(!logged.contains(&signature(sent)), "a function saw CloudFormation's ResponseURL");
+    }
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_stale_executions_late_self_answer_is_ignored() {
+    let dir = std::env::temp_dir().join(cfn_once_tests::unique("slow-responder-code"));
+    std::fs::create_dir_all(&dir).expect("a folder for the function");
+    std::fs::write(dir.join("responder.py"), SLOW_RESPONDER).expect("the function's code");
+    let (logs_dir, [(primary_api, primary_bucket), (secondary_api, secondary_bucket)], mut regions) =
+        two_regions_with_a_responder("stale-self-answer", &dir, "responder.handler").await;
+
+    // In the primary's region the function takes 12 s; the primary dies while it runs.
+    let sent =
+        greeting(&regions, "create-echo.json", json!({"Name": "ed", "SlowIn": "us-east-1", "SlowForS": "12"})).await;
+    let published = Instant::now();
+    regions.publish(&sent).await;
+    while primary_api.invokes("responder") == 0 {
+        assert!(published.elapsed() < Duration::from_secs(20), "the primary never invoked the function");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stale_fence = regions.record(&sent).await.expect("a record").fence;
+    regions.kill_primary().await;
+
+    // The secondary takes over, its region's copy answers at once.
+    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
+    assert_eq!(answer.data["AnsweredIn"], json!("us-west-2"));
+    let record = regions.record(&sent).await.expect("a record");
+    assert!(record.fence > stale_fence && record.owner.starts_with("us-west-2"), "{record:?}");
+
+    // The stale execution's function answers late, into its own object, which nobody reads.
+    let late = loop {
+        let objects = answers_in("us-east-1", &primary_bucket).await;
+        if let Some(object) = objects.into_iter().next() {
+            break object;
+        }
+        assert!(published.elapsed() < Duration::from_secs(40), "the slow function never answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    println!(
+        "stale execution (fence {stale_fence}) invoked us-east-1's copy, killed; us-west-2 answered under fence {} after {took:?}; \
+         the late answer landed in us-east-1's {} after {:?}",
+        record.fence,
+        late.0,
+        published.elapsed()
+    );
+    assert_eq!(late.1["Data"]["AnsweredIn"], json!("us-east-1"));
+    let answered_from = answers_in("us-west-2", &secondary_bucket).await;
+    assert_eq!(answered_from.len(), 1);
+    assert_ne!(answered_from[0].0, late.0, "each execution had an object of its own");
+
+    regions.primary.start();
+    regions.drain(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let puts = regions.responses(&sent).await;
+    assert_eq!(puts.len(), 1, "one PUT to CloudFormation");
+    assert_eq!(ResponseBody::parse(&puts[0]).expect("body").data["AnsweredIn"], json!("us-west-2"));
+    assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 1));
+    assert_eq!(regions.dead_letters().await, 0);
+    assert!(!logs(&logs_dir).contains(&signature(&sent)), "a function saw CloudFormation's ResponseURL");
     regions.stop().await;
 }

@@ -368,6 +368,22 @@ fn every_role_holds_exactly_these_permissions() {
         grant(
             "regional.yaml",
             "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["s3:PutObject", "s3:GetObject"],
+            json!({"Fn::Sub": "${AnswerBucket.Arn}/answers/*"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["s3:ListBucket"],
+            json!({"Fn::GetAtt": ["AnswerBucket", "Arn"]}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
             Some("IsArc"),
             "Allow",
             &["route53-recovery-cluster:GetRoutingControlState"],

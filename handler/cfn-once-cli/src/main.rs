@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use cfn_once::config::ArcEndpoint;
 use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
 use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
+use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
 use cfn_once_cli::ops::OpsTarget;
@@ -36,9 +37,12 @@ enum Command {
     ///
     /// Provisions the ServiceToken topic (customer region us-east-2), a queue and DLQ in the
     /// primary (us-east-1) and the secondary (us-west-2, delayed) region, the lease table and a
-    /// response bucket; runs one handler per region behind a local event source mapping; and
-    /// writes the environment to --env-file so tests, `cfn-once drill` or the AWS CLI can send
-    /// events. Stop it with Ctrl-C.
+    /// response bucket; runs one handler per region behind a local event source mapping, each
+    /// serving Custom::Reservation and Custom::Greeting from its own region's copies of the
+    /// Python functions in --functions (examples/functions: a CDK-style onEvent/isComplete pair
+    /// and a cfn-response one, under awslambdaric behind a local Lambda Invoke API); and writes
+    /// the environment to --env-file so tests, `cfn-once drill` or the AWS CLI can send events.
+    /// Stop it with Ctrl-C.
     Local(LocalArgs),
     /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
     /// primary outage
@@ -119,6 +123,10 @@ struct LocalArgs {
     /// Where to write the environment's description.
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
     env_file: PathBuf,
+    /// The example functions: cdk-provider/app.py (on_event, is_complete) and
+    /// cfn-response/app.py (handler), run with --python.
+    #[arg(long, value_name = "DIR", default_value = "examples/functions")]
+    functions: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -338,8 +346,17 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     };
     let env = LocalEnvironment::provision(&endpoint, &options).await?;
     env.file.write(&args.env_file)?;
-    let mut pair =
-        RegionPair::start(&env, &LOCAL_SETTINGS, |role| Some(printing_observer(env.region(role), role))).await?;
+    let logs = std::path::absolute(".local/functions")?;
+    let python = std::path::absolute(&args.moto.python)?;
+    let examples = std::path::absolute(&args.functions)?;
+    let functions = LocalFunctions::start(&env, &python, &examples, &logs, &options.name).await?;
+    let mut pair = RegionPair::start_serving(
+        &env,
+        &LOCAL_SETTINGS,
+        |role| Some(printing_observer(env.region(role), role)),
+        Some(&functions),
+    )
+    .await?;
     let file = &env.file;
     println!("cfn-once local: two regions on {endpoint}");
     for (region, topic) in &file.customer_topics {
@@ -351,6 +368,12 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         file.secondary_region, file.queues.secondary, env.secondary_delay_s
     );
     println!("  lease table {}, response bucket {}", file.table_name, file.response_bucket);
+    println!(
+        "  functions: CFN_ONCE_FUNCTIONS={} from {} in each region; their logs in {}",
+        cfn_once_cli::local::functions::ROUTES,
+        examples.display(),
+        logs.display()
+    );
     println!(
         "  environment written to {}; try `cfn-once drill --env {}`",
         args.env_file.display(),

@@ -138,6 +138,18 @@ impl FunctionRef {
     }
 }
 
+/// An S3 bucket name as S3 accepts it for new buckets: 3 to 63 lowercase letters, digits, `-`
+/// and `.`, beginning and ending with a letter or digit, no `..`, not an IP address.
+pub fn is_bucket_name(text: &str) -> bool {
+    let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    (3..=63).contains(&text.len())
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
+        && edge(text.bytes().next())
+        && edge(text.bytes().last())
+        && !text.contains("..")
+        && text.parse::<std::net::Ipv4Addr>().is_err()
+}
+
 fn is_function_name(text: &str) -> bool {
     (1..=64).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
 }
@@ -168,6 +180,16 @@ mod tests {
             ["", "has space", "a/b", &"x".repeat(65), "arn:aws:lambda:us-east-1:1234:function:f", "arn:aws:s3:::bucket"]
         {
             assert!(FunctionRef::parse(bad, "us-east-1").is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bucket_names_follow_s3s_rules() {
+        for good in ["cfn-once-answers-us-east-1-123456789012", "abc", "a.b-c", &"a".repeat(63)] {
+            assert!(is_bucket_name(good), "{good:?}");
+        }
+        for bad in ["ab", &"a".repeat(64), "Upper", "-edge", "edge-", "a..b", "192.168.0.1", "a_b", "a/b"] {
+            assert!(!is_bucket_name(bad), "{bad:?}");
         }
     }
 

@@ -137,9 +137,15 @@ pub struct Config {
     pub provider_environment: std::collections::BTreeMap<String, String>,
     /// `CFN_ONCE_FUNCTIONS` (default none): resource types served by existing Lambda functions
     /// of this region, the CDK Provider framework's way: `Custom::Type=on-event[|is-complete]`,
-    /// comma-separated, each function by name or ARN. The regional template passes its
-    /// `Functions` parameter here and grants `lambda:InvokeFunction` on exactly those.
+    /// comma-separated, each function by name or ARN; `Custom::Type=cfn-response:function` for a
+    /// function that answers by itself (PUTs to the ResponseURL it is given, as `cfn-response`
+    /// and crhelper do). The regional template passes its `Functions` parameter here and grants
+    /// `lambda:InvokeFunction` on exactly those.
     pub functions: Vec<FunctionRoute>,
+    /// `CFN_ONCE_ANSWER_BUCKET` (required with a `cfn-response:` function, else none): the bucket
+    /// of this region where functions that answer by themselves PUT their answers, each to an
+    /// object presigned for one execution. The regional template creates it.
+    pub answer_bucket: Option<String>,
 }
 
 /// A resource type answered by existing functions: `onEvent`, and `isComplete` if configured.
@@ -151,14 +157,23 @@ pub struct FunctionRoute {
     pub on_event: FunctionRef,
     /// The function polled until it says `IsComplete`, if the type has one.
     pub is_complete: Option<FunctionRef>,
+    /// The function answers by itself (`cfn-response:`): it is given a presigned URL of an
+    /// object of cfn-once's instead of the ResponseURL, and what it PUTs there is the answer.
+    pub answers_itself: bool,
 }
+
+/// Marks a function that PUTs its own answer, in `CFN_ONCE_FUNCTIONS`. A bare function name
+/// holds no `:` and an ARN begins with `arn:`, so the mark cannot be read as either.
+pub const ANSWERS_ITSELF: &str = "cfn-response:";
 
 /// Parses `CFN_ONCE_FUNCTIONS` for `region`; every problem named.
 fn function_routes(entries: &[String], region: &str) -> Result<Vec<FunctionRoute>, Vec<String>> {
     let (mut routes, mut problems) = (Vec::<FunctionRoute>::new(), Vec::new());
     for entry in entries {
         let Some((resource_type, functions)) = entry.split_once('=') else {
-            problems.push(format!("CFN_ONCE_FUNCTIONS entry {entry:?} is not Custom::Type=on-event[|is-complete]"));
+            problems.push(format!(
+                "CFN_ONCE_FUNCTIONS entry {entry:?} is not Custom::Type=on-event[|is-complete] nor Custom::Type=cfn-response:function"
+            ));
             continue;
         };
         let resource_type = resource_type.trim();
@@ -175,15 +190,36 @@ fn function_routes(entries: &[String], region: &str) -> Result<Vec<FunctionRoute
             problems.push(format!("CFN_ONCE_FUNCTIONS names {resource_type} twice"));
             continue;
         }
+        if let Some(function) = functions.trim().strip_prefix(ANSWERS_ITSELF) {
+            if function.contains('|') {
+                problems.push(format!(
+                    "CFN_ONCE_FUNCTIONS: {resource_type}: a function that answers by itself has no is-complete function"
+                ));
+                continue;
+            }
+            match FunctionRef::parse(function.trim(), region) {
+                Ok(on_event) => routes.push(FunctionRoute {
+                    resource_type: resource_type.to_owned(),
+                    on_event,
+                    is_complete: None,
+                    answers_itself: true,
+                }),
+                Err(why) => problems.push(format!("CFN_ONCE_FUNCTIONS: {resource_type}: {why}")),
+            }
+            continue;
+        }
         let mut refs = functions.split('|').map(|f| FunctionRef::parse(f.trim(), region));
         let on_event = refs.next().expect("split yields one part at least");
         let is_complete = refs.next().transpose();
         let extra = refs.next().is_some();
         match (on_event, is_complete, extra) {
             (_, _, true) => problems.push(format!("CFN_ONCE_FUNCTIONS: {resource_type} names more than two functions")),
-            (Ok(on_event), Ok(is_complete), false) => {
-                routes.push(FunctionRoute { resource_type: resource_type.to_owned(), on_event, is_complete })
-            }
+            (Ok(on_event), Ok(is_complete), false) => routes.push(FunctionRoute {
+                resource_type: resource_type.to_owned(),
+                on_event,
+                is_complete,
+                answers_itself: false,
+            }),
             (Err(why), _, _) | (_, Err(why), _) => problems.push(format!("CFN_ONCE_FUNCTIONS: {resource_type}: {why}")),
         }
     }
@@ -375,6 +411,17 @@ impl Config {
             vars.problems.extend(why);
             Vec::new()
         });
+        let answer_bucket = vars.get("CFN_ONCE_ANSWER_BUCKET");
+        if let Some(bucket) = &answer_bucket
+            && !crate::aws_names::is_bucket_name(bucket)
+        {
+            vars.problems.push(format!("CFN_ONCE_ANSWER_BUCKET {bucket:?} is not an S3 bucket name"));
+        }
+        if answer_bucket.is_none() && functions.iter().any(|route| route.answers_itself) {
+            vars.problems.push(
+                "CFN_ONCE_FUNCTIONS names a function that answers by itself (cfn-response:), which needs CFN_ONCE_ANSWER_BUCKET: the bucket its answers are PUT to".into(),
+            );
+        }
         let provider_environment = match vars.get("CFN_ONCE_PROVIDER_ENVIRONMENT") {
             None => std::collections::BTreeMap::new(),
             Some(text) => provider_environment(&text).unwrap_or_else(|why| {
@@ -433,6 +480,7 @@ impl Config {
             secondary_delay_s,
             provider_environment,
             functions,
+            answer_bucket,
         };
         let settings = config.settings();
         if config.deadline_margin_ms <= settings.take_over_answer_ms() {
@@ -630,10 +678,40 @@ mod tests {
             ("Custom::X=a|b|c", "more than two functions"),
             ("Custom::X=arn:aws:lambda:us-west-2:123456789012:function:f", "its own region's copy"),
             ("Custom::X=not a name", "is not a Lambda function name"),
+            ("Custom::X=cfn-response:a|b", "answers by itself has no is-complete function"),
+            ("Custom::X=cfn-response:", "is not a Lambda function name"),
+            ("Custom::X=cfn-response:f", "needs CFN_ONCE_ANSWER_BUCKET"),
         ] {
             let error = with(bad).expect_err(bad).to_string();
             assert!(error.contains(says), "{bad}: {error}");
         }
+        assert!(routes.iter().all(|route| !route.answers_itself));
+    }
+
+    #[test]
+    fn a_function_that_answers_by_itself_is_marked_and_needs_the_answer_bucket() {
+        let with = |bucket: &str| {
+            config(&[
+                ("AWS_REGION", "us-east-1"),
+                ("CFN_ONCE_ROLE", "primary"),
+                ("CFN_ONCE_TABLE", "leases"),
+                ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+                ("CFN_ONCE_FUNCTIONS", "Custom::Greeting=cfn-response:greeter,Custom::Reservation=on-event"),
+                ("CFN_ONCE_ANSWER_BUCKET", bucket),
+            ])
+        };
+        let config = with("cfn-once-answers-us-east-1").expect("valid");
+        assert_eq!(config.answer_bucket.as_deref(), Some("cfn-once-answers-us-east-1"));
+        let greeting = &config.functions[0];
+        assert_eq!(
+            (greeting.resource_type.as_str(), greeting.on_event.as_str(), greeting.answers_itself),
+            ("Custom::Greeting", "greeter", true)
+        );
+        assert_eq!(greeting.is_complete, None);
+        assert!(!config.functions[1].answers_itself);
+        let error = with("Not_A_Bucket").expect_err("a bad bucket").to_string();
+        assert!(error.contains("CFN_ONCE_ANSWER_BUCKET \"Not_A_Bucket\" is not an S3 bucket name"), "{error}");
+        assert!(with("").expect_err("no bucket").to_string().contains("needs CFN_ONCE_ANSWER_BUCKET"));
     }
 
     #[test]

@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -28,21 +27,16 @@ use serde_json::Value;
 
 use crate::local::drill::{self, DrillOptions, DrillTarget};
 use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
-use crate::local::invoke_api::InvokeApi;
-use crate::local::lambda_service::{FunctionSpec, LocalFunction};
+use crate::local::functions::{GREETING_TYPE, LocalFunctions, RESERVATION_TYPE, ROUTES};
 use crate::local::moto::MotoServer;
 use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
 use crate::local::provision;
 use crate::local::report::status_name;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::random_seed;
-use cfn_once::providers::function::{FunctionInvoker, FunctionProvider, LambdaInvoker};
-use cfn_once_core::aws_names::FunctionRef;
-use cfn_once_core::config::FunctionRoute;
-use cfn_once_core::vocabulary::Role;
 
 /// The sample requests, in the order a stack's life would send them.
-pub const SAMPLE_EVENTS: [&str; 9] = [
+pub const SAMPLE_EVENTS: [&str; 11] = [
     "create-echo.json",
     "update-echo.json",
     "delete-echo.json",
@@ -53,10 +47,10 @@ pub const SAMPLE_EVENTS: [&str; 9] = [
     // Answered by an existing Python function (examples/functions/cdk-provider) in each region.
     "create-reservation.json",
     "delete-reservation.json",
+    // Answered by a function that PUTs its own answer (examples/functions/cfn-response).
+    "create-greeting.json",
+    "delete-greeting.json",
 ];
-
-/// The resource type the demo's local functions answer.
-const FUNCTION_TYPE: &str = "Custom::Reservation";
 
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -120,35 +114,16 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         "  topic in {} -> primary queue in {} (no delay) and secondary queue in {} ({} s delay)",
         file.customer_region, file.primary_region, file.secondary_region, options.secondary_delay_s
     );
-    // Each region's copy of an existing function, behind a local Lambda Invoke API.
-    let code = options.events_dir.join("../examples/functions/cdk-provider");
+    // Each region's copies of the example functions, behind a local Lambda Invoke API.
+    let examples = options.events_dir.join("../examples/functions");
     let logs = std::env::temp_dir().join(format!("cfn-once-demo-{suffix}-functions"));
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let mut functions = Vec::new();
-    for region in [&file.primary_region, &file.secondary_region] {
-        let api = local_functions(&options.python, &code, region, &logs).await?;
-        let invoker = function_invoker(region, api.endpoint()).await;
-        functions.push((region.clone(), api, invoker));
-    }
+    let functions =
+        LocalFunctions::start(&env, &options.python, &examples, &logs, &format!("cfn-once-demo-{suffix}")).await?;
     step(&format!(
-        "{FUNCTION_TYPE} answered by a Python function (onEvent, isComplete) in each region, under awslambdaric behind a local Invoke API; its logs: {}",
+        "{RESERVATION_TYPE} (onEvent, isComplete) and {GREETING_TYPE} (answers by itself, as cfn-response does) answered by Python functions in each region, under awslambdaric behind a local Invoke API (CFN_ONCE_FUNCTIONS={ROUTES}); their logs: {}",
         logs.display()
     ));
-    let mut pair = RegionPair::start_serving(
-        &env,
-        &LOCAL_SETTINGS,
-        |_| None,
-        |role, router| {
-            let (region, _, invoker) = &functions[usize::from(role == Role::Secondary)];
-            let route = FunctionRoute {
-                resource_type: FUNCTION_TYPE.to_owned(),
-                on_event: FunctionRef::parse("on-event", region).expect("a function name"),
-                is_complete: Some(FunctionRef::parse("is-complete", region).expect("a function name")),
-            };
-            router.register(FUNCTION_TYPE, FunctionProvider::new(route, region.clone(), Arc::clone(invoker)))
-        },
-    )
-    .await?;
+    let mut pair = RegionPair::start_serving(&env, &LOCAL_SETTINGS, |_| None, Some(&functions)).await?;
     step("handlers running in both regions behind local event source mappings");
 
     let rows = send_samples(&env, &options.events_dir, &suffix).await?;
@@ -209,28 +184,6 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     );
     println!("{}", if passed { "demo passed" } else { "demo FAILED" });
     Ok(passed)
-}
-
-/// `on-event` and `is-complete` of examples/functions/cdk-provider for `region`, as Lambda runs
-/// them, behind the Invoke API.
-async fn local_functions(python: &Path, code: &Path, region: &str, logs: &Path) -> anyhow::Result<InvokeApi> {
-    let function = |name: &str, handler: &str| {
-        LocalFunction::new(FunctionSpec::python(
-            name,
-            region,
-            python,
-            code,
-            handler,
-            logs.join(format!("{region}-{name}.log")),
-        ))
-    };
-    InvokeApi::start(vec![function("on-event", "app.on_event")?, function("is-complete", "app.is_complete")?]).await
-}
-
-/// The real Lambda client, pointed at a local Invoke API.
-async fn function_invoker(region: &str, endpoint: &str) -> Arc<dyn FunctionInvoker> {
-    let sdk = crate::local::provision::sdk_config(endpoint, region).await;
-    Arc::new(LambdaInvoker::new(&sdk))
 }
 
 /// Sends the sample events one by one, each after the previous was answered.

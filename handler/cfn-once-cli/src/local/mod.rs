@@ -6,6 +6,7 @@ pub mod drill;
 pub mod environment;
 pub mod esm;
 pub mod fault_proxy;
+pub mod functions;
 pub mod invoke_api;
 pub mod lambda_service;
 pub mod moto;

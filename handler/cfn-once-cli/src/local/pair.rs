@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use cfn_once_core::provider::Router;
 use cfn_once_core::vocabulary::Role;
 use cfn_once_core::worker::Ports;
 
 use crate::local::environment::LocalEnvironment;
 use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
+use crate::local::functions::LocalFunctions;
 use crate::local::worker::RegionalWorker;
 use cfn_once::app::{App, Observer};
 
@@ -46,21 +46,20 @@ impl RegionPair {
         overrides: &[(&str, &str)],
         observer: impl Fn(Role) -> Option<Observer>,
     ) -> anyhow::Result<Self> {
-        Self::start_serving(env, overrides, observer, |_, router| router).await
+        Self::start_serving(env, overrides, observer, None).await
     }
 
-    /// Like [`RegionPair::start`], each region's providers extended by `extend(role, router)`
-    /// (the demo adds resource types answered by local functions).
+    /// Like [`RegionPair::start`], each region also serving the example functions' types
+    /// (`CFN_ONCE_FUNCTIONS`) from its own copies of `functions`, as a deployment does.
     pub async fn start_serving(
         env: &LocalEnvironment,
         overrides: &[(&str, &str)],
         observer: impl Fn(Role) -> Option<Observer>,
-        extend: impl Fn(Role, Router) -> Router,
+        functions: Option<&LocalFunctions>,
     ) -> anyhow::Result<Self> {
         let mut workers = Vec::new();
         for role in [Role::Primary, Role::Secondary] {
-            let extend = |router| extend(role, router);
-            workers.push(Self::build(env, role, overrides, observer(role), |ports| ports, extend).await?);
+            workers.push(Self::build(env, role, overrides, observer(role), |ports| ports, functions).await?);
         }
         let (mut primary, mut secondary) = {
             let mut workers = workers.into_iter();
@@ -89,7 +88,7 @@ impl RegionPair {
         observer: Option<Observer>,
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<RegionalWorker> {
-        Self::build(env, role, overrides, observer, customize, |router| router).await
+        Self::build(env, role, overrides, observer, customize, None).await
     }
 
     async fn build(
@@ -98,12 +97,20 @@ impl RegionPair {
         overrides: &[(&str, &str)],
         observer: Option<Observer>,
         customize: impl FnOnce(Ports) -> Ports,
-        extend: impl FnOnce(Router) -> Router,
+        functions: Option<&LocalFunctions>,
     ) -> anyhow::Result<RegionalWorker> {
-        let config = env.config(role, overrides)?;
-        let sdk = env.sdk(env.region(role)).await;
-        // What the stock function serves (handler/cfn-once/src/main.rs), and what `extend` adds.
-        let router = extend(cfn_once::providers::standard_router(&config, &sdk));
+        let region = env.region(role);
+        let mut sdk = env.sdk(region).await;
+        let mut settings: Vec<(&str, String)> =
+            overrides.iter().map(|(name, value)| (*name, (*value).to_owned())).collect();
+        if let Some(functions) = functions {
+            settings.extend(functions.settings(region));
+            sdk = functions.sdk(region, &sdk);
+        }
+        let settings: Vec<(&str, &str)> = settings.iter().map(|(name, value)| (*name, value.as_str())).collect();
+        let config = env.config(role, &settings)?;
+        // What the stock function serves (handler/cfn-once/src/main.rs).
+        let router = cfn_once::providers::standard_router(&config, &sdk);
         let mut app = App::from_config_with(&config, &sdk, router, customize)?;
         if let Some(observer) = observer {
             app = app.observed(observer);

@@ -8,6 +8,7 @@ mod dynamodb_errors;
 pub mod dynamodb_lease;
 pub mod http_sink;
 pub mod https;
+pub mod s3_answers;
 pub mod sqs_queue;
 
 pub use dynamodb_errors::{Failure, classify};

@@ -22,6 +22,9 @@
 //!   (within the provider's retry budget and the run's time); an unreadable answer is a FAILED
 //!   naming what was wrong. Data over CloudFormation's 4 KB limit is refused by the response
 //!   builder, as for any provider.
+//! * **Functions that answer by themselves** (`cfn-response:` in `CFN_ONCE_FUNCTIONS`) get the
+//!   CloudFormation request with, as its ResponseURL, a presigned URL of an object of cfn-once's
+//!   for this execution only; what they PUT there is the answer (`answers_itself`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,6 +35,8 @@ use cfn_once_core::config::FunctionRoute;
 use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
 use cfn_once_core::request::RequestKind;
 use serde_json::{Map, Value, json};
+
+use crate::providers::answers_itself::{self, AnswerDrop, DropError, ForRequest};
 
 /// How long after an in-progress answer the next poll comes (the CDK framework's default
 /// query interval).
@@ -124,12 +129,19 @@ pub struct FunctionProvider {
     route: FunctionRoute,
     region: String,
     invoker: Arc<dyn FunctionInvoker>,
+    answers: Option<Arc<dyn AnswerDrop>>,
 }
 
 impl FunctionProvider {
     /// The provider of `route`'s type, invoking through `invoker` in `region`.
     pub fn new(route: FunctionRoute, region: impl Into<String>, invoker: Arc<dyn FunctionInvoker>) -> Self {
-        Self { route, region: region.into(), invoker }
+        Self { route, region: region.into(), invoker, answers: None }
+    }
+
+    /// Where a function that answers by itself PUTs its answers (required for such a route).
+    pub fn with_answer_drop(mut self, answers: Arc<dyn AnswerDrop>) -> Self {
+        self.answers = Some(answers);
+        self
     }
 
     /// The event the CDK framework passes, with cfn-once's object and without the ResponseURL.
@@ -174,6 +186,20 @@ impl FunctionProvider {
         Value::Object(event).to_string().into_bytes()
     }
 
+    /// One Invoke of `function` with `event`, within the run's time.
+    async fn invoke(
+        &self,
+        ctx: &ProviderContext,
+        function: &str,
+        event: Map<String, Value>,
+    ) -> Result<Invoked, ProviderError> {
+        let payload = self.with_cfn_once(ctx, event);
+        self.invoker.invoke(function, payload, ctx.remaining_ms().max(1)).await.map_err(|error| match error {
+            InvokeError::Transient(why) => ProviderError::Transient(why),
+            InvokeError::Permanent(why) => ProviderError::Failed(why),
+        })
+    }
+
     /// One call of `function` with `event`: its answer as a JSON object, or why not.
     async fn call(
         &self,
@@ -181,13 +207,7 @@ impl FunctionProvider {
         function: &str,
         event: Map<String, Value>,
     ) -> Result<Map<String, Value>, ProviderError> {
-        let payload = self.with_cfn_once(ctx, event);
-        let answer =
-            self.invoker.invoke(function, payload, ctx.remaining_ms().max(1)).await.map_err(|error| match error {
-                InvokeError::Transient(why) => ProviderError::Transient(why),
-                InvokeError::Permanent(why) => ProviderError::Failed(why),
-            })?;
-        match answer {
+        match self.invoke(ctx, function, event).await? {
             Invoked::FunctionError(document) => Err(ProviderError::Failed(function_error(function, &document))),
             Invoked::Response(body) => match serde_json::from_slice::<Value>(&body) {
                 Ok(Value::Object(answer)) => Ok(answer),
@@ -205,12 +225,79 @@ impl FunctionProvider {
 
     /// `onEvent`, then: done, or in progress until `isComplete` says so.
     async fn on_event(&self, ctx: &ProviderContext, event: Map<String, Value>) -> Result<Step, ProviderError> {
+        if self.route.answers_itself {
+            return self.answered_by_itself(ctx, event).await;
+        }
         let output = self.call(ctx, self.route.on_event.as_str(), event.clone()).await?;
         let output = Output::read(&self.route.on_event, &output, &event)?;
         if self.route.is_complete.is_some() || output.is_complete == Some(false) {
             return Step::in_progress(json!({"Event": event, "Output": output.to_value()}), POLL_AFTER);
         }
         Ok(output.into_step())
+    }
+}
+
+impl FunctionProvider {
+    fn answer_drop(&self) -> Result<&Arc<dyn AnswerDrop>, ProviderError> {
+        self.answers.as_ref().ok_or_else(|| {
+            ProviderError::Failed(format!(
+                "{} answers by itself, but this handler has no answer bucket (CFN_ONCE_ANSWER_BUCKET)",
+                self.route.on_event.as_str()
+            ))
+        })
+    }
+
+    /// A function that PUTs its own answer: given a fresh object's presigned URL as its
+    /// ResponseURL, invoked, and its answer read from that object, now or in later polls.
+    async fn answered_by_itself(
+        &self,
+        ctx: &ProviderContext,
+        mut event: Map<String, Value>,
+    ) -> Result<Step, ProviderError> {
+        let function = self.route.on_event.as_str();
+        let answers = self.answer_drop()?;
+        let key = answers_itself::new_key()?;
+        let url = answers.upload_url(&key, answers_itself::UPLOAD_URL_VALID_FOR).await.map_err(drop_error)?;
+        event.insert("ResponseURL".into(), url.expose_secret().into());
+        let invoked = self.invoke(ctx, function, event).await?;
+        // The function has run: from here on, never invoke it again for this execution; a read
+        // that fails now is tried again by the next poll.
+        let read = answers.read(&key, cfn_once_core::response::BODY_BYTES_MAX).await;
+        match (read, invoked) {
+            (Ok(Some(answer)), _) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
+            (Ok(None), Invoked::FunctionError(document)) => {
+                Err(ProviderError::Failed(format!("{} before it answered", function_error(function, &document))))
+            }
+            (Ok(None), Invoked::Response(_)) => {
+                tracing::info!(function, "the function returned without answering yet: waiting for its answer");
+                Step::in_progress(json!({ "AnswerKey": key }), POLL_AFTER)
+            }
+            (Err(error), _) => {
+                tracing::warn!(function, %error, "the function's answer could not be read yet: the next poll reads it");
+                Step::in_progress(json!({ "AnswerKey": key }), POLL_AFTER)
+            }
+        }
+    }
+
+    /// A poll of a function that answers by itself: the object it was to PUT, read again.
+    async fn look_for_answer(&self, ctx: &ProviderContext, state: Value, key: &str) -> Result<Step, ProviderError> {
+        let function = self.route.on_event.as_str();
+        if !key.starts_with(answers_itself::ANSWER_PREFIX) {
+            return Err(ProviderError::Failed(
+                "the stored state of the wait is not an answer key of cfn-once's".into(),
+            ));
+        }
+        match self.answer_drop()?.read(key, cfn_once_core::response::BODY_BYTES_MAX).await.map_err(drop_error)? {
+            Some(answer) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
+            None => Ok(Step::InProgress(cfn_once_core::provider::Waiting { state, poll_after: POLL_AFTER })),
+        }
+    }
+}
+
+fn drop_error(error: DropError) -> ProviderError {
+    match error {
+        DropError::Transient(why) => ProviderError::Transient(why),
+        DropError::Permanent(why) => ProviderError::Failed(why),
     }
 }
 
@@ -328,6 +415,10 @@ impl Provider for FunctionProvider {
     }
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        if self.route.answers_itself {
+            let key = state.get("AnswerKey").and_then(Value::as_str).unwrap_or_default().to_owned();
+            return self.look_for_answer(ctx, state, &key).await;
+        }
         let (Some(Value::Object(event)), Some(output)) = (state.get("Event").cloned(), state.get("Output")) else {
             return Err(ProviderError::Failed(
                 "the stored state of the wait is not the event and output cfn-once stored".into(),
@@ -410,6 +501,7 @@ mod tests {
             resource_type: "Custom::Reservation".into(),
             on_event: FunctionRef::parse("on-event", "us-east-1").unwrap(),
             is_complete: is_complete.then(|| FunctionRef::parse("is-complete", "us-east-1").unwrap()),
+            answers_itself: false,
         };
         let invoker: Arc<dyn FunctionInvoker> = script.clone();
         ProviderTest::new().provider("Custom::Reservation", FunctionProvider::new(route, "us-east-1", invoker))
@@ -556,5 +648,156 @@ mod tests {
         let created = kit(&script, false).create("Custom::Reservation", json!({"Name": "fy"}));
         assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "r-fy"));
         assert_eq!(script.events().len(), 3);
+    }
+
+    /// A fake answer bucket: objects in memory, URLs that name their key.
+    #[derive(Debug, Default)]
+    struct Bucket {
+        objects: Mutex<BTreeMap<String, Vec<u8>>>,
+        /// An event whose answer the function PUTs only once the object was read three times.
+        later: Mutex<Option<(Value, usize)>>,
+    }
+
+    #[async_trait]
+    impl AnswerDrop for Bucket {
+        async fn upload_url(&self, key: &str, _valid_for: Duration) -> Result<answers_itself::UploadUrl, DropError> {
+            Ok(answers_itself::UploadUrl::new(format!("https://answers.example/{key}?X-Amz-Signature=ours")))
+        }
+        async fn read(&self, key: &str, _limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+            let mut later = self.later.lock().unwrap();
+            if let Some((event, reads)) = later.as_mut() {
+                *reads += 1;
+                if *reads == 3 {
+                    self.put_answer(event, "FAILED", "greeting-bo");
+                }
+            }
+            Ok(self.objects.lock().unwrap().get(key).cloned())
+        }
+    }
+
+    impl Bucket {
+        /// What a cfn-response function PUTs to the URL in `event`.
+        fn put_answer(&self, event: &Value, status: &str, id: &str) {
+            self.put(event, status, id, "told so");
+        }
+
+        fn put(&self, event: &Value, status: &str, id: &str, reason: &str) {
+            let url = event["ResponseURL"].as_str().expect("a ResponseURL");
+            let key = url.strip_prefix("https://answers.example/").unwrap().split('?').next().unwrap();
+            let body = json!({
+                "Status": status, "Reason": reason, "PhysicalResourceId": id,
+                "StackId": event["StackId"], "RequestId": event["RequestId"],
+                "LogicalResourceId": event["LogicalResourceId"], "Data": {"Greeting": "hello"},
+            });
+            self.objects.lock().unwrap().insert(key.to_owned(), body.to_string().into_bytes());
+        }
+    }
+
+    /// A function that answers by itself: PUTs at once (`now`), or only when told (`later`).
+    #[derive(Debug)]
+    struct Responder {
+        bucket: Arc<Bucket>,
+        now: bool,
+        fail: bool,
+        /// From the second invocation on, the first one's late PUT lands right after its own.
+        race: bool,
+        events: Mutex<Vec<Value>>,
+    }
+
+    #[async_trait]
+    impl FunctionInvoker for Responder {
+        async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
+            let event: Value = serde_json::from_slice(&payload).unwrap();
+            self.events.lock().unwrap().push(event.clone());
+            if self.fail {
+                return Ok(Invoked::FunctionError(br#"{"errorType":"KeyError","errorMessage":"'Name'"}"#.to_vec()));
+            }
+            if self.now {
+                let run = self.events.lock().unwrap().len();
+                self.bucket.put_answer(&event, "SUCCESS", &format!("greeting-{run}"));
+                if self.race && run > 1 {
+                    let first = self.events.lock().unwrap()[0].clone();
+                    self.bucket.put(&first, "FAILED", "greeting-1", "a stale execution's late answer");
+                }
+            } else {
+                *self.bucket.later.lock().unwrap() = Some((event, 0));
+            }
+            Ok(Invoked::Response(b"null".to_vec()))
+        }
+    }
+
+    fn responder_kit(now: bool, fail: bool) -> (Arc<Bucket>, Arc<Responder>, ProviderTest) {
+        let bucket = Arc::new(Bucket::default());
+        let responder =
+            Arc::new(Responder { bucket: Arc::clone(&bucket), now, fail, race: true, events: Mutex::default() });
+        let route = FunctionRoute {
+            resource_type: "Custom::Greeting".into(),
+            on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
+            is_complete: None,
+            answers_itself: true,
+        };
+        let invoker: Arc<dyn FunctionInvoker> = responder.clone();
+        let answers: Arc<dyn AnswerDrop> = bucket.clone();
+        let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
+        (bucket, responder, ProviderTest::new().provider("Custom::Greeting", provider))
+    }
+
+    #[test]
+    fn a_function_that_answers_by_itself_gets_an_object_of_ours_as_its_response_url() {
+        let (bucket, responder, mut kit) = responder_kit(true, false);
+        let request = kit.create_request("Custom::Greeting", json!({"Name": "ada"}));
+        let created = kit.deliver(&request);
+        assert_eq!(created.status(), Some(Status::Success), "{:?}", created.reason());
+        assert_eq!(created.physical_resource_id(), "greeting-1");
+        assert_eq!(created.data()["Greeting"], json!("hello"));
+        let events = responder.events.lock().unwrap().clone();
+        assert_eq!(events.len(), 1, "invoked once");
+        let given = events[0]["ResponseURL"].as_str().unwrap();
+        assert!(given.starts_with("https://answers.example/answers/"), "{given}");
+        let cloudformation = request.request["ResponseURL"].as_str().unwrap();
+        assert!(!events[0].to_string().contains(cloudformation), "CloudFormation's URL is never passed on");
+        assert_eq!(events[0]["ResourceProperties"]["Name"], "ada");
+        assert_eq!(bucket.objects.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_answer_put_after_the_invocation_is_waited_for_under_the_same_key() {
+        let (_, responder, mut kit) = responder_kit(false, false);
+        let failed = kit.create("Custom::Greeting", json!({"Name": "bo"}));
+        assert_eq!(kit.provider_polls(), 2, "the first read after the Invoke, then two polls");
+        assert_eq!(failed.status(), Some(Status::Failed));
+        assert!(
+            failed.reason().unwrap_or_default().contains("greeter answered FAILED: told so"),
+            "{:?}",
+            failed.reason()
+        );
+        assert_eq!(responder.events.lock().unwrap().len(), 1, "the polls read the object; the function ran once");
+    }
+
+    #[test]
+    fn a_stale_executions_late_answer_lands_in_an_object_nobody_reads() {
+        let (bucket, responder, mut kit) = responder_kit(true, false);
+        let request = kit.create_request("Custom::Greeting", json!({"Name": "cy"}));
+        // The first execution's function answers, the execution dies before its commit; the
+        // taker-over invokes the function again, and the first one's late PUT lands just after.
+        let answer = kit.crash_before_commit_then_take_over(&request);
+        assert_eq!(responder.events.lock().unwrap().len(), 2, "one invocation per execution");
+        assert_eq!(answer.status(), Some(Status::Success), "{:?}", answer.reason());
+        assert_eq!(answer.physical_resource_id(), "greeting-2", "the taker-over's own answer");
+        let events = responder.events.lock().unwrap().clone();
+        assert_ne!(events[0]["ResponseURL"], events[1]["ResponseURL"], "an object per execution");
+        assert_eq!(bucket.objects.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_function_that_fails_before_answering_is_failed_with_its_error() {
+        let (_, _, mut kit) = responder_kit(false, true);
+        let failed = kit.create("Custom::Greeting", json!({}));
+        assert_eq!(failed.status(), Some(Status::Failed));
+        assert!(
+            failed.reason().unwrap_or_default().contains("greeter failed: KeyError: 'Name' before it answered"),
+            "{:?}",
+            failed.reason()
+        );
     }
 }

@@ -1,8 +1,11 @@
 //! The providers cfn-once ships besides `Custom::Echo` (which lives in the core), and the
 //! standard router that serves them all.
 
+pub mod answers_itself;
 pub mod dynamodb_item;
 pub mod function;
+
+use std::sync::Arc;
 
 use cfn_once_core::echo::{ECHO_TYPE, Echo};
 use cfn_once_core::provider::Router;
@@ -18,10 +21,27 @@ pub fn standard_router(config: &Config, sdk: &aws_config::SdkConfig) -> Router {
         return router;
     }
     // Resource types answered by existing functions of this region (CFN_ONCE_FUNCTIONS).
-    let invoker: std::sync::Arc<dyn function::FunctionInvoker> = std::sync::Arc::new(function::LambdaInvoker::new(sdk));
+    let invoker: Arc<dyn function::FunctionInvoker> = Arc::new(function::LambdaInvoker::new(sdk));
+    // Functions that answer by themselves PUT to this region's answer bucket (CFN_ONCE_ANSWER_BUCKET).
+    let answers = config.answer_bucket.as_deref().map(|bucket| answer_drop(sdk, bucket, config.store_timeout_ms));
     config.functions.iter().fold(router, |router, route| {
-        let provider =
-            function::FunctionProvider::new(route.clone(), config.region.clone(), std::sync::Arc::clone(&invoker));
+        let provider = function::FunctionProvider::new(route.clone(), config.region.clone(), Arc::clone(&invoker));
+        let provider = match &answers {
+            Some(Ok(answers)) if route.answers_itself => provider.with_answer_drop(Arc::clone(answers)),
+            _ => provider,
+        };
         router.register(&route.resource_type, provider)
     })
+}
+
+/// The answer bucket, or (logged) none: its routes then answer FAILED saying so. It fails only
+/// when the TLS configuration does, which stops the function at start before this is reached.
+fn answer_drop(
+    sdk: &aws_config::SdkConfig,
+    bucket: &str,
+    timeout_ms: u64,
+) -> anyhow::Result<Arc<dyn answers_itself::AnswerDrop>> {
+    let answers = crate::adapters::s3_answers::S3AnswerDrop::new(sdk, bucket, timeout_ms)
+        .inspect_err(|error| tracing::error!(%error, "the answer bucket is not usable"))?;
+    Ok(Arc::new(answers))
 }
