@@ -3,7 +3,7 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, soak, soak-short, package, simulate, fuzz, bench, bench-quick, build, sam-build, venv, bench-venv, moto, fmt, clippy,
+# Other targets: local, drill, soak, soak-short, package, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, clippy,
 # doc, lint-templates, unit, clean.
 
 SHELL := /bin/bash
@@ -19,7 +19,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill soak soak-short package test simulate fuzz bench bench-quick venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local drill soak soak-short package test simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -58,6 +58,20 @@ bench: venv bench-venv
 	@echo "==> $(BENCH_PAIRS) interleaved pairs, Rust and Python"
 	./target/debug/cfn-once-bench --pairs $(BENCH_PAIRS) --microbenchmarks target/hot_path.txt \
 	  --command "make bench BENCH_PAIRS=$(BENCH_PAIRS)"
+
+## profile: perf of a warm run (30 batches of 10) of a release build with line tables; prints the
+## self time by component (benches/perf/components.py) for benches/profile.md.
+profile: venv bench-venv
+	@command -v perf >/dev/null || { echo "make profile needs perf (Debian: apt-get install linux-perf)"; exit 1; }
+	CARGO_TARGET_DIR=target/profiling $(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda \
+	  --config 'profile.release.strip=false' --config 'profile.release.debug="line-tables-only"'
+	$(CARGO) build --locked -p cfn-once-bench --bin cfn-once-bench
+	rm -f target/profiling/perf.data
+	PERF_TARGET=target/profiling/release/cfn-once-lambda PERF_OUT=target/profiling/perf.data \
+	  ./target/debug/cfn-once-bench --pairs 1 --warm-batches 30 --modes tls --rust-binary benches/perf/record.sh --out target/profiling/bench.md
+	@sleep 5
+	perf report -i target/profiling/perf.data --no-children --sort dso,sym -g none --stdio 2>/dev/null | grep -v '^#' | grep -v '^$$' > target/profiling/flat.txt
+	python3 benches/perf/components.py target/profiling/flat.txt
 
 ## bench-quick: one pair on the debug build, to prove the harness works (CI); no numbers kept.
 bench-quick: venv bench-venv

@@ -21,9 +21,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::measure::{Side, run_once};
+use crate::measure::{Latencies, Mode, Side, run_once};
 use crate::report::Report;
 use crate::setup::Bench;
+
+/// The profile of a warm batch, kept by hand, that BENCHMARKS.md ends with.
+const PROFILE: &str = "benches/profile.md";
 
 #[derive(Debug, Parser)]
 #[command(name = "cfn-once-bench", about = "cfn-once side by side with crhelper + Powertools idempotency")]
@@ -57,6 +60,15 @@ struct Args {
     /// before that, which read the system store: it gets that store plus the run's CA).
     #[arg(long, value_name = "STORE", default_value = "compiled", value_parser = ["compiled", "system"])]
     rust_roots: String,
+    /// The modes to run, each a full set of pairs: `tls` (HTTPS, no latency added: the
+    /// functions' own costs), `latency` (HTTPS and each call class's round trip added at the
+    /// proxy: time to answer), `plain` (plain HTTP: the costs without TLS).
+    #[arg(long, value_name = "MODES", value_delimiter = ',', default_value = "tls,latency,plain")]
+    modes: Vec<String>,
+    /// The latency mode's round trip per call class, in ms: `dynamodb=20,s3=30,sqs=10` (any
+    /// subset; see benches/README.md for where the defaults come from).
+    #[arg(long, value_name = "CLASS=MS,...", default_value = "")]
+    latency: String,
     /// How the results were produced, for BENCHMARKS.md.
     #[arg(long, value_name = "TEXT", default_value = "make bench")]
     command: String,
@@ -69,7 +81,26 @@ async fn main() -> ExitCode {
         args.pairs = 1;
         args.warm_batches = 1;
     }
-    match run(&args).await {
+    let latencies = match Latencies::parse(&args.latency) {
+        Ok(latencies) => latencies,
+        Err(error) => {
+            eprintln!("cfn-once-bench: --latency: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut modes = Vec::new();
+    for mode in &args.modes {
+        modes.push(match mode.as_str() {
+            "tls" => Mode::Tls,
+            "latency" => Mode::Latency(latencies),
+            "plain" => Mode::Plain,
+            other => {
+                eprintln!("cfn-once-bench: --modes: {other:?} is not tls, latency or plain");
+                return ExitCode::FAILURE;
+            }
+        });
+    }
+    match run(&args, &modes).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("cfn-once-bench: {error:#}");
@@ -78,7 +109,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(args: &Args) -> anyhow::Result<()> {
+async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
     let bench =
         Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python, args.rust_roots == "system").await?;
     eprintln!(
@@ -88,24 +119,37 @@ async fn run(args: &Args) -> anyhow::Result<()> {
         bench.moto_endpoint(),
         bench.log_dir().display()
     );
-    let mut report = Report::default();
-    for pair in 0..args.pairs {
-        let order = if pair % 2 == 0 { [Side::Rust, Side::Python] } else { [Side::Python, Side::Rust] };
-        for side in order {
-            let sample = run_once(&bench, side, pair, args.warm_batches).await?;
-            eprintln!("  pair {}/{} {}: {}", pair + 1, args.pairs, side.name(), sample.one_line());
-            report.add(side, sample);
+    let mut reports = Vec::new();
+    for mode in modes {
+        eprintln!("mode {}", mode.name());
+        let mut report = Report::new(mode.clone());
+        for pair in 0..args.pairs {
+            let order = if pair % 2 == 0 { [Side::Rust, Side::Python] } else { [Side::Python, Side::Rust] };
+            for side in order {
+                let sample = run_once(&bench, mode, side, pair, args.warm_batches).await?;
+                eprintln!("  pair {}/{} {}: {}", pair + 1, args.pairs, side.name(), sample.one_line());
+                report.add(side, sample);
+            }
         }
+        println!("{}\n", report.table());
+        reports.push(report);
     }
-    let table = report.table();
-    println!("{table}");
     if !args.quick {
         let micro = match &args.microbenchmarks {
             Some(path) => report::criterion_times(&std::fs::read_to_string(path)?),
             None => Vec::new(),
         };
-        let document =
-            report.markdown(&bench.environment().await, &args.command, args.pairs, args.warm_batches, &micro);
+        // The hand-kept profile of a warm batch, by component (benches/profile.md).
+        let profile = std::fs::read_to_string(PROFILE).ok();
+        let document = report::markdown(
+            &reports,
+            &bench.environment().await,
+            &args.command,
+            args.pairs,
+            args.warm_batches,
+            &micro,
+            profile.as_deref(),
+        );
         std::fs::write(&args.out, document)?;
         eprintln!("wrote {}", args.out.display());
     }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use cfn_once_cli::local::environment::s3_client;
+use cfn_once_cli::local::fault_proxy::Match;
 use cfn_once_cli::local::provision;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted, TlsFront};
@@ -20,6 +21,84 @@ use crate::setup::{Bench, REGION, TOPIC_ARN};
 const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// The records of a warm batch.
 pub const BATCH: usize = 10;
+
+/// How the functions reach AWS in a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode {
+    /// HTTPS to the TLS front, no latency added: what the function costs itself.
+    Tls,
+    /// HTTPS, and every call delayed at the proxy by its class's latency: the deployed table's
+    /// and S3's round trips, for the time to answer.
+    Latency(Latencies),
+    /// The AWS calls in plain HTTP straight to the counting proxy (the response PUT stays
+    /// HTTPS, as a presigned S3 URL always is, and crhelper only speaks HTTPS): the function's
+    /// cost without TLS on its AWS calls, where the peer's is lowest.
+    Plain,
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Tls => "tls",
+            Self::Latency(_) => "latency",
+            Self::Plain => "plain",
+        }
+    }
+}
+
+/// The round trip added to each call class, in ms (benches/README.md cites the defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latencies {
+    /// A DynamoDB call on the multi-Region strongly consistent table: every write and
+    /// consistent read waits for another Region.
+    pub dynamodb_ms: u64,
+    /// A PUT to S3 (the ResponseURL).
+    pub s3_ms: u64,
+    /// An SQS call.
+    pub sqs_ms: u64,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Self { dynamodb_ms: 20, s3_ms: 30, sqs_ms: 10 }
+    }
+}
+
+impl Latencies {
+    /// `dynamodb=20,s3=30,sqs=10`, any subset; the rest default.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut latencies = Self::default();
+        for part in text.split(',').map(str::trim).filter(|part| !part.is_empty()) {
+            let (class, ms) = part.split_once('=').ok_or_else(|| format!("{part:?} is not class=ms"))?;
+            let ms: u64 = ms.trim().parse().map_err(|_| format!("{part:?}: {ms:?} is not a number of ms"))?;
+            match class.trim() {
+                "dynamodb" => latencies.dynamodb_ms = ms,
+                "s3" => latencies.s3_ms = ms,
+                "sqs" => latencies.sqs_ms = ms,
+                other => return Err(format!("{other:?} is not a call class (dynamodb, s3, sqs)")),
+            }
+        }
+        Ok(latencies)
+    }
+
+    /// The floor of a function whose answer waits for `dynamodb` calls and then the PUT.
+    pub fn floor_ms(&self, dynamodb_calls: u64) -> u64 {
+        dynamodb_calls * self.dynamodb_ms + self.s3_ms
+    }
+
+    fn apply(&self, proxy: &FaultProxy) {
+        let ms = Duration::from_millis;
+        for operation in ["GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan"] {
+            proxy.add_latency(Match::Operation(operation.to_owned()), ms(self.dynamodb_ms));
+        }
+        for operation in
+            ["ChangeMessageVisibility", "SendMessage", "DeleteMessage", "GetQueueUrl", "GetQueueAttributes"]
+        {
+            proxy.add_latency(Match::Operation(operation.to_owned()), ms(self.sqs_ms));
+        }
+        proxy.add_latency(Match::Put, ms(self.s3_ms));
+    }
+}
 
 /// Which function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -65,17 +144,26 @@ pub struct Sample {
     pub first_calls: BTreeMap<String, usize>,
     /// TLS connections the function opened over the whole run (handshakes the front completed).
     pub tls_handshakes: u64,
+    /// The first request: handed out → its response PUT stored (the proxy relayed S3's reply).
+    pub first_answer_ms: f64,
+    /// Warm requests: their batch handed out → each one's PUT stored, the median.
+    pub warm_answer_ms: f64,
+    /// AWS calls the first request made before its PUT went out, each a round trip it waited for.
+    pub first_calls_before_put: usize,
 }
 
 impl Sample {
     pub fn one_line(&self) -> String {
         format!(
-            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU), warm {:.2} ms ({:.2} ms CPU)/request, RSS {:.1} MiB, {} TLS handshakes",
+            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU, answered in {:.1} ms after {} calls), warm {:.2} ms ({:.2} ms CPU)/request (answered in {:.1} ms), RSS {:.1} MiB, {} TLS handshakes",
             self.cold_start_ms,
             self.first_alone_ms,
             self.first_cpu_ms,
+            self.first_answer_ms,
+            self.first_calls_before_put,
             self.warm_ms_per_request,
             self.warm_cpu_ms_per_request,
+            self.warm_answer_ms,
             self.peak_rss_mib,
             self.tls_handshakes
         )
@@ -83,14 +171,25 @@ impl Sample {
 }
 
 /// Runs `side` once: a cold start, one invocation of one record, `warm_batches` of ten.
-pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usize) -> anyhow::Result<Sample> {
+pub async fn run_once(
+    bench: &Bench,
+    mode: &Mode,
+    side: Side,
+    pair: usize,
+    warm_batches: usize,
+) -> anyhow::Result<Sample> {
     let runtime = FakeRuntime::start();
     let proxy = FaultProxy::start(bench.moto_endpoint());
+    if let Mode::Latency(latencies) = mode {
+        latencies.apply(&proxy);
+    }
     // The functions speak TLS to the front and the front plaintext to the proxy, which counts
-    // and times what it forwards to moto as before.
+    // and times what it forwards to moto as before; in plain mode their AWS calls go to the
+    // proxy directly, and only the PUTs to the presigned URLs through the front.
     let front = TlsFront::start(&proxy.url(), bench.log_dir())?;
+    let endpoint = if *mode == Mode::Plain { proxy.url() } else { front.url() };
     let presigner = s3_client(&provision::sdk_config(&front.url(), REGION).await);
-    let tag = format!("{}-{pair}-{}", side.name(), epoch_ms());
+    let tag = format!("{}-{}-{pair}-{}", mode.name(), side.name(), epoch_ms());
 
     // Every invocation is built before the process starts, so building them costs it nothing.
     let mut invocations = Vec::new();
@@ -107,7 +206,7 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
     }
 
     let started = Instant::now();
-    let mut child = spawn(bench, side, &runtime, &front, &tag)?;
+    let mut child = spawn(bench, side, &runtime, &front, &endpoint, &tag)?;
     runtime.watch(child.id());
     let mut boundaries = Vec::new();
     for (request_id, event, _) in &invocations {
@@ -176,6 +275,27 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
     for index in boundaries[0].0..boundaries[0].1 {
         *first_calls.entry(operation(index)).or_default() += 1;
     }
+    // When each request's answer was stored: the proxy relayed S3's reply to its PUT.
+    let stored = |key: &str| {
+        log.iter()
+            .find(|exchange| exchange.method == "PUT" && exchange.path.ends_with(key))
+            .and_then(|exchange| exchange.replied.map(|at| (exchange.arrived, at)))
+    };
+    let (first_put_sent, first_put_stored) =
+        stored(&invocations[0].2[0]).context("the first request's PUT is not in the proxy's log")?;
+    // Only what it waited for once handed out: a read the function made at init is not.
+    let first_calls_before_put = (boundaries[0].0..boundaries[0].1)
+        .filter(|index| log[*index].arrived >= first_handed && log[*index].arrived < first_put_sent)
+        .count();
+    let mut warm_answers = Vec::new();
+    for ((handed, _), (_, _, keys)) in warm.iter().map(|(handed, _)| handed).zip(&invocations[1..]) {
+        for key in keys {
+            let (_, at) = stored(key).with_context(|| format!("the PUT of {key} is not in the proxy's log"))?;
+            warm_answers.push(ms(*handed, at));
+        }
+    }
+    warm_answers.sort_by(f64::total_cmp);
+    let warm_answer_ms = warm_answers.get(warm_answers.len() / 2).copied().unwrap_or(0.0);
     let mut warm_calls: BTreeMap<String, f64> = BTreeMap::new();
     for (from, to) in &boundaries[1..] {
         for index in *from..*to {
@@ -198,6 +318,9 @@ pub async fn run_once(bench: &Bench, side: Side, pair: usize, warm_batches: usiz
         warm_calls,
         first_calls,
         tls_handshakes,
+        first_answer_ms: ms(first_handed, first_put_stored),
+        warm_answer_ms,
+        first_calls_before_put,
     })
 }
 
@@ -274,7 +397,14 @@ fn bundle(
 
 /// Starts `side`'s function with Lambda's environment, logging to the bench's log directory.
 /// Every endpoint it is given is the TLS front's, and the front's CA is the only one it trusts.
-fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, front: &TlsFront, tag: &str) -> anyhow::Result<Child> {
+fn spawn(
+    bench: &Bench,
+    side: Side,
+    runtime: &FakeRuntime,
+    front: &TlsFront,
+    endpoint: &str,
+    tag: &str,
+) -> anyhow::Result<Child> {
     let log = std::fs::File::create(bench.log_dir().join(format!("{tag}.log")))?;
     let mut command = match side {
         Side::Rust => Command::new(&bench.rust_binary),
@@ -301,7 +431,7 @@ fn spawn(bench: &Bench, side: Side, runtime: &FakeRuntime, front: &TlsFront, tag
         ("AWS_DEFAULT_REGION", REGION.to_owned()),
         ("AWS_ACCESS_KEY_ID", "test".to_owned()),
         ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ("AWS_ENDPOINT_URL", front.url()),
+        ("AWS_ENDPOINT_URL", endpoint.to_owned()),
     ];
     for (name, value) in common {
         command.env(name, value);

@@ -4,18 +4,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::measure::{BATCH, Sample, Side};
+use crate::measure::{BATCH, Mode, Sample, Side};
 
-/// Every run, per side, in pair order.
-#[derive(Debug, Default)]
+/// Every run of one mode, per side, in pair order.
+#[derive(Debug)]
 pub struct Report {
+    mode: Mode,
     samples: BTreeMap<Side, Vec<Sample>>,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Self::new(Mode::Tls)
+    }
 }
 
 /// One figure: its name, its unit, and how to read it off a sample.
 type Figure = (&'static str, &'static str, fn(&Sample) -> f64);
 
-const FIGURES: [Figure; 10] = [
+const FIGURES: [Figure; 14] = [
+    ("time to answer, first request (handed out → PUT stored)", "ms", |s| s.first_answer_ms),
+    ("  AWS calls it waited for before its PUT", "", |s| s.first_calls_before_put as f64),
+    ("time to answer, warm requests (batch handed out → PUT stored, median)", "ms", |s| s.warm_answer_ms),
     ("cold start to first /next", "ms", |s| s.cold_start_ms),
     ("CPU before the first /next", "ms", |s| s.init_cpu_ms),
     ("first invocation alone (handed out → /response)", "ms", |s| s.first_alone_ms),
@@ -26,6 +36,7 @@ const FIGURES: [Figure; 10] = [
     ("warm wall per request", "ms", |s| s.warm_ms_per_request),
     ("warm handler CPU per request", "ms", |s| s.warm_cpu_ms_per_request),
     ("peak RSS (VmHWM)", "MiB", |s| s.peak_rss_mib),
+    ("TLS handshakes per process life", "", |s| s.tls_handshakes as f64),
 ];
 
 /// `(min, median, max)`.
@@ -53,6 +64,27 @@ fn number(value: f64) -> String {
 }
 
 impl Report {
+    pub fn new(mode: Mode) -> Self {
+        Self { mode, samples: BTreeMap::new() }
+    }
+
+    /// What the mode is, in words, with the round-trip floor in the latency mode.
+    fn heading(&self) -> String {
+        match &self.mode {
+            Mode::Tls => "HTTPS, no latency added: what each function costs itself".to_owned(),
+            Mode::Plain => "plain HTTP to the proxy, no latency added: the costs without TLS".to_owned(),
+            Mode::Latency(l) => format!(
+                "HTTPS, each call delayed at the proxy by its class's round trip (DynamoDB {} ms, S3 PUT {} ms, SQS {} ms). \
+                 Floor: cfn-once's protocol waits for acquire, commit and the PUT, {} ms; the peer's for its idempotency PutItem and the PUT, {} ms (it records the result after the PUT); moto's own time comes on top",
+                l.dynamodb_ms,
+                l.s3_ms,
+                l.sqs_ms,
+                l.floor_ms(2),
+                l.floor_ms(1)
+            ),
+        }
+    }
+
     pub fn add(&mut self, side: Side, sample: Sample) {
         self.samples.entry(side).or_default().push(sample);
     }
@@ -74,7 +106,8 @@ impl Report {
                 let mut ratios: Vec<f64> = rust.iter().zip(python).map(|(r, p)| read(p) / read(r).max(1e-9)).collect();
                 ratios.sort_by(f64::total_cmp);
                 let ratio = if ratios.is_empty() { "-".into() } else { format!("{:.2}×", median(&ratios)) };
-                (format!("{name} ({unit})"), [show(rust), show(python), ratio])
+                let name = if unit.is_empty() { (*name).to_owned() } else { format!("{name} ({unit})") };
+                (name, [show(rust), show(python), ratio])
             })
             .collect()
     }
@@ -101,43 +134,26 @@ impl Report {
 
     /// A plain-text table.
     pub fn table(&self) -> String {
-        let mut lines =
-            vec![format!("{:<58} {:>24} {:>24} {:>10}", "figure (min / median / max)", "rust", "python", "py ÷ rs")];
+        let mut lines = vec![
+            format!("mode {}: {}", self.mode.name(), self.heading()),
+            format!("{:<72} {:>24} {:>24} {:>10}", "figure (min / median / max)", "rust", "python", "py ÷ rs"),
+        ];
         for (name, [rust, python, ratio]) in self.rows() {
-            lines.push(format!("{name:<58} {rust:>24} {python:>24} {ratio:>10}"));
+            lines.push(format!("{name:<72} {rust:>24} {python:>24} {ratio:>10}"));
         }
         lines.push(String::new());
-        lines.push(format!("{:<58} {:>24} {:>24}", "AWS calls per warm request (median)", "rust", "python"));
+        lines.push(format!("{:<72} {:>24} {:>24}", "AWS calls per warm request (median)", "rust", "python"));
         for (op, rust, python) in self.calls() {
-            lines.push(format!("{op:<58} {rust:>24} {python:>24}"));
+            lines.push(format!("{op:<72} {rust:>24} {python:>24}"));
         }
         lines.push(format!("first invocation's AWS calls, rust:   {}", self.first_calls(Side::Rust)));
         lines.push(format!("first invocation's AWS calls, python: {}", self.first_calls(Side::Python)));
         lines.join("\n")
     }
 
-    /// BENCHMARKS.md's measured part.
-    pub fn markdown(
-        &self,
-        environment: &[(String, String)],
-        command: &str,
-        pairs: usize,
-        warm_batches: usize,
-        microbenchmarks: &[(String, String)],
-    ) -> String {
-        let mut out = String::new();
-        out.push_str("# Benchmarks\n\n");
-        out.push_str("Generated by `cfn-once-bench` (`benches/`); do not edit by hand: run the command below.\n");
-        out.push_str("What is measured, how, and why is in [benches/README.md](benches/README.md).\n\n");
-        out.push_str(&format!(
-            "cfn-once's Lambda function beside the Python way (crhelper + Powertools idempotency on DynamoDB), \
-             each run as Lambda runs it under a fake Runtime API against moto, every AWS call and response PUT over \
-             HTTPS: {pairs} interleaved pairs, each run a cold start, one invocation of one record, then {warm_batches} warm batches of {BATCH} records.\n\n"
-        ));
-        out.push_str(&format!("Command: `{command}`\n\n"));
-        for (name, value) in environment {
-            out.push_str(&format!("- {name}: {value}\n"));
-        }
+    /// This mode's section of BENCHMARKS.md.
+    fn section(&self) -> String {
+        let mut out = format!("## Mode `{}`\n\n{}.\n", self.mode.name(), self.heading());
         out.push_str(
             "\n| figure (min / median / max) | Rust | Python | Python ÷ Rust (median of pairs) |\n|---|---|---|---|\n",
         );
@@ -151,18 +167,53 @@ impl Report {
             out.push_str(&format!("| {op} | {rust} | {python} |\n"));
         }
         out.push_str(&format!(
-            "\nThe first invocation's AWS calls: Rust {}; Python {}.\n",
+            "\nThe first invocation's AWS calls: Rust {}; Python {}.\n\n",
             self.first_calls(Side::Rust),
             self.first_calls(Side::Python)
         ));
-        if !microbenchmarks.is_empty() {
-            out.push_str("\n| hot path (criterion, `cargo bench -p cfn-once-bench --bench hot_path`) | time per call [low estimate, median, high] |\n|---|---|\n");
-            for (name, time) in microbenchmarks {
-                out.push_str(&format!("| {name} | {time} |\n"));
-            }
-        }
         out
     }
+}
+
+/// BENCHMARKS.md's measured part: one section per mode.
+pub fn markdown(
+    reports: &[Report],
+    environment: &[(String, String)],
+    command: &str,
+    pairs: usize,
+    warm_batches: usize,
+    microbenchmarks: &[(String, String)],
+    profile: Option<&str>,
+) -> String {
+    let mut out = String::new();
+    out.push_str("# Benchmarks\n\n");
+    out.push_str("Generated by `cfn-once-bench` (`benches/`); do not edit by hand: run the command below.\n");
+    out.push_str("What is measured, how, and why is in [benches/README.md](benches/README.md).\n\n");
+    out.push_str(&format!(
+        "cfn-once's Lambda function beside the Python way (crhelper + Powertools idempotency on DynamoDB), \
+         each run as Lambda runs it under a fake Runtime API against moto: in each mode, {pairs} interleaved pairs, \
+         each run a cold start, one invocation of one record, then {warm_batches} warm batches of {BATCH} records.\n\n"
+    ));
+    out.push_str(&format!("Command: `{command}`\n\n"));
+    for (name, value) in environment {
+        out.push_str(&format!("- {name}: {value}\n"));
+    }
+    out.push('\n');
+    for report in reports {
+        out.push_str(&report.section());
+    }
+    if !microbenchmarks.is_empty() {
+        out.push_str("| hot path (criterion, `cargo bench -p cfn-once-bench --bench hot_path`) | time per call [low estimate, median, high] |\n|---|---|\n");
+        for (name, time) in microbenchmarks {
+            out.push_str(&format!("| {name} | {time} |\n"));
+        }
+    }
+    if let Some(profile) = profile {
+        out.push('\n');
+        out.push_str(profile.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// criterion's `name  time: [a b c]` lines (the name may be on the line before).
@@ -205,7 +256,8 @@ mod tests {
             report.add(Side::Rust, Sample { cold_start_ms: rust, ..Sample::default() });
             report.add(Side::Python, Sample { cold_start_ms: python, ..Sample::default() });
         }
-        let (name, [rust, python, ratio]) = report.rows().remove(0);
+        let (name, [rust, python, ratio]) =
+            report.rows().into_iter().find(|(name, _)| name.starts_with("cold start")).expect("the cold start row");
         assert_eq!(name, "cold start to first /next (ms)");
         assert_eq!(
             (rust.as_str(), python.as_str(), ratio.as_str()),

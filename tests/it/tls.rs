@@ -5,11 +5,11 @@
 //! the same set-up, so the refusal cannot pass merely because the set-up is broken.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{
-    Exchange, FakeRuntime, FaultProxy, LambdaProcess, LocalRegion, Options, Posted, REGION, TlsFront,
+    Call, Exchange, FakeRuntime, FaultProxy, LambdaProcess, LocalRegion, Options, Posted, REGION, TlsFront,
 };
 use serde_json::Value;
 
@@ -29,6 +29,8 @@ struct Outcome {
     handshakes_failed: u64,
     /// The function's log lines.
     output: Vec<String>,
+    /// When the invocation was handed to the function.
+    handed: Option<Instant>,
 }
 
 /// Publishes one Create of `Custom::Echo` whose ResponseURL is on the front, and hands it to the
@@ -55,6 +57,9 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
         ("CFN_ONCE_TABLE", region.table.clone()),
         ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
         ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), region.bucket)),
+        // What the regional template tells the function of its queue (a visibility timeout a
+        // minute over the function's), so that no record is received close to its deadline.
+        ("CFN_ONCE_VISIBILITY_TIMEOUT_S", cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S.to_string()),
     ];
     if trust_front {
         env.push(("SSL_CERT_FILE", front.ca_file().display().to_string()));
@@ -72,6 +77,10 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
         handshakes_completed: front.handshakes_completed(),
         handshakes_failed: front.handshakes_failed(),
         output: lambda.output(),
+        handed: runtime
+            .timed_calls()
+            .into_iter()
+            .find_map(|(at, call, _)| matches!(call, Call::Handed(_)).then_some(at)),
     };
     drop((lambda, front));
     let _ = std::fs::remove_dir_all(dir);
@@ -112,4 +121,27 @@ async fn not_told_to_trust_the_front_s_ca_the_lambda_binary_refuses_the_handshak
     assert_eq!(outcome.exchanges, Vec::new(), "a request got past the front");
     assert_eq!(outcome.responses.len(), 0, "a PUT reached S3");
     assert_eq!(failed_ids(outcome.posted.as_ref()), vec![outcome.message_id], "the record is reported failed");
+}
+
+/// The deployed table makes every write and consistent read wait for another Region: what
+/// CloudFormation waits for is counted in round trips. A cold primary reads the active-region
+/// control in its init, so its first request waits for the acquire and the commit only, then
+/// PUTs; the delivered mark comes after the PUT.
+#[tokio::test]
+async fn a_cold_primarys_first_answer_waits_for_the_acquire_and_the_commit_only() {
+    let outcome = invoke_through_front(true).await;
+    assert_eq!(failed_ids(outcome.posted.as_ref()), Vec::<String>::new(), "{:?}", outcome.output);
+    let handed = outcome.handed.expect("the invocation was handed out");
+    let put = outcome.exchanges.iter().find(|exchange| exchange.method == "PUT").expect("the PUT");
+    let named = |exchange: &Exchange| exchange.operation.clone().unwrap_or_else(|| exchange.method.clone());
+    let before_handing: Vec<String> =
+        outcome.exchanges.iter().filter(|exchange| exchange.arrived < handed).map(named).collect();
+    let waited_for: Vec<String> = outcome
+        .exchanges
+        .iter()
+        .filter(|exchange| exchange.arrived >= handed && exchange.arrived < put.arrived)
+        .map(named)
+        .collect();
+    assert_eq!(before_handing, ["GetItem"], "the control is read at init, before any record");
+    assert_eq!(waited_for, ["UpdateItem", "UpdateItem"], "the acquire and the commit, then the PUT");
 }

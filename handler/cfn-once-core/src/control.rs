@@ -7,6 +7,14 @@
 //! without one the configured fallback does. The cache is single-flight: the records of a batch
 //! all ask at once, and one of them reads the source while the others wait for its answer, so a
 //! warm Lambda reads the source at most once per time-to-live.
+//!
+//! Off the requests' critical path: a primary reads the control once at start
+//! ([`CachedActivity::warm_up`], in the function's init), and [`CachedActivity::keep_fresh`]
+//! renews the answer in the background three quarters into its time-to-live, so a record that
+//! arrives while the process runs finds a fresh answer and waits for no read. Renewing early
+//! never lets an answer older than the time-to-live count: a process Lambda froze for longer
+//! than that thaws with a stale answer and reads before deciding, as without renewal, so a
+//! drill's settle time (the time-to-live) is unchanged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -82,6 +90,36 @@ impl CachedActivity {
         self.last().map_or(self.fallback, |(activity, _)| activity)
     }
 
+    /// Reads the source now, within `timeout_ms` (at start: the first record then finds a fresh
+    /// answer). A failed read leaves the cache as it was.
+    pub async fn warm_up(&self, timeout_ms: u64) -> Activity {
+        let reads_before = self.reads.load(Ordering::SeqCst);
+        match within(self.clock.as_ref(), timeout_ms, self.read_source(reads_before)).await {
+            Some(activity) => activity,
+            None => {
+                tracing::warn!(
+                    timeout_ms,
+                    "no answer from the active-region control at start; the first record reads it"
+                );
+                self.stale_or_fallback()
+            }
+        }
+    }
+
+    /// Renews the answer before it goes stale, for as long as it runs (spawn it): three
+    /// quarters into the time-to-live of the last answer, each read within `timeout_ms`, a
+    /// failed one tried again a quarter of the time-to-live later. Never returns.
+    pub async fn keep_fresh(&self, timeout_ms: u64) {
+        let quarter_ms = (self.ttl_ms / 4).max(1);
+        let mut tried_ms = 0;
+        loop {
+            let renew_at_ms = self.last().map_or(0, |(_, at_ms)| at_ms + 3 * quarter_ms).max(tried_ms + quarter_ms);
+            crate::clock::sleep_until_ms(self.clock.as_ref(), renew_at_ms).await;
+            tried_ms = self.clock.now_ms();
+            self.warm_up(timeout_ms).await;
+        }
+    }
+
     /// The answer within `timeout_ms`. A source that answers later than that has failed, and is
     /// treated as one that failed: the last known answer stands, else the fallback. (A drained
     /// primary whose slow control made it act as active would start work it must leave.)
@@ -108,11 +146,19 @@ impl ActivitySource for CachedActivity {
             return Ok(activity);
         }
         let reads_before = self.reads.load(Ordering::SeqCst);
+        Ok(self.read_source(reads_before).await)
+    }
+}
+
+impl CachedActivity {
+    /// One read of the source, single-flight: a caller that finds that a read finished after
+    /// `reads_before` takes its outcome instead of reading again.
+    async fn read_source(&self, reads_before: u64) -> Activity {
         let _reading = self.refresh.lock().await;
         if self.reads.load(Ordering::SeqCst) != reads_before {
             // Another caller read the source while this one waited: its answer is fresh, or it
             // failed and the stale answer or the fallback stands for this caller too.
-            return Ok(self.fresh(self.clock.now_ms()).unwrap_or_else(|| self.stale_or_fallback()));
+            return self.fresh(self.clock.now_ms()).unwrap_or_else(|| self.stale_or_fallback());
         }
         let now_ms = self.clock.now_ms();
         let answer = self.source.activity().await;
@@ -120,12 +166,12 @@ impl ActivitySource for CachedActivity {
         match answer {
             Ok(activity) => {
                 *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some((activity, now_ms));
-                Ok(activity)
+                activity
             }
             Err(error) => {
                 let fallback = self.stale_or_fallback();
                 tracing::warn!(%error, ?fallback, "active-region control failed; using the last known or configured answer");
-                Ok(fallback)
+                fallback
             }
         }
     }
@@ -208,5 +254,57 @@ mod tests {
         let cached =
             CachedActivity::new(Arc::new(Scripted::default()), Arc::new(ManualClock::new(0)), 1_000, Activity::Active);
         assert_eq!(cached.activity().await, Ok(Activity::Active));
+    }
+
+    #[test]
+    fn warmed_up_at_start_the_first_records_read_nothing_and_renewal_keeps_them_from_reading() {
+        let clock = ManualClock::new(0);
+        let source = Arc::new(Scripted { latency: Some((clock.clone(), 30)), ..Scripted::default() });
+        source.answers.lock().expect("lock").extend([
+            Ok(Activity::Active),
+            Ok(Activity::Active),
+            Ok(Activity::Standby),
+        ]);
+        let cached = Arc::new(CachedActivity::new(source.clone(), Arc::new(clock.clone()), 4_000, Activity::Active));
+        assert_eq!(drive(&clock, cached.warm_up(1_000)), Activity::Active);
+        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
+        // The renewer runs beside the records, as the function spawns it.
+        let renewer = Arc::clone(&cached);
+        let records = async {
+            let mut seen = Vec::new();
+            for _ in 0..8 {
+                let asked = clock.now_ms();
+                seen.push((cached.activity().await.expect("never fails"), clock.now_ms() - asked));
+                clock.sleep_ms(1_000).await;
+            }
+            seen
+        };
+        let seen = drive(&clock, async {
+            futures_util::pin_mut!(records);
+            let renewing = renewer.keep_fresh(1_000);
+            futures_util::pin_mut!(renewing);
+            match futures_util::future::select(records, renewing).await {
+                futures_util::future::Either::Left((seen, _)) => seen,
+                futures_util::future::Either::Right(_) => unreachable!("keep_fresh never returns"),
+            }
+        });
+        assert!(seen.iter().all(|(_, waited_ms)| *waited_ms == 0), "no record waited for a read: {seen:?}");
+        // Renewed at 3 s (after the start's read at 0) and at 6 s: the last records see the flip.
+        assert_eq!(source.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(seen[0].0, Activity::Active);
+        assert_eq!(seen[7].0, Activity::Standby, "{seen:?}");
+    }
+
+    #[test]
+    fn an_answer_older_than_its_time_to_live_is_never_used_after_a_freeze() {
+        let clock = ManualClock::new(0);
+        let source = Arc::new(Scripted::default());
+        source.answers.lock().expect("lock").extend([Ok(Activity::Active), Ok(Activity::Standby)]);
+        let cached = CachedActivity::new(source.clone(), Arc::new(clock.clone()), 4_000, Activity::Active);
+        assert_eq!(drive(&clock, cached.warm_up(1_000)), Activity::Active);
+        // Frozen for a minute (nothing ran, not even the renewer): the record reads first.
+        clock.advance_ms(60_000);
+        assert_eq!(drive(&clock, cached.activity()), Ok(Activity::Standby));
+        assert_eq!(source.calls.load(Ordering::SeqCst), 2);
     }
 }

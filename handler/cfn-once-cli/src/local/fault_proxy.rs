@@ -121,6 +121,12 @@ pub struct Exchange {
     pub upstream_took: Option<Duration>,
     /// When the request arrived, epoch ms.
     pub at_ms: u64,
+    /// When the request arrived, on this process's monotonic clock.
+    pub arrived: Instant,
+    /// The latency added before forwarding it ([`FaultProxy::add_latency`]).
+    pub added_latency: Option<Duration>,
+    /// When its reply was sent back (or the connection closed instead), if it was.
+    pub replied: Option<Instant>,
 }
 
 /// What the proxy keeps of the requests it sees.
@@ -167,6 +173,7 @@ impl FaultProxy {
             upstream,
             mode,
             rules: Mutex::default(),
+            latencies: Mutex::default(),
             log: Mutex::default(),
             stopped: false.into(),
             injected: AtomicU64::new(0),
@@ -197,9 +204,17 @@ impl FaultProxy {
         self.inner.injected.load(Ordering::SeqCst)
     }
 
-    /// Drops all rules.
+    /// Drops all rules (fault rules; latencies stay).
     pub fn clear(&self) {
         lock(&self.inner.rules).clear();
+    }
+
+    /// Delays every request matching `matcher` by `latency` before forwarding it, from now on,
+    /// as a far-away service would (the first latency rule that matches applies; concurrent
+    /// requests wait side by side). Models a call class's round trip: a multi-Region strongly
+    /// consistent write, an S3 PUT.
+    pub fn add_latency(&self, matcher: Match, latency: Duration) {
+        lock(&self.inner.latencies).push((matcher, latency));
     }
 
     /// Every request seen, in arrival order.
@@ -236,6 +251,7 @@ struct Inner {
     upstream: Vec<SocketAddr>,
     mode: LogMode,
     rules: Mutex<Vec<Rule>>,
+    latencies: Mutex<Vec<(Match, Duration)>>,
     log: Mutex<Vec<Record>>,
     stopped: AtomicBool,
     /// Requests a rule was applied to, whatever the log mode.
@@ -341,6 +357,11 @@ impl Inner {
     /// connection may carry another request; a closing fault ends it without a reply.
     fn handle(&self, req: &Request, stream: &TcpStream, reader: &mut BufReader<&TcpStream>) -> io::Result<bool> {
         let operation = header(&req.headers, "x-amz-target").map(|t| t.rsplit_once('.').map_or(t, |(_, op)| op));
+        let arrived = Instant::now();
+        let latency = lock(&self.latencies)
+            .iter()
+            .find(|(matcher, _)| matcher.matches(&req.method, operation, &req.body))
+            .map(|(_, latency)| *latency);
         let (index, fault) = {
             // The rule lock is held while logging so log order matches the order rules were used in.
             let mut rules = lock(&self.rules);
@@ -357,6 +378,9 @@ impl Inner {
                 upstream_status: None,
                 upstream_took: None,
                 at_ms: epoch_ms(),
+                arrived,
+                added_latency: latency,
+                replied: None,
             };
             let index = match self.mode {
                 LogMode::Off => None,
@@ -369,6 +393,9 @@ impl Inner {
             };
             (index, fault)
         };
+        if let Some(latency) = latency {
+            thread::sleep(latency);
+        }
         let forwarding = Instant::now();
         let upstream =
             (!matches!(fault, Some(Fault::Respond { .. } | Fault::Reset | Fault::Hang))).then(|| self.forward(req));
@@ -408,7 +435,11 @@ impl Inner {
                 })
             }
         };
-        reply.send(stream, req)?;
+        let sent = reply.send(stream, req);
+        if let Some(index) = index {
+            lock(&self.log)[index].exchange.replied = Some(Instant::now());
+        }
+        sent?;
         Ok(true)
     }
 

@@ -159,6 +159,21 @@ impl Worker {
         &self.clock
     }
 
+    /// For a primary, takes the active-region control off the records' critical path: reads
+    /// it now (call this at start, before the first record) and returns the renewal to spawn
+    /// beside the records ([`CachedActivity::keep_fresh`]). `None` for a secondary, whose
+    /// decisions do not depend on the control.
+    pub async fn warm_up_control(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        if self.settings.role != Role::Primary {
+            return None;
+        }
+        let timeout_ms = self.settings.store_call_timeout_ms;
+        let activity = self.control.warm_up(timeout_ms).await;
+        tracing::info!(?activity, "active-region control read at start");
+        let control = Arc::clone(&self.control);
+        Some(async move { control.keep_fresh(timeout_ms).await })
+    }
+
     /// Handles one delivery of one SQS record.
     pub async fn handle(&self, record: QueueRecord<'_>, invocation: &Invocation) -> Disposition {
         self.handle_detailed(record, invocation).await.disposition
