@@ -285,15 +285,9 @@ async fn two_regions_with_a_responder(
         let api = InvokeApi::start(vec![function]).await.expect("the Invoke API starts");
         let bucket = cfn_once_tests::unique("answers").to_lowercase();
         let moto = cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await;
-        let mut create = s3_client(&moto).create_bucket().bucket(&bucket);
-        if region != "us-east-1" {
-            create = create.create_bucket_configuration(
-                aws_sdk_s3::types::CreateBucketConfiguration::builder()
-                    .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(region))
-                    .build(),
-            );
-        }
-        create.send().await.expect("the answer bucket");
+        cfn_once_cli::local::provision::create_bucket_in(&s3_client(&moto), &bucket, region)
+            .await
+            .expect("the answer bucket");
         let invoker: Arc<dyn FunctionInvoker> =
             Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(api.endpoint(), region).await));
         let route = FunctionRoute {

@@ -80,18 +80,7 @@ impl LocalFunctions {
             .await?;
             let answer_bucket = format!("{bucket_prefix}-answers-{region}");
             let s3 = s3_client(&env.sdk(region).await);
-            let mut create = s3.create_bucket().bucket(&answer_bucket);
-            if region != "us-east-1" {
-                // S3 wants every other region named (us-east-1 refuses being named).
-                create = create.create_bucket_configuration(
-                    aws_sdk_s3::types::CreateBucketConfiguration::builder()
-                        .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(region.as_str()))
-                        .build(),
-                );
-            }
-            create.send().await.map_err(|error| {
-                anyhow::anyhow!("CreateBucket {answer_bucket}: {}", aws_sdk_s3::error::DisplayErrorContext(&error))
-            })?;
+            crate::local::provision::create_bucket_in(&s3, &answer_bucket, region).await?;
             regions.push(Region { region: region.clone(), api, answer_bucket });
         }
         Ok(Self { regions, logs: logs.to_path_buf() })

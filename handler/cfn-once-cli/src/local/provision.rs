@@ -170,6 +170,20 @@ pub async fn create_response_bucket(s3: &aws_sdk_s3::Client, name: &str) -> anyh
     Ok(())
 }
 
+/// Creates a bucket in `region` (S3 wants every region but us-east-1 named, and refuses it named).
+pub async fn create_bucket_in(s3: &aws_sdk_s3::Client, name: &str, region: &str) -> anyhow::Result<()> {
+    let mut create = s3.create_bucket().bucket(name);
+    if region != "us-east-1" {
+        create = create.create_bucket_configuration(
+            aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(region))
+                .build(),
+        );
+    }
+    create.send().await.map_err(|e| sdk_error("CreateBucket", &e))?;
+    Ok(())
+}
+
 /// A presigned PUT URL (SigV4, `X-Amz-Expires`), made the way CloudFormation makes its
 /// ResponseURL.
 pub async fn presigned_put_url(

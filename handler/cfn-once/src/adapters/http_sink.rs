@@ -12,6 +12,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::ResponseUrl;
+
+use crate::adapters::https::chain;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
@@ -87,18 +89,6 @@ fn classify_status(status: StatusCode) -> Result<(), PutError> {
     Err(PutError::Permanent(format!(
         "the ResponseURL answered {status}; a presigned URL answers 403 once it has expired (CloudFormation's last two hours)"
     )))
-}
-
-/// `error` and its causes, "outer: inner: root".
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Every failure to send may be transient (refused, reset, a DNS or TLS failure, a timeout):

@@ -205,6 +205,19 @@ impl HttpConnector for Pool {
     }
 }
 
+/// `error` and its causes, "outer: inner: root". hyper's and the OS's errors carry no URL, so
+/// neither does this (a ResponseURL or a presigned answer URL is never in an error).
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The kind of the first I/O error in `error`'s chain, if any.
 pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
     let mut source = Some(error);

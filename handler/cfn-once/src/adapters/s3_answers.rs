@@ -25,6 +25,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use crate::adapters::https::chain;
 use crate::providers::answers_itself::{AnswerDrop, DropError, UploadUrl};
 
 /// How long cfn-once's own read URL is valid: one read.
@@ -157,18 +158,6 @@ fn presign(
         .map_err(|error| format!("the answer's URL is not a URL: {error}"))?;
     instructions.apply_to_request_http1x(&mut request);
     Ok(request.uri().to_string())
-}
-
-/// `error` and its causes, "outer: inner: root" (hyper's and the OS's: no URL in them).
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
