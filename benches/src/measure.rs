@@ -271,9 +271,13 @@ pub async fn run_once(
         let exchange = &log[index];
         exchange.operation.clone().unwrap_or_else(|| format!("S3 {}", exchange.method))
     };
+    // The first invocation's calls are those made once it was handed out: what the function
+    // did at init (cfn-once's control read) is the cold start's.
+    let first_window: Vec<usize> =
+        (boundaries[0].0..boundaries[0].1).filter(|index| log[*index].arrived >= first_handed).collect();
     let mut first_calls = BTreeMap::new();
-    for index in boundaries[0].0..boundaries[0].1 {
-        *first_calls.entry(operation(index)).or_default() += 1;
+    for index in &first_window {
+        *first_calls.entry(operation(*index)).or_default() += 1;
     }
     // When each request's answer was stored: the proxy relayed S3's reply to its PUT.
     let stored = |key: &str| {
@@ -284,9 +288,7 @@ pub async fn run_once(
     let (first_put_sent, first_put_stored) =
         stored(&invocations[0].2[0]).context("the first request's PUT is not in the proxy's log")?;
     // Only what it waited for once handed out: a read the function made at init is not.
-    let first_calls_before_put = (boundaries[0].0..boundaries[0].1)
-        .filter(|index| log[*index].arrived >= first_handed && log[*index].arrived < first_put_sent)
-        .count();
+    let first_calls_before_put = first_window.iter().filter(|index| log[**index].arrived < first_put_sent).count();
     let mut warm_answers = Vec::new();
     for ((handed, _), (_, _, keys)) in warm.iter().map(|(handed, _)| handed).zip(&invocations[1..]) {
         for key in keys {
@@ -306,8 +308,9 @@ pub async fn run_once(
         cold_start_ms: ms(started, first_next),
         init_cpu_ms: init_cpu as f64 / 1e6,
         first_alone_ms: ms(first_handed, first_posted),
-        first_aws_ms: (boundaries[0].0..boundaries[0].1)
-            .filter_map(|index| log[index].upstream_took)
+        first_aws_ms: first_window
+            .iter()
+            .filter_map(|index| log[*index].upstream_took)
             .map(|took| took.as_secs_f64() * 1000.0)
             .sum(),
         first_cpu_ms: cpu_ms(first_handed_cpu, first_posted_cpu),

@@ -72,7 +72,9 @@ impl Report {
     fn heading(&self) -> String {
         match &self.mode {
             Mode::Tls => "HTTPS, no latency added: what each function costs itself".to_owned(),
-            Mode::Plain => "plain HTTP to the proxy, no latency added: the costs without TLS".to_owned(),
+            Mode::Plain => {
+                "the AWS calls in plain HTTP to the proxy (the response PUT stays HTTPS), no latency added: the costs without TLS on the AWS calls".to_owned()
+            }
             Mode::Latency(l) => format!(
                 "HTTPS, each call delayed at the proxy by its class's round trip (DynamoDB {} ms, S3 PUT {} ms, SQS {} ms). \
                  Floor: cfn-once's protocol waits for acquire, commit and the PUT, {} ms; the peer's for its idempotency PutItem and the PUT, {} ms (it records the result after the PUT); moto's own time comes on top",
@@ -167,7 +169,7 @@ impl Report {
             out.push_str(&format!("| {op} | {rust} | {python} |\n"));
         }
         out.push_str(&format!(
-            "\nThe first invocation's AWS calls: Rust {}; Python {}.\n\n",
+            "\nThe first invocation's AWS calls, from its hand-out (a call the function made at init is the cold start's): Rust {}; Python {}.\n\n",
             self.first_calls(Side::Rust),
             self.first_calls(Side::Python)
         ));
