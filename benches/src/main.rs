@@ -37,7 +37,7 @@ struct Args {
     /// Warm batches of ten records per run, after the first invocation.
     #[arg(long, default_value_t = 5)]
     warm_batches: usize,
-    /// One pair, one warm batch, no BENCHMARKS.md: proves the harness works (CI).
+    /// One pair per mode, one warm batch, no BENCHMARKS.md: proves the harness works (CI).
     #[arg(long)]
     quick: bool,
     /// The Rust function (`cargo build --release --bin cfn-once-lambda`).
@@ -62,7 +62,8 @@ struct Args {
     rust_roots: String,
     /// The modes to run, each a full set of pairs: `tls` (HTTPS, no latency added: the
     /// functions' own costs), `latency` (HTTPS and each call class's round trip added at the
-    /// proxy: time to answer), `plain` (plain HTTP: the costs without TLS).
+    /// proxy: time to answer), `plain` (the AWS calls in plain HTTP, the response PUT still
+    /// HTTPS: the costs without TLS on the AWS calls).
     #[arg(long, value_name = "MODES", value_delimiter = ',', default_value = "tls,latency,plain")]
     modes: Vec<String>,
     /// The latency mode's round trip per call class, in ms: `dynamodb=20,s3=30,sqs=10` (any
