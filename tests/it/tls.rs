@@ -57,9 +57,10 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
         ("CFN_ONCE_TABLE", region.table.clone()),
         ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
         ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), region.bucket)),
-        // What the regional template tells the function of its queue (a visibility timeout a
-        // minute over the function's), so that no record is received close to its deadline.
-        ("CFN_ONCE_VISIBILITY_TIMEOUT_S", cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S.to_string()),
+        // What infra/regional.yaml tells the deployed primary of its queue's visibility timeout
+        // (read by the simulator's template reader), so that the first request is measured as
+        // deployed.
+        ("CFN_ONCE_VISIBILITY_TIMEOUT_S", deployed_visibility_timeout_s()),
     ];
     if trust_front {
         env.push(("SSL_CERT_FILE", front.ca_file().display().to_string()));
@@ -85,6 +86,12 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
     drop((lambda, front));
     let _ = std::fs::remove_dir_all(dir);
     outcome
+}
+
+/// `CFN_ONCE_VISIBILITY_TIMEOUT_S` as the regional template sets it for the primary.
+fn deployed_visibility_timeout_s() -> String {
+    let deployed = cfn_once_sim::deployed::Deployed::regional().expect("infra/regional.yaml reads");
+    deployed.environment["primary"]["CFN_ONCE_VISIBILITY_TIMEOUT_S"].clone()
 }
 
 /// The message ids the batch response reports as failed.
