@@ -195,12 +195,11 @@ sam-build: build-tools
 
 ## package: cargo package of cfn-once-core and cfn-once (each built from its packaged sources), then a
 ## provider crate outside the workspace built and tested against the .crate files (.ci/outside-crate).
-## With uncommitted changes: make package PACKAGE_FLAGS=--allow-dirty.
+## With uncommitted changes: make package PACKAGE_FLAGS=--allow-dirty. It first removes what an
+## earlier run from the same path unpacked and built, which cargo would otherwise reuse (.ci/package).
 PACKAGE_FLAGS ?=
 package:
-	@echo "==> cargo package (cfn-once-core, cfn-once), each verified by a build from its packaged sources"
-	$(CARGO) package --locked -p cfn-once-core -p cfn-once $(PACKAGE_FLAGS)
-	bash .ci/outside-crate
+	CARGO="$(CARGO)" bash .ci/package $(PACKAGE_FLAGS)
 
 ## unit: only the tests that need no local AWS.
 unit:
