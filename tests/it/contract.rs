@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseState, LeaseStore, PollRecord, RequestLabel, Seen, Viewer, admits,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RequestLabel, Seen, Viewer,
+    admits, left_record,
 };
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
@@ -250,7 +251,7 @@ async fn a_wait_stores_the_state_releases_the_lease_and_is_fenced(store: Arc<dyn
     let lagging = AcquireRequest { poll_lag_ms: 5_000, ..acquire(&key, "a", "west/1", T0 + 34_999) };
     assert!(matches!(store.acquire(&lagging).await.expect("acquire"), Acquire::Refused(_)), "not past the lag");
     match store.acquire(&acquire(&key, "a", "west/1", T0 + 30_000)).await.expect("acquire") {
-        Acquire::Acquired { fence, took_over, interrupted, poll } => {
+        Acquire::Acquired { fence, took_over, interrupted, poll, .. } => {
             assert_eq!(
                 (fence, took_over, interrupted, poll),
                 (2, true, false, Some(first.clone())),
@@ -284,7 +285,7 @@ async fn a_new_attempt_replaces_a_wait_at_once(store: Arc<dyn LeaseStore>) {
     store.wait(&key, 1, &poll("a", T0 + 600_000, 0), T0).await.expect("wait");
     // CloudFormation gave up on attempt a and retried the deployment: b need not wait for a's poll.
     match store.acquire(&sent_at(&key, "b", "east/2", T0 + 1_000, T0 + 1_000)).await.expect("acquire") {
-        Acquire::Acquired { fence, took_over, interrupted, poll } => {
+        Acquire::Acquired { fence, took_over, interrupted, poll, .. } => {
             assert_eq!((fence, took_over, interrupted, poll), (2, false, false, None))
         }
         other => panic!("{other:?}"),
@@ -311,6 +312,15 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
                 fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
                 store.wait(&key, 1, &poll("a", T0 + LEASE_MS + SKEW_MS, 0), T0).await.expect("wait");
             }
+            "left" => {
+                let Acquire::Acquired { fence, prior, .. } =
+                    store.acquire(&acquire(&key, "z", "east/0", T0)).await.expect("acquire")
+                else {
+                    panic!("an absent record refused an acquire")
+                };
+                let left = left_record(&key, fence, prior.as_deref(), T0, T0 + 86_400_000);
+                assert_eq!(store.leave(&left).await.expect("leave"), Conditional::Applied);
+            }
             "running b after a" | "committed b after a" => {
                 fence_of(store, &acquire(&key, "a", "east/1", T0)).await;
                 store.commit(&key, 1, b"a", T0).await.expect("commit");
@@ -324,7 +334,8 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
         key
     }
     let mut checked = 0;
-    let states = ["absent", "running a", "committed a", "waiting a", "running b after a", "committed b after a"];
+    let states =
+        ["absent", "left", "running a", "committed a", "waiting a", "running b after a", "committed b after a"];
     for which in states {
         for fingerprint in ["a", "b", "c"] {
             for now in [T0 + 1, T0 + LEASE_MS + SKEW_MS, T0 + LEASE_MS + SKEW_MS + 1] {
@@ -346,7 +357,83 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
             }
         }
     }
-    assert_eq!(checked, 216);
+    assert_eq!(checked, 252);
+}
+
+/// What every later delivery sees of `record`, and whether the store grants each acquire on
+/// it: the table's inputs, for a lease given back to compare with the record it was taken from.
+fn as_everyone_sees(record: Option<&LeaseRecord>) -> Vec<(Seen, bool)> {
+    let mut views = Vec::new();
+    for fingerprint in ["a", "b", "c"] {
+        for now in [T0 + 1, T0 + 40_000, T0 + 700_000] {
+            for (sent, lag) in [(T0 - 1, 0), (T0, 0), (T0 + 5, 9_000)] {
+                let request = AcquireRequest { poll_lag_ms: lag, ..sent_at(&key(), fingerprint, "later/1", now, sent) };
+                let viewer = Viewer { fingerprint: &request.fingerprint, sent_ms: sent, owner: "later/1" };
+                // The fence a committed answer is marked delivered under is the record's own:
+                // one above the committer's after a give-back, which changes nobody's decision.
+                let seen = match Seen::of(record, &viewer, now, SKEW_MS) {
+                    Seen::Committed { response, delivered, committed_ms, .. } => {
+                        Seen::Committed { fence: 0, response, delivered, committed_ms }
+                    }
+                    seen => seen,
+                };
+                views.push((seen, admits(record, &request)));
+            }
+        }
+    }
+    views
+}
+
+async fn a_lease_given_back_unused_is_as_if_never_taken(store: Arc<dyn LeaseStore>) {
+    // A primary on standby acquired before its control answered: the records it may take so
+    // (no record, another attempt's answer, a wait whose poll is due), each given back.
+    for which in ["absent", "committed a", "waiting a"] {
+        let key = key();
+        match which {
+            "absent" => {}
+            "committed a" => {
+                fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+                store.commit(&key, 1, b"a's answer", T0 + 100).await.expect("commit");
+            }
+            _ => {
+                fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+                store.wait(&key, 1, &poll("a", T0 + 30_000, 2), T0 + 100).await.expect("wait");
+            }
+        }
+        let before = store.read(&key).await.expect("read");
+        let taker = if which == "committed a" { "b" } else { "a" };
+        let request = sent_at(&key, taker, "east/2", T0 + 40_000, T0 + 1);
+        let Acquire::Acquired { fence, prior, .. } = store.acquire(&request).await.expect("acquire") else {
+            panic!("{which}: the acquire was refused")
+        };
+        assert_eq!(prior.as_deref(), before.as_ref(), "{which}: the acquire reports the record it found");
+        let left = left_record(&key, fence, prior.as_deref(), T0 + 40_010, T0 + 86_400_000);
+        // Not under a fence it does not hold.
+        let stale = LeaseRecord { fence: fence - 1, ..left.clone() };
+        assert!(matches!(store.leave(&stale).await.expect("leave"), Conditional::Refused(Some(_))), "{which}");
+        assert_eq!(store.leave(&left).await.expect("leave"), Conditional::Applied, "{which}");
+        let after = store.read(&key).await.expect("read").expect("a record stays");
+        match &before {
+            Some(before) => assert_eq!(after, LeaseRecord { fence, ..before.clone() }, "{which}: restored exactly"),
+            None => assert_eq!((after.state, after.fence), (LeaseState::Left, fence), "{which}"),
+        }
+        assert_eq!(
+            as_everyone_sees(Some(&after)),
+            as_everyone_sees(before.as_ref()),
+            "{which}: every later delivery decides as if the lease had never been taken"
+        );
+        // Given back once: not twice, and the next acquire gets the next fence, as on the record
+        // it was taken from (the same takeover and poll flags).
+        assert!(matches!(store.leave(&left).await.expect("leave"), Conditional::Refused(_)), "{which}");
+        match store.acquire(&AcquireRequest { owner: "west/1".into(), ..request.clone() }).await.expect("acquire") {
+            Acquire::Acquired { fence: next, took_over, interrupted, poll, .. } => {
+                let had_poll = before.as_ref().and_then(|record| record.poll_for(&request.fingerprint));
+                let same = before.as_ref().is_some_and(|record| record.fingerprint == request.fingerprint);
+                assert_eq!((next, took_over, interrupted, poll), (fence + 1, same, false, had_poll), "{which}");
+            }
+            other => panic!("{which}: the acquire after the give-back was refused: {other:?}"),
+        }
+    }
 }
 
 macro_rules! contract {
@@ -385,4 +472,5 @@ contract!(
     a_wait_stores_the_state_releases_the_lease_and_is_fenced,
     a_new_attempt_replaces_a_wait_at_once,
     the_store_decides_as_admits_says,
+    a_lease_given_back_unused_is_as_if_never_taken,
 );

@@ -37,6 +37,13 @@ struct Outcome {
 /// function, whose `AWS_ENDPOINT_URL` is the front too; with `SSL_CERT_FILE` at the front's CA
 /// if `trust_front`.
 async fn invoke_through_front(trust_front: bool) -> Outcome {
+    invoke_cold(trust_front, None).await
+}
+
+/// As [`invoke_through_front`], the invocation queued before the process starts (Lambda's cold
+/// start: the event waits for the init), and, with `dynamodb_latency`, every DynamoDB call
+/// delayed by it at the proxy (the deployed table's round trip).
+async fn invoke_cold(trust_front: bool, dynamodb_latency: Option<Duration>) -> Outcome {
     let region = LocalRegion::new(Options::default()).await;
     let proxy = FaultProxy::start(&region.endpoint);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(cfn_once_tests::unique("tls"));
@@ -66,9 +73,14 @@ async fn invoke_through_front(trust_front: bool) -> Outcome {
         env.push(("SSL_CERT_FILE", front.ca_file().display().to_string()));
     }
     let runtime = FakeRuntime::start();
-    let lambda = LambdaProcess::spawn(&runtime, &env);
     let (event, message_id) = region.batch_of_one(&region.esm(1).await).await;
     runtime.invoke("invocation-1", event, 60_000);
+    if let Some(latency) = dynamodb_latency {
+        for operation in ["GetItem", "UpdateItem", "PutItem"] {
+            proxy.add_latency(cfn_once_tests::Match::Operation(operation.into()), latency);
+        }
+    }
+    let lambda = LambdaProcess::spawn(&runtime, &env);
     let posted = runtime.posted("invocation-1", TIMEOUT);
     let outcome = Outcome {
         posted,
@@ -131,24 +143,52 @@ async fn not_told_to_trust_the_front_s_ca_the_lambda_binary_refuses_the_handshak
 }
 
 /// The deployed table makes every write and consistent read wait for another Region: what
-/// CloudFormation waits for is counted in round trips. A cold primary reads the active-region
-/// control in its init, so its first request waits for the acquire and the commit only, then
-/// PUTs; the delivered mark comes after the PUT.
+/// CloudFormation waits for is counted in round trips, from the cold start on (the event waits
+/// for the init). A cold primary's init does not wait for the active-region control, and its
+/// first record asks the control and acquires at once, so the PUT comes after two round trips
+/// waited for one after the other (acquire with the control read beside it, then the commit),
+/// the protocol's floor; the delivered mark comes after the PUT. The DynamoDB calls are delayed
+/// 300 ms at the proxy, so that "beside" and "after" cannot be mistaken for each other.
 #[tokio::test]
-async fn a_cold_primarys_first_answer_waits_for_the_acquire_and_the_commit_only() {
-    let outcome = invoke_through_front(true).await;
+async fn a_cold_primary_answers_its_first_request_in_three_round_trips() {
+    let outcome = invoke_cold(true, Some(Duration::from_millis(300))).await;
     assert_eq!(failed_ids(outcome.posted.as_ref()), Vec::<String>::new(), "{:?}", outcome.output);
     let handed = outcome.handed.expect("the invocation was handed out");
-    let put = outcome.exchanges.iter().find(|exchange| exchange.method == "PUT").expect("the PUT");
+    let exchanges = &outcome.exchanges;
     let named = |exchange: &Exchange| exchange.operation.clone().unwrap_or_else(|| exchange.method.clone());
-    let before_handing: Vec<String> =
-        outcome.exchanges.iter().filter(|exchange| exchange.arrived < handed).map(named).collect();
-    let waited_for: Vec<String> = outcome
-        .exchanges
-        .iter()
-        .filter(|exchange| exchange.arrived >= handed && exchange.arrived < put.arrived)
-        .map(named)
-        .collect();
-    assert_eq!(before_handing, ["GetItem"], "the control is read at init, before any record");
-    assert_eq!(waited_for, ["UpdateItem", "UpdateItem"], "the acquire and the commit, then the PUT");
+    let put = exchanges.iter().position(|exchange| exchange.method == "PUT").expect("the PUT");
+    let control: Vec<&Exchange> = exchanges.iter().filter(|exchange| named(exchange) == "GetItem").collect();
+    assert_eq!(control.len(), 1, "one control read: {:?}", exchanges.iter().map(named).collect::<Vec<_>>());
+    let control_replied = control[0].replied.expect("the control read was answered");
+    assert!(handed < control_replied, "the init waited for the control read before asking for the event");
+    // The calls each one waited for: a chain of exchanges, each arriving after the one before
+    // it replied. The PUT's chain, from the process's start, is the answer's round trips.
+    let mut depth = vec![0usize; exchanges.len()];
+    for (i, exchange) in exchanges.iter().enumerate() {
+        depth[i] = 1
+            + (0..i)
+                .filter(|&j| exchanges[j].replied.is_some_and(|replied| replied <= exchange.arrived))
+                .map(|j| depth[j])
+                .max()
+                .unwrap_or(0);
+    }
+    let chain = |i: usize| -> Vec<String> {
+        let mut names = vec![named(&exchanges[i])];
+        let mut at = i;
+        while let Some(before) = (0..at)
+            .filter(|&j| exchanges[j].replied.is_some_and(|replied| replied <= exchanges[at].arrived))
+            .max_by_key(|&j| depth[j])
+        {
+            names.push(named(&exchanges[before]));
+            at = before;
+        }
+        names.reverse();
+        names
+    };
+    assert_eq!(chain(put), ["UpdateItem", "UpdateItem", "PUT"], "the acquire, the commit, then the PUT");
+    let first = exchanges.iter().position(|exchange| named(exchange) == "UpdateItem").expect("the acquire");
+    assert!(
+        control[0].arrived < exchanges[first].replied.expect("the acquire was answered"),
+        "the control read went out beside the acquire"
+    );
 }

@@ -375,6 +375,7 @@ async fn a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_pri
                 (LeaseState::Waiting, Some(0)) => "answered in progress; lease released (WAITING)".to_owned(),
                 (LeaseState::Waiting, polls) => format!("poll {}: still in progress (WAITING)", polls.unwrap_or(0)),
                 (LeaseState::Committed, _) => "committed the answer".to_owned(),
+                (LeaseState::Left, _) => "lease given back unused by a standby primary (LEFT)".to_owned(),
             };
             (s.at, format!("record    {:<9}  fence {}  {what}", s.region, s.fence))
         })

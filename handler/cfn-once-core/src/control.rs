@@ -85,6 +85,11 @@ impl CachedActivity {
         self.last().filter(|(_, at_ms)| now_ms.saturating_sub(*at_ms) < self.ttl_ms).map(|(activity, _)| activity)
     }
 
+    /// The cached answer, if still fresh now: what a record may act on without asking.
+    pub fn fresh_now(&self) -> Option<Activity> {
+        self.fresh(self.clock.now_ms())
+    }
+
     /// The answer when the source cannot give one: the last known, else the fallback.
     fn stale_or_fallback(&self) -> Activity {
         self.last().map_or(self.fallback, |(activity, _)| activity)

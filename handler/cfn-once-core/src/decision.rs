@@ -30,7 +30,10 @@
 //! deadline, answered FAILED at once.
 //! Only a standby primary needs to read the record before acting; everyone else tries to
 //! acquire and learns the record from the refusal, so no delivery both reads and acquires when
-//! one will do.
+//! one will do. A primary whose control has not answered yet acquires while it asks; if the
+//! answer is standby, this same table, applied to the record the acquire found, says whether
+//! the lease stands or is given back unused (`Worker::keep_or_give_back`), so the column above
+//! holds for it too.
 
 use crate::lease::{PollRecord, Seen};
 use crate::vocabulary::Role;

@@ -42,6 +42,8 @@ pub enum Op {
     MarkDelivered,
     /// [`LeaseStore::read`].
     Read,
+    /// [`LeaseStore::leave`].
+    Leave,
 }
 
 /// What goes wrong on one call.
@@ -146,6 +148,10 @@ impl LeaseStore for FaultyStore {
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
         self.call(Op::Read, self.inner.read(key)).await
+    }
+
+    async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
+        self.call(Op::Leave, self.inner.leave(left)).await
     }
 }
 

@@ -19,7 +19,12 @@
 //! * **wait** succeeds only while `fence` is the caller's and the state is RUNNING: it stores a
 //!   provider's state and next poll time and releases the lease (state WAITING), so a stale
 //!   poller can never overwrite newer state (S2);
-//! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED.
+//! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED;
+//! * **leave** succeeds only while `fence` is the caller's and the state is RUNNING: it gives
+//!   back a lease that ran nothing (a primary that acquired before the active-region control
+//!   answered, and learned it is on standby), writing the record as the acquire found it, fence
+//!   kept ([`left_record`]): for everyone after, the acquire never happened, except that the
+//!   fence it took is never granted again.
 
 use std::collections::BTreeSet;
 
@@ -29,7 +34,8 @@ use crate::fingerprint::Fingerprint;
 use crate::request::RequestKey;
 
 /// RUNNING while some execution holds (or held) the lease; WAITING between polls of a provider
-/// that answered in progress; COMMITTED once a response is stored.
+/// that answered in progress; COMMITTED once a response is stored; LEFT where an acquire found
+/// no record and its lease was given back unused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseState {
     /// An execution holds the lease, or held it until it expired; nothing is committed yet.
@@ -39,6 +45,10 @@ pub enum LeaseState {
     Waiting,
     /// The response is stored, and only those bytes may ever be PUT (invariant S1).
     Committed,
+    /// Left, never ran: an acquire found no record, and its holder gave the lease back before
+    /// running anything ([`LeaseStore::leave`]). Everyone reads it as no record at all; it only
+    /// keeps the fence that acquire took, so that fence is never granted again (S3).
+    Left,
 }
 
 impl LeaseState {
@@ -48,6 +58,7 @@ impl LeaseState {
             Self::Running => "RUNNING",
             Self::Waiting => "WAITING",
             Self::Committed => "COMMITTED",
+            Self::Left => "LEFT",
         }
     }
 
@@ -57,6 +68,7 @@ impl LeaseState {
             "RUNNING" => Some(Self::Running),
             "WAITING" => Some(Self::Waiting),
             "COMMITTED" => Some(Self::Committed),
+            "LEFT" => Some(Self::Left),
             _ => None,
         }
     }
@@ -188,6 +200,9 @@ pub enum Acquire {
         /// The acquiring attempt's work in progress, as the record held it: poll it rather
         /// than call the provider afresh.
         poll: Option<PollRecord>,
+        /// The record as this acquire found it (`None`: there was none), for
+        /// [`LeaseStore::leave`].
+        prior: Option<Box<LeaseRecord>>,
     },
     /// The condition failed; the record as it was.
     Refused(Box<LeaseRecord>),
@@ -265,6 +280,45 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
 
     /// A strongly consistent read.
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError>;
+
+    /// Gives back a lease `fence` holds and ran nothing under: writes `left` (made by
+    /// [`left_record`] from what the acquire found), if `fence` still holds the lease (RUNNING).
+    async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError>;
+}
+
+/// The record a [`LeaseStore::leave`] writes back for the lease `fence` took, having found
+/// `prior`: that record as it was, under the fence the acquire took; or, where there was none,
+/// a LEFT record holding only that fence (read as no record, admitting any acquire). The
+/// acquire changed nothing else that anyone reads, so after the leave every delivery decides as
+/// if it had never happened, and the next acquire is granted `fence + 1`.
+pub fn left_record(
+    key: &RequestKey,
+    fence: u64,
+    prior: Option<&LeaseRecord>,
+    now_ms: u64,
+    expires_ms: u64,
+) -> LeaseRecord {
+    match prior {
+        Some(prior) => LeaseRecord { fence, ..prior.clone() },
+        None => LeaseRecord {
+            key: key.clone(),
+            fence,
+            owner: String::new(),
+            lease_until_ms: 0,
+            heartbeat: 0,
+            state: LeaseState::Left,
+            fingerprint: Fingerprint::from_stored(String::new()),
+            attempts: BTreeSet::new(),
+            sent_ms: 0,
+            response: None,
+            delivered: false,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            expires_ms,
+            poll: None,
+            label: RequestLabel::default(),
+        },
+    }
 }
 
 /// A record as one delivery sees it: the "record seen" column of the decision table.
@@ -362,12 +416,16 @@ impl LeaseRecord {
         if self.supersedes(fingerprint, viewer.sent_ms) {
             return Seen::Superseded;
         }
+        if self.state == LeaseState::Left {
+            return Seen::Absent;
+        }
         if self.fingerprint != *fingerprint {
             return match self.state {
                 // A newer attempt replaces one that is waiting: CloudFormation gave up on it.
                 LeaseState::Committed | LeaseState::Waiting => Seen::NewAttempt,
                 LeaseState::Running if expired => Seen::Expired,
                 LeaseState::Running => held(),
+                LeaseState::Left => Seen::Absent,
             };
         }
         match (self.state, &self.response) {
@@ -384,7 +442,7 @@ impl LeaseRecord {
             (LeaseState::Waiting, _) => Seen::Waiting { poll_at_ms: self.poll_at_ms() },
             // A COMMITTED record always carries its response; without one, treat it as running
             // so that nobody replays an empty answer.
-            (LeaseState::Committed, None) | (LeaseState::Running, _) => {
+            (LeaseState::Committed, None) | (LeaseState::Running | LeaseState::Left, _) => {
                 if self.owner == owner {
                     // Whether this acquire took over from someone is not known here; only the
                     // first fence a record ever granted is certainly not a takeover.
@@ -419,6 +477,7 @@ pub fn admits(record: Option<&LeaseRecord>, request: &AcquireRequest) -> bool {
         LeaseState::Running => record.lease_until_ms < request.expired_before_ms(),
         LeaseState::Waiting => !same_attempt || record.poll_at_ms() <= request.poll_due_before_ms(),
         LeaseState::Committed => !same_attempt,
+        LeaseState::Left => true,
     }
 }
 

@@ -100,6 +100,7 @@ impl LeaseStore for MemoryLeaseStore {
         let interrupted = existing
             .is_some_and(|record| record.fingerprint == request.fingerprint && record.state == LeaseState::Running);
         let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
+        let prior = existing.cloned().map(Box::new);
         attempts.insert(request.fingerprint.clone());
         records.insert(
             request.key.clone(),
@@ -122,7 +123,7 @@ impl LeaseStore for MemoryLeaseStore {
                 label: request.label.clone(),
             },
         );
-        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine })
+        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
     }
 
     async fn heartbeat(
@@ -183,5 +184,9 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
         Ok(self.records().get(key).cloned())
+    }
+
+    async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
+        Ok(self.conditional(&left.key, under_fence(left.fence, LeaseState::Running), |record| *record = left.clone()))
     }
 }

@@ -44,6 +44,9 @@ pub struct Observed {
     pub invocations_started: BTreeMap<String, u64>,
     /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
     pub deadlines: BTreeMap<Fingerprint, u64>,
+    /// Leases a drained primary took for new work before its control answered, by key: the
+    /// fence, which must be given back before anything is done under it (the drain check).
+    pub to_give_back: BTreeMap<RequestKey, u64>,
 }
 
 /// Shared by every simulated component of one seed.

@@ -144,7 +144,7 @@ impl RegionStore {
                 }
             }
             LeaseState::Running => self.shared.cover("lease taken over in the middle of a poll"),
-            LeaseState::Committed => {}
+            LeaseState::Committed | LeaseState::Left => {}
         }
     }
 
@@ -173,32 +173,62 @@ impl RegionStore {
     /// A primary the control last told "standby" starts no new work and takes no poll until
     /// its request's deadline is near (the decision table's standby-primary column); taking
     /// over an expired lease is allowed. A control read that times out must not change that.
-    fn check_drain(&self, before: Option<&LeaseRecord>, request: &AcquireRequest) {
+    /// A primary that has no fresh answer acquires while it asks, so taking such a lease is
+    /// allowed too; what is checked is that it gives the lease back (`leave`, or a heartbeat
+    /// that ends it) before doing anything under it: a commit, a wait or a heartbeat under a
+    /// lease still to give back is the violation.
+    fn note_drained_acquire(&self, before: Option<&LeaseRecord>, request: &AcquireRequest, fence: u64) {
         if self.region != Region::Primary || before.is_some_and(|record| record.state == LeaseState::Running) {
             return;
         }
-        let observed = self.shared.observed();
-        // Every record of an invocation reads the control when the invocation starts. One that
-        // started after the control had told the primary "standby" (and nothing since said
-        // "active") must act on standby: a slow read keeps the last known answer. One that
-        // started before may have acted on the configured fallback, or on an earlier answer.
+        let mut observed = self.shared.observed();
+        // Every record of an invocation reads the control when the invocation starts (or is
+        // answered by a read already in flight then). One that started after the control had
+        // told the primary "standby" (and nothing since said "active") must act on standby: a
+        // slow read keeps the last known answer. One that started before may have acted on the
+        // configured fallback, or on an earlier answer.
         let invocation = request.owner.split('/').nth(1).unwrap_or_default();
         let started_ms = observed.invocations_started.get(invocation).copied();
         let told_standby = match (observed.primary_told, started_ms) {
             (Some((false, told_ms)), Some(started_ms)) => told_ms < started_ms,
             _ => false,
         };
-        let deadline_ms = observed.deadlines.get(&request.fingerprint).copied();
+        if told_standby {
+            observed.to_give_back.insert(request.key.clone(), fence);
+        } else {
+            observed.to_give_back.remove(&request.key);
+        }
+    }
+
+    /// The drain check at a write under `fence` made at `now_ms` (the primary's clock): a lease
+    /// still to give back must not be used, unless the request's deadline is near by then, when
+    /// even a drained primary answers.
+    fn check_drain(&self, key: &RequestKey, fence: u64, now_ms: u64, what: &str) {
+        let observed = self.shared.observed();
+        if observed.to_give_back.get(key) != Some(&fence) {
+            return;
+        }
+        let deadline_ms = self.local().get(key).and_then(|record| observed.deadlines.get(&record.fingerprint).copied());
         drop(observed);
         // Near the deadline by the primary's own clock (which may be stepped), a drained primary
         // answers too.
-        let primary_elapsed_ms = request.now_ms.saturating_sub(crate::shared::T0_MS);
+        let primary_elapsed_ms = now_ms.saturating_sub(crate::shared::T0_MS);
         let slack_ms = self.shared.deadline_margin_ms + 1_000;
-        if told_standby && deadline_ms.is_some_and(|deadline_ms| primary_elapsed_ms + slack_ms < deadline_ms) {
+        if deadline_ms.is_some_and(|deadline_ms| primary_elapsed_ms + slack_ms < deadline_ms) {
             self.shared.violation(format!(
-                "DRAIN: the primary took the lease of {:?} for new work although the control's last answer to it was standby",
-                request.key.request_id
+                "DRAIN: the primary {what} under a lease of {:?} it took for new work although the control's last answer to it was standby",
+                key.request_id
             ));
+        }
+    }
+
+    /// The lease of `key` under `fence` was given back (or lost): nothing to check any more.
+    fn given_back(&self, key: &RequestKey, fence: u64) {
+        let mut observed = self.shared.observed();
+        if observed.to_give_back.get(key) == Some(&fence) {
+            observed.to_give_back.remove(key);
+            drop(observed);
+            self.shared.cover("a drained primary gave back a lease it took before the control answered");
         }
     }
 
@@ -221,7 +251,7 @@ impl LeaseStore for RegionStore {
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
                 self.cover_poll_taken(before.as_ref(), request);
-                self.check_drain(before.as_ref(), request);
+                self.note_drained_acquire(before.as_ref(), request, fence);
                 let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
                 if fence <= previous {
                     self.shared.violation(format!(
@@ -249,6 +279,13 @@ impl LeaseStore for RegionStore {
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
         self.call("heartbeat", async {
+            // A heartbeat to 0 ends the lease: how a lease is given back when the acquire's
+            // reply was lost. Any other is the provider running under it.
+            if lease_until_ms == 0 {
+                self.given_back(key, fence);
+            } else {
+                self.check_drain(key, fence, now_ms, "heartbeat");
+            }
             let answer = self.local().heartbeat(key, fence, lease_until_ms, now_ms).await?;
             match answer {
                 Conditional::Applied => self.replicate_later(key),
@@ -270,6 +307,7 @@ impl LeaseStore for RegionStore {
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
         self.call("commit", async {
+            self.check_drain(key, fence, now_ms, "committed");
             let answer = self.local().commit(key, fence, response, now_ms).await?;
             match &answer {
                 Conditional::Applied => {
@@ -310,6 +348,7 @@ impl LeaseStore for RegionStore {
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
         self.call("wait", async {
+            self.check_drain(key, fence, now_ms, "stored a wait");
             let answer = self.local().wait(key, fence, poll, now_ms).await?;
             match answer {
                 Conditional::Applied => {
@@ -344,5 +383,18 @@ impl LeaseStore for RegionStore {
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
         self.call("read", self.local().read(key)).await
+    }
+
+    async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
+        self.call("leave", async {
+            let answer = self.local().leave(left).await?;
+            if answer == Conditional::Applied {
+                self.given_back(&left.key, left.fence);
+                self.shared.trace(Some(self.region), || format!("lease under fence {} given back", left.fence));
+                self.replicate_later(&left.key);
+            }
+            Ok(answer)
+        })
+        .await
     }
 }

@@ -217,9 +217,10 @@ impl Handler {
         let router = self.router(&config, &sdk);
         let app = App::from_config(&config, &sdk, router).map_err(|error| Error::Setup(format!("{error:#}")))?;
         let app = &app.with_metrics(metrics);
-        // A primary reads the active-region control in the init phase and renews it in the
-        // background, so that no record waits for it (control.rs).
-        if let Some(renewal) = app.worker.warm_up_control().await {
+        // A primary reads the active-region control from the start and renews it in the
+        // background, so that no record waits for it (control.rs); the init does not wait for
+        // the read either: a record that comes first asks and acquires at once.
+        if let Some(renewal) = app.worker.control_renewal() {
             tokio::spawn(renewal);
         }
         lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle(app, event)))

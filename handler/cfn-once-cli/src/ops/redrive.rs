@@ -109,7 +109,7 @@ fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>) -> (String, b
     let Some(found) = &message.identified else {
         return ("unreadable: it names no request".into(), false);
     };
-    let Some(record) = record else {
+    let Some(record) = record.filter(|record| record.state != LeaseState::Left) else {
         return ("no handler took it yet: the redriven copy runs it if its deadline allows".into(), true);
     };
     if record.fingerprint != found.fingerprint {
@@ -124,6 +124,7 @@ fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>) -> (String, b
         (LeaseState::Committed, false) => "answered but not delivered: the redriven copy PUTs the stored answer",
         (LeaseState::Waiting, _) => "in progress (waiting for a poll): the redriven copy joins the polls",
         (LeaseState::Running, _) => "running or abandoned: the redriven copy backs off or takes over",
+        (LeaseState::Left, _) => "no handler took it yet: the redriven copy runs it if its deadline allows",
     };
     let late = message.cause == Some(DeadLetterCause::DeadlinePassed) && record.state != LeaseState::Committed;
     let says = if late {

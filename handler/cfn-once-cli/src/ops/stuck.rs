@@ -57,6 +57,10 @@ pub fn classify(records: &[LeaseRecord], now_ms: u64, options: StuckOptions) -> 
                     span(now_ms - record.lease_until_ms)
                 ),
                 LeaseState::Running => format!("unanswered after {}; still running", span(age_ms)),
+                LeaseState::Left => format!(
+                    "unanswered after {}; a standby primary took the lease and gave it back, and no region has taken it since",
+                    span(age_ms)
+                ),
                 LeaseState::Waiting => {
                     let polls = record.poll.as_ref().map_or(0, |poll| poll.polls);
                     format!("unanswered after {}; in progress, {polls} polls so far", span(age_ms))

@@ -214,6 +214,9 @@ fn summary(
                 .into(),
         },
         LeaseState::Waiting => "the provider answered in progress; nobody holds the lease until the next poll".into(),
+        LeaseState::Left => "a primary on standby took the lease before its control answered and gave it back unused: \
+             as if never taken, the fence kept"
+            .into(),
         LeaseState::Committed => match (answer, record.delivered) {
             (Some(answer), true) => format!("answered {} and delivered; later copies are dropped", answer.status),
             (Some(answer), false) => {

@@ -50,7 +50,7 @@ use crate::control::{ActivitySource, CachedActivity};
 use crate::deadline::RequestDeadline;
 use crate::decision::{Action, Activity, FirstStep, Redundant, Situation, decide, first_step};
 use crate::fingerprint::hex_prefix;
-use crate::lease::{LeaseStore, Seen, Viewer};
+use crate::lease::{LeaseRecord, LeaseState, LeaseStore, Seen, StoreError, Viewer, left_record};
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::Router;
 use crate::put::ResponseSink;
@@ -62,6 +62,8 @@ use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation,
 mod answer;
 mod run;
 mod store;
+
+use store::Prior;
 mod wait;
 
 /// Decisions one delivery may take before it gives up and retries later: acquire, see the
@@ -159,19 +161,31 @@ impl Worker {
         &self.clock
     }
 
-    /// For a primary, takes the active-region control off the records' critical path: reads
-    /// it now (call this at start, before the first record) and returns the renewal to spawn
-    /// beside the records ([`CachedActivity::keep_fresh`]). `None` for a secondary, whose
-    /// decisions do not depend on the control.
-    pub async fn warm_up_control(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    /// For a primary, keeps the active-region control off the records' critical path: the
+    /// future to spawn at start, beside the records, which reads the control at once and then
+    /// renews it ([`CachedActivity::keep_fresh`]). It is not awaited before the first record: a
+    /// record that finds no fresh answer asks and acquires at once (see `process`), joining the
+    /// read in flight. `None` for a secondary, whose decisions do not depend on the control.
+    pub fn control_renewal(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         if self.settings.role != Role::Primary {
             return None;
         }
         let timeout_ms = self.settings.store_call_timeout_ms;
-        let activity = self.control.warm_up(timeout_ms).await;
-        tracing::info!(?activity, "active-region control read at start");
         let control = Arc::clone(&self.control);
-        Some(async move { control.keep_fresh(timeout_ms).await })
+        Some(async move {
+            let activity = control.warm_up(timeout_ms).await;
+            tracing::info!(?activity, "active-region control read at start");
+            control.keep_fresh(timeout_ms).await;
+        })
+    }
+
+    /// Reads the active-region control now, within the store-call timeout, as the renewal does
+    /// first: the records after it find the answer fresh. `None` for a secondary.
+    pub async fn read_control(&self) -> Option<Activity> {
+        if self.settings.role != Role::Primary {
+            return None;
+        }
+        Some(self.control.warm_up(self.settings.store_call_timeout_ms).await)
     }
 
     /// Handles one delivery of one SQS record.
@@ -266,39 +280,42 @@ impl Worker {
             ),
             budget: Budget::new(settings, decoded.deadline, invocation.deadline_ms),
         };
-        let activity = match settings.role {
+        let (activity, mut seen) = match settings.role {
             Role::Primary => {
                 if record.receive_count <= 1 {
                     self.warn_if_no_failover(&job);
                 }
-                // A control that answers too slowly is one that failed: the last known answer
-                // stands (`CachedActivity::activity_within`).
-                let timeout_ms = job.budget.control_timeout_ms(now_ms);
-                self.control.activity_within(timeout_ms).await
+                match self.control.fresh_now() {
+                    // Known: the table's first step (a standby primary reads before acquiring).
+                    Some(activity) => (activity, self.first_look(&job, activity).await),
+                    // Not known yet (a new process's first records, or a thaw after longer
+                    // than the time-to-live): ask and acquire at once, so the answer costs no
+                    // round trip of its own, and give back a lease the answer says this region
+                    // must not take. A control that answers too slowly is one that failed: the
+                    // last known answer stands (`CachedActivity::activity_within`).
+                    None => {
+                        let timeout_ms = job.budget.control_timeout_ms(now_ms);
+                        let (activity, found) = futures_util::future::join(
+                            self.control.activity_within(timeout_ms),
+                            self.acquire_finding(&job),
+                        )
+                        .await;
+                        match self.keep_or_give_back(&job, activity, found).await {
+                            Some(seen) => (activity, seen),
+                            None => return self.leave_message(&job),
+                        }
+                    }
+                }
             }
             // A secondary's decisions do not depend on it: see `decision`.
-            Role::Secondary => Activity::Standby,
-        };
-
-        let mut seen = match first_step(settings.role, activity) {
-            FirstStep::Acquire => self.acquire(&job).await,
-            FirstStep::Read => self.read(&job).await,
+            Role::Secondary => (Activity::Standby, self.first_look(&job, Activity::Standby).await),
         };
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
                 Err(error) => return self.retry(&job, format!("could not reach the lease store: {error}")),
             };
-            let now_ms = self.clock.now_ms();
-            let deadline_near = job.budget.deadline_near(now_ms);
-            let situation = Situation {
-                role: settings.role,
-                activity,
-                deadline_near,
-                now_ms,
-                delivery_grace_ms: settings.put.attempt_timeout_ms,
-                poll_lag_ms: job.budget.poll_lag_ms(now_ms),
-            };
+            let situation = self.situation(&job, activity);
             match decide(&current, &situation) {
                 Action::Acquire => seen = self.acquire(&job).await,
                 Action::Run { fence, took_over, interrupted, poll } => {
@@ -329,13 +346,104 @@ impl Worker {
                 Action::AwaitPoll { until_ms } => {
                     return self.come_back(&job, until_ms + self.jitter_ms(), "the provider's work is in progress");
                 }
-                Action::Leave => {
-                    let until_ms = self.clock.now_ms() + settings.standby_retry_ms() + self.jitter_ms();
-                    return self.come_back(&job, until_ms, "this region is on standby; the active region answers");
-                }
+                Action::Leave => return self.leave_message(&job),
             }
         }
         self.retry(&job, "the record kept changing while deciding".into())
+    }
+
+    /// The table's first step for `activity`: acquire, or read first (a standby primary).
+    async fn first_look(&self, job: &Job<'_>, activity: Activity) -> Result<Seen, StoreError> {
+        match first_step(self.settings.role, activity) {
+            FirstStep::Acquire => self.acquire(job).await,
+            FirstStep::Read => self.read(job).await,
+        }
+    }
+
+    /// Everything the table looks at for `job` now, besides the record.
+    fn situation(&self, job: &Job<'_>, activity: Activity) -> Situation {
+        let now_ms = self.clock.now_ms();
+        Situation {
+            role: self.settings.role,
+            activity,
+            deadline_near: job.budget.deadline_near(now_ms),
+            now_ms,
+            delivery_grace_ms: self.settings.put.attempt_timeout_ms,
+            poll_lag_ms: job.budget.poll_lag_ms(now_ms),
+        }
+    }
+
+    /// After an acquire made before the control answered: the record to decide on, or `None`
+    /// where the acquire took a lease the table gives a standby primary no right to (new work:
+    /// no record, another attempt's, a wait to poll), which was then given back (see
+    /// `give_back`) and the message is left. A lease the table would have taken anyway (an
+    /// expired one; anything near the deadline) stands, and so does every lease of an active
+    /// region.
+    async fn keep_or_give_back(
+        &self,
+        job: &Job<'_>,
+        activity: Activity,
+        found: Result<(Seen, Prior), StoreError>,
+    ) -> Option<Result<Seen, StoreError>> {
+        let (seen, prior) = match found {
+            Ok(found) => found,
+            Err(error) => return Some(Err(error)),
+        };
+        let Seen::Mine { fence, .. } = seen else {
+            return Some(Ok(seen));
+        };
+        if activity == Activity::Active {
+            return Some(Ok(seen));
+        }
+        let situation = self.situation(job, activity);
+        let left = match prior {
+            Prior::Known(prior) => {
+                let before = Seen::of(prior.as_deref(), &job.viewer(), situation.now_ms, self.settings.skew_ms);
+                if decide(&before, &situation) == Action::Acquire {
+                    return Some(Ok(seen));
+                }
+                let expires_ms = situation.now_ms + self.settings.retention_ms;
+                Some(left_record(&job.request.key, fence, prior.as_deref(), situation.now_ms, expires_ms))
+            }
+            Prior::Unknown if situation.deadline_near => return Some(Ok(seen)),
+            Prior::Unknown => None,
+        };
+        self.give_back(job, fence, left).await;
+        None
+    }
+
+    /// Gives back the lease `fence` took and ran nothing under: writes `left`, the record as the
+    /// acquire found it ([`LeaseStore::leave`]), so every delivery after decides as if it had
+    /// never been taken. Where what it found is not known (its reply was lost), the lease is
+    /// ended instead (a heartbeat to 0): whoever comes next takes it over, told that an
+    /// execution may have run, which is the safe side. A give-back that fails leaves the lease
+    /// to end by itself: later deliveries wait for its end, nothing runs twice.
+    async fn give_back(&self, job: &Job<'_>, fence: u64, left: Option<LeaseRecord>) {
+        let (request, end_ms) = (job.request, job.budget.decide_end_ms());
+        let outcome = match &left {
+            Some(left) => {
+                let applied = |record: &LeaseRecord| (record.state != LeaseState::Running).then_some(());
+                self.write_under_fence(request, fence, end_ms, |_| self.store.leave(left), applied).await
+            }
+            None => {
+                let write = |now_ms| self.store.heartbeat(&request.key, fence, 0, now_ms);
+                self.write_under_fence(request, fence, end_ms, write, |record| {
+                    (record.lease_until_ms == 0).then_some(())
+                })
+                .await
+            }
+        };
+        match outcome {
+            Ok(Some(_)) => tracing::info!(fence, "lease given back unused: this region is on standby"),
+            Ok(None) => tracing::info!(fence, "lease already gone when giving it back"),
+            Err(error) => tracing::warn!(fence, %error, "could not give the lease back; it ends by itself"),
+        }
+    }
+
+    /// Leaves the message to the active region, to be looked at again later (standby).
+    fn leave_message(&self, job: &Job<'_>) -> Disposition {
+        let until_ms = self.clock.now_ms() + self.settings.standby_retry_ms() + self.jitter_ms();
+        self.come_back(job, until_ms, "this region is on standby; the active region answers")
     }
 
     /// A primary's warning that `job`'s request has no failover: its deadline comes before the

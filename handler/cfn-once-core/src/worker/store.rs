@@ -18,9 +18,24 @@ use crate::metrics::MetricEvent;
 use crate::random::full_jitter_ms;
 use crate::request::{Request, RequestKey, RequestKind};
 
+/// What an acquire that took the lease found before it, for giving the lease back.
+#[derive(Debug)]
+pub(super) enum Prior {
+    /// The record as it was (`None`: there was none).
+    Known(Option<Box<LeaseRecord>>),
+    /// Not known: the acquire's reply was lost and the record read back showed it ours.
+    Unknown,
+}
+
 impl Worker {
     /// Takes the lease, or reports the record that refused it. `Seen::Mine` on success.
     pub(super) async fn acquire(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
+        self.acquire_finding(job).await.map(|(seen, _)| seen)
+    }
+
+    /// [`Self::acquire`], and what a successful acquire found before it (`Prior::Known(None)`
+    /// on a refusal, which changed nothing).
+    pub(super) async fn acquire_finding(&self, job: &Job<'_>) -> Result<(Seen, Prior), StoreError> {
         let (settings, request, owner) = (&self.settings, job.request, job.owner.as_str());
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=settings.store_attempts_max.max(1) {
@@ -42,15 +57,17 @@ impl Worker {
                 },
             };
             match self.store_call(self.store.acquire(&acquire), job.budget.decide_end_ms()).await {
-                Ok(Acquire::Acquired { fence, took_over, interrupted, poll }) => {
+                Ok(Acquire::Acquired { fence, took_over, interrupted, poll, prior }) => {
                     let polls = poll.as_ref().map(|poll| poll.polls);
                     tracing::info!(fence, took_over, polls, "lease acquired");
                     self.metrics.record(MetricEvent::LeaseAcquired { fence, poll: poll.is_some() });
-                    return Ok(Seen::Mine { fence, took_over, interrupted, poll });
+                    return Ok((Seen::Mine { fence, took_over, interrupted, poll }, Prior::Known(prior)));
                 }
                 // Includes `Mine`: our own earlier attempt was applied and its reply lost.
                 Ok(Acquire::Refused(record)) => {
-                    return Ok(record.seen_by(&job.viewer(), now_ms, settings.skew_ms));
+                    let seen = record.seen_by(&job.viewer(), now_ms, settings.skew_ms);
+                    let prior = if matches!(seen, Seen::Mine { .. }) { Prior::Unknown } else { Prior::Known(None) };
+                    return Ok((seen, prior));
                 }
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "acquire outcome unknown; reading the record back");
@@ -63,7 +80,8 @@ impl Worker {
                         // What the record held before this acquire is not known: a takeover may
                         // have interrupted an execution.
                         let took_over = record.fence > 1;
-                        return Ok(Seen::Mine { fence: record.fence, took_over, interrupted: took_over, poll });
+                        let seen = Seen::Mine { fence: record.fence, took_over, interrupted: took_over, poll };
+                        return Ok((seen, Prior::Unknown));
                     }
                     last = StoreError::Ambiguous(why);
                 }

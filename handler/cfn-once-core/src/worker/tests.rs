@@ -67,6 +67,16 @@ impl Harness {
         self.worker_with(Settings { role, ..settings(region) }, Arc::new(FixedActivity(activity)))
     }
 
+    /// A primary on standby that has read its control already (its records find the answer
+    /// fresh, and read before acquiring); `worker_as(.., Primary, Standby)` is one whose first
+    /// records come before the answer.
+    fn drained_primary(&self, region: &str) -> Worker {
+        let settings = Settings { role: Role::Primary, control_cache_ms: 300_000, ..settings(region) };
+        let worker = self.worker_with(settings, Arc::new(FixedActivity(Activity::Standby)));
+        assert_eq!(drive(&self.clock, worker.read_control()), Some(Activity::Standby));
+        worker
+    }
+
     /// A worker with these settings and this active-region control, accepting bare requests
     /// and SNS envelopes from [`TOPIC`].
     fn worker_with(&self, settings: Settings, control: Arc<dyn ActivitySource>) -> Worker {
@@ -519,7 +529,7 @@ fn handle_sent(h: &Harness, worker: &Worker, body: &str, sent_ago_ms: u64) -> Di
 #[test]
 fn a_standby_primary_reads_first_and_leaves_new_work() {
     let h = Harness::new();
-    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let standby = h.drained_primary("us-east-1");
     let body = request("Create", "Custom::Counting", json!({}), URL);
     let left = h.handle(&standby, &body);
     assert!(
@@ -537,6 +547,62 @@ fn a_standby_primary_reads_first_and_leaves_new_work() {
     assert_eq!(h.handle(&standby, &body), Disposition::Done(Done::Duplicate));
     assert_eq!(h.counting.calls(), 1);
     assert_eq!(h.store.calls(Op::Acquire), 1, "only the secondary ever acquired");
+}
+
+#[test]
+fn a_standby_primary_without_an_answer_acquires_while_asking_and_gives_the_lease_back() {
+    let h = Harness::new();
+    // A new process's first record: the control has not answered yet (test settings cache
+    // nothing), so the record asks and acquires at once, and the answer is standby.
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    let left = h.handle(&standby, &body);
+    assert!(
+        matches!(&left, Disposition::Retry { delay_s: 30..=34, why } if why == "this region is on standby; the active region answers"),
+        "{left:?}"
+    );
+    let calls = [Op::Acquire, Op::Leave, Op::Read, Op::Heartbeat].map(|op| h.store.calls(op));
+    assert_eq!(calls, [1, 1, 0, 0], "one acquire, given back by one write; nothing read");
+    assert_eq!((h.record().state, h.record().fence), (LeaseState::Left, 1), "{:?}", h.record());
+    assert!(h.sink.all().is_empty() && h.counting.calls() == 0, "no new work started");
+
+    // The secondary's delayed copy finds, as without the acquire, no record: it runs it under
+    // the next fence, as a first execution (nobody ran before it).
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    assert_eq!(answered(&h.handle(&secondary, &body)), (2, Status::Success));
+    assert!(h.metrics.events().contains(&MetricEvent::LeaseAcquired { fence: 2, poll: false }));
+    assert_eq!(h.counting.calls(), 1);
+    assert_eq!(h.handle(&standby, &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.counting.calls(), 1);
+}
+
+#[test]
+fn a_standby_primary_whose_acquire_reply_was_lost_ends_the_lease_instead() {
+    let h = Harness::new();
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    // The acquire is applied and its reply lost: the record read back is ours, but what it held
+    // before is not known, so it cannot be written back; the lease is ended instead.
+    h.store.inject(Op::Acquire, Fault::LostReply);
+    let left = h.handle(&standby, &body);
+    assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+    assert_eq!((h.store.calls(Op::Leave), h.store.calls(Op::Heartbeat)), (0, 1));
+    let record = h.record();
+    assert_eq!((record.state, record.fence, record.lease_until_ms), (LeaseState::Running, 1, 0), "{record:?}");
+    assert_eq!(h.counting.calls(), 0);
+    // The next region takes it over at once (told an execution may have run: the safe side).
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    assert_eq!(answered(&h.handle(&secondary, &body)), (2, Status::Success));
+    assert_eq!(h.counting.calls(), 1);
+}
+
+#[test]
+fn an_active_primary_without_an_answer_makes_no_call_for_the_control_on_the_way() {
+    let h = Harness::new();
+    let active = h.worker_as("us-east-1", Role::Primary, Activity::Active);
+    assert_eq!(answered(&h.handle(&active, &echo_create(json!({})))), (1, Status::Success));
+    let calls = [Op::Acquire, Op::Leave, Op::Read, Op::Heartbeat].map(|op| h.store.calls(op));
+    assert_eq!(calls, [1, 0, 0, 0], "the acquire went out with the control read, and stood");
 }
 
 #[test]
@@ -569,7 +635,7 @@ fn a_standby_primary_takes_over_an_expired_lease() {
 #[test]
 fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
     let h = Harness::new();
-    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let standby = h.drained_primary("us-east-1");
     let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
     // Sent 30 s ago with a 60 s ServiceTimeout: 30 s left, more than the 20 s margin.
     assert!(
@@ -585,6 +651,16 @@ fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
         "no region could run Custom::Counting Create before the request's deadline, set by the resource's ServiceTimeout; \
          answering FAILED rather than letting CloudFormation wait"
     );
+}
+
+#[test]
+fn l1_near_the_deadline_a_standby_primary_without_an_answer_keeps_the_lease_it_took() {
+    let h = Harness::new();
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
+    // 15 s left, inside the margin: the table has any region answer, so the acquire stands.
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    assert_eq!((h.store.calls(Op::Leave), h.counting.calls()), (0, 0));
 }
 
 #[test]
@@ -802,14 +878,22 @@ fn a_control_slower_than_its_timeout_keeps_the_last_known_answer() {
         reads: Default::default(),
     });
     let primary = h.worker_with(Settings { control_cache_ms: 5_000, ..settings("us-east-1") }, control);
+    assert_eq!(drive(&h.clock, primary.read_control()), Some(Activity::Standby));
     let left = handle_sent(&h, &primary, &echo_create(json!({})), 0);
     assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+    assert!(h.memory.snapshot().is_empty(), "a fresh standby answer: read first, no lease taken");
+    // Past the time-to-live: the next record asks and acquires at once; the ask times out.
     h.clock.advance_ms(6_000);
     let (other, other_url) = batches_request(2);
     let again = handle_sent(&h, &primary, &other, 0);
     assert!(matches!(&again, Disposition::Retry { why, .. } if why.contains("standby")), "{again:?}");
     assert!(h.sink.bodies(&other_url).is_empty(), "a drained primary started new work on a timed-out control read");
-    assert!(h.memory.snapshot().is_empty(), "no lease was taken");
+    assert_eq!(h.counting.calls(), 0);
+    let records = h.memory.snapshot();
+    assert!(
+        records.len() == 1 && records.iter().all(|record| (record.state, record.fence) == (LeaseState::Left, 1)),
+        "the lease taken while asking was given back: {records:?}"
+    );
 }
 
 /// A Create with its own RequestId and ResponseURL.

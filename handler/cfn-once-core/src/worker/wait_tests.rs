@@ -99,10 +99,31 @@ fn a_drained_primary_leaves_a_wait_to_the_secondary() {
     let sent_ms = h.clock.now_ms();
     assert!(matches!(deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
     h.clock.advance_ms(60_000);
-    let drained = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let drained = h.drained_primary("us-east-1");
     let left = deliver(&h, &drained, &body, sent_ms, 2);
     assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
     assert_eq!((h.record().fence, h.record().state), (1, LeaseState::Waiting));
+}
+
+#[test]
+fn a_drained_primary_without_an_answer_gives_a_due_poll_back_as_it_was() {
+    let h = Harness::new();
+    let body = echo_create(json!({"InProgressForS": "10"}));
+    let sent_ms = h.clock.now_ms();
+    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    let waiting = h.record();
+    h.clock.advance_ms(60_000);
+    // The poll is due; a new process of the drained primary takes it while asking the control,
+    // and gives it back: the wait as stored, under the next fence.
+    let drained = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    let left = deliver(&h, &drained, &body, sent_ms, 2);
+    assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+    assert_eq!(h.record(), LeaseRecord { fence: 2, ..waiting.clone() }, "the wait is restored exactly");
+    // The secondary polls with the stored state and finishes it.
+    let (done, _) = follow(&h, |_| h.worker_as("us-west-2", Role::Secondary, Activity::Standby), &body, sent_ms);
+    assert_eq!(answered(&done).1, Status::Success);
+    assert!(h.record().owner.starts_with("us-west-2/"), "{:?}", h.record());
+    assert_eq!(h.bodies(URL)[0].data["Polls"], json!("1"));
 }
 
 #[test]

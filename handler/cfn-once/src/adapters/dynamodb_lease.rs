@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
@@ -66,12 +67,14 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
      ADD #fence :one, #attempts :fp_set";
 
 /// `lease::admits`: absent; or not superseded (the same attempt, or one that never held the lease
-/// and was not sent before the record's) and (RUNNING and expired past the skew margin, or
-/// COMMITTED for another attempt, or WAITING for another attempt or with its poll due for this
-/// caller; a WAITING record without a poll time counts as due).
+/// and was not sent before the record's) and (LEFT, or RUNNING and expired past the skew margin,
+/// or COMMITTED for another attempt, or WAITING for another attempt or with its poll due for
+/// this caller; a WAITING record without a poll time counts as due). A LEFT record has no
+/// attempts and was sent at 0, so it supersedes nobody.
 const ACQUIRE_CONDITION: &str = "attribute_not_exists(#fence) OR \
      ((#fingerprint = :fp OR (NOT contains(#attempts, :fp) AND (attribute_not_exists(#sent) OR #sent <= :sent))) AND \
-      ((#state = :running AND #lease_until < :expired_before) OR \
+      (#state = :left OR \
+       (#state = :running AND #lease_until < :expired_before) OR \
        (#state = :committed AND #fingerprint <> :fp) OR \
        (#state = :waiting AND (#fingerprint <> :fp OR attribute_not_exists(#poll_at) OR #poll_at <= :poll_due_before))))";
 
@@ -275,6 +278,7 @@ impl LeaseStore for DynamoLeaseStore {
             (":expires", number(request.expires_ms)),
             (":expired_before", number(request.expired_before_ms())),
             (":waiting", AttributeValue::S(LeaseState::Waiting.as_str().into())),
+            (":left", AttributeValue::S(LeaseState::Left.as_str().into())),
             (":poll_due_before", number(request.poll_due_before_ms())),
             (":logical_id", AttributeValue::S(request.label.logical_resource_id.clone())),
             (":request_type", AttributeValue::S(request.label.request_type.clone())),
@@ -293,9 +297,12 @@ impl LeaseStore for DynamoLeaseStore {
                         took_over: old.fingerprint == request.fingerprint,
                         interrupted: old.fingerprint == request.fingerprint && old.state == LeaseState::Running,
                         poll: old.poll_for(&request.fingerprint),
+                        prior: Some(Box::new(old)),
                     })
                 }
-                None => Ok(Acquire::Acquired { fence: 1, took_over: false, interrupted: false, poll: None }),
+                None => {
+                    Ok(Acquire::Acquired { fence: 1, took_over: false, interrupted: false, poll: None, prior: None })
+                }
             },
             Err(error) => {
                 let item = refused_item(error)?.ok_or_else(|| {
@@ -411,6 +418,74 @@ impl LeaseStore for DynamoLeaseStore {
             .map_err(|error| store_error(&error))?;
         output.item.map(|item| parse_record(key, &item)).transpose()
     }
+
+    /// One conditional PutItem of the whole record, under the fence (RUNNING).
+    async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
+        let call = self
+            .client
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(record_item(left)))
+            .condition_expression("#fence = :fence AND #state = :running")
+            .expression_attribute_names("#fence", attr::FENCE)
+            .expression_attribute_names("#state", attr::STATE)
+            .expression_attribute_values(":fence", number(left.fence))
+            .expression_attribute_values(":running", AttributeValue::S(LeaseState::Running.as_str().into()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match call.send().await {
+            Ok(_) => Ok(Conditional::Applied),
+            Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                let old = match service.into_err() {
+                    PutItemError::ConditionalCheckFailedException(refused) => refused.item,
+                    _ => None,
+                };
+                Ok(Conditional::Refused(old.map(|item| parse_record(&left.key, &item)).transpose()?.map(Box::new)))
+            }
+            Err(other) => Err(store_error(&other)),
+        }
+    }
+}
+
+/// A record as a whole item, the inverse of [`parse_record`] (an empty set of attempts, which
+/// DynamoDB cannot store, is left out, as are the response and poll fields when absent).
+fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
+    let text = |value: &str| AttributeValue::S(value.to_owned());
+    let mut item = DynamoLeaseStore::key(&record.key);
+    item.extend([
+        (attr::FENCE.to_owned(), number(record.fence)),
+        (attr::OWNER.to_owned(), text(&record.owner)),
+        (attr::LEASE_UNTIL.to_owned(), number(record.lease_until_ms)),
+        (attr::HEARTBEAT.to_owned(), number(record.heartbeat)),
+        (attr::STATE.to_owned(), text(record.state.as_str())),
+        (attr::FINGERPRINT.to_owned(), text(record.fingerprint.as_str())),
+        (attr::SENT.to_owned(), number(record.sent_ms)),
+        (attr::CREATED.to_owned(), number(record.created_ms)),
+        (attr::UPDATED.to_owned(), number(record.updated_ms)),
+        (attr::EXPIRES.to_owned(), number(record.expires_ms)),
+        (attr::LOGICAL_ID.to_owned(), text(&record.label.logical_resource_id)),
+        (attr::REQUEST_TYPE.to_owned(), text(&record.label.request_type)),
+        (attr::RESOURCE_TYPE.to_owned(), text(&record.label.resource_type)),
+    ]);
+    if !record.attempts.is_empty() {
+        let attempts = record.attempts.iter().map(|attempt| attempt.as_str().to_owned()).collect();
+        item.insert(attr::ATTEMPTS.to_owned(), AttributeValue::Ss(attempts));
+    }
+    if let Some(response) = &record.response {
+        item.insert(attr::RESPONSE.to_owned(), AttributeValue::B(Blob::new(response.clone())));
+    }
+    if record.delivered {
+        item.insert(attr::DELIVERED.to_owned(), AttributeValue::Bool(true));
+    }
+    if let Some(poll) = &record.poll {
+        item.extend([
+            (attr::POLL_FINGERPRINT.to_owned(), text(poll.fingerprint.as_str())),
+            (attr::POLL_STATE.to_owned(), text(&poll.state)),
+            (attr::POLL_AT.to_owned(), number(poll.poll_at_ms)),
+            (attr::WAITING_SINCE.to_owned(), number(poll.waiting_since_ms)),
+            (attr::POLLS.to_owned(), number(u64::from(poll.polls))),
+        ]);
+    }
+    item
 }
 
 fn number(value: u64) -> AttributeValue {
