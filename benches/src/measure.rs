@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use cfn_once_cli::local::environment::s3_client;
-use cfn_once_cli::local::fault_proxy::Match;
+use cfn_once_cli::local::fault_proxy::{Match, waited_for};
 use cfn_once_cli::local::provision;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted, TlsFront};
@@ -148,19 +148,20 @@ pub struct Sample {
     pub first_answer_ms: f64,
     /// Warm requests: their batch handed out → each one's PUT stored, the median.
     pub warm_answer_ms: f64,
-    /// AWS calls the first request made before its PUT went out, each a round trip it waited for.
-    pub first_calls_before_put: usize,
+    /// Round trips to AWS the first request waited for, one after another, before its PUT went
+    /// out (calls sent side by side count once; see `fault_proxy::waited_for`).
+    pub first_round_trips_before_put: usize,
 }
 
 impl Sample {
     pub fn one_line(&self) -> String {
         format!(
-            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU, answered in {:.1} ms after {} calls), warm {:.2} ms ({:.2} ms CPU)/request (answered in {:.1} ms), RSS {:.1} MiB, {} TLS handshakes",
+            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU, answered in {:.1} ms after {} round trips), warm {:.2} ms ({:.2} ms CPU)/request (answered in {:.1} ms), RSS {:.1} MiB, {} TLS handshakes",
             self.cold_start_ms,
             self.first_alone_ms,
             self.first_cpu_ms,
             self.first_answer_ms,
-            self.first_calls_before_put,
+            self.first_round_trips_before_put,
             self.warm_ms_per_request,
             self.warm_cpu_ms_per_request,
             self.warm_answer_ms,
@@ -285,10 +286,16 @@ pub async fn run_once(
             .find(|exchange| exchange.method == "PUT" && exchange.path.ends_with(key))
             .and_then(|exchange| exchange.replied.map(|at| (exchange.arrived, at)))
     };
-    let (first_put_sent, first_put_stored) =
+    let (_, first_put_stored) =
         stored(&invocations[0].2[0]).context("the first request's PUT is not in the proxy's log")?;
-    // Only what it waited for once handed out: a read the function made at init is not.
-    let first_calls_before_put = first_window.iter().filter(|index| log[**index].arrived < first_put_sent).count();
+    let first_put = first_window
+        .iter()
+        .copied()
+        .find(|index| log[*index].method == "PUT")
+        .context("the first request's PUT is not in its invocation's calls")?;
+    // Only what it waited for once handed out: a read the function finished at init is not.
+    let first_round_trips_before_put =
+        waited_for(&log, first_put).into_iter().filter(|index| log[*index].arrived >= first_handed).count();
     let mut warm_answers = Vec::new();
     for ((handed, _), (_, _, keys)) in warm.iter().map(|(handed, _)| handed).zip(&invocations[1..]) {
         for key in keys {
@@ -308,11 +315,11 @@ pub async fn run_once(
         cold_start_ms: ms(started, first_next),
         init_cpu_ms: init_cpu as f64 / 1e6,
         first_alone_ms: ms(first_handed, first_posted),
-        first_aws_ms: first_window
-            .iter()
-            .filter_map(|index| log[*index].upstream_took)
-            .map(|took| took.as_secs_f64() * 1000.0)
-            .sum(),
+        first_aws_ms: busy_ms(first_window.iter().filter_map(|index| {
+            let exchange = &log[*index];
+            let forwarded = exchange.arrived + exchange.added_latency.unwrap_or_default();
+            exchange.upstream_took.map(|took| (forwarded, forwarded + took))
+        })),
         first_cpu_ms: cpu_ms(first_handed_cpu, first_posted_cpu),
         first_end_to_end_ms: ms(started, first_posted),
         warm_ms_per_request: warm.iter().map(|((h, _), (p, _))| ms(*h, *p)).sum::<f64>() / warm_requests,
@@ -323,7 +330,7 @@ pub async fn run_once(
         tls_handshakes,
         first_answer_ms: ms(first_handed, first_put_stored),
         warm_answer_ms,
-        first_calls_before_put,
+        first_round_trips_before_put,
     })
 }
 
@@ -485,4 +492,42 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 
 fn epoch_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+}
+
+/// How long, in ms, at least one of `intervals` was open: the time spent waiting for the
+/// upstream by calls that may overlap (a call sent beside another counts once).
+fn busy_ms(intervals: impl Iterator<Item = (Instant, Instant)>) -> f64 {
+    let mut intervals: Vec<(Instant, Instant)> = intervals.collect();
+    intervals.sort();
+    let mut busy = std::time::Duration::ZERO;
+    let mut open: Option<(Instant, Instant)> = None;
+    for (start, end) in intervals {
+        open = match open {
+            Some((from, to)) if start <= to => Some((from, to.max(end))),
+            Some((from, to)) => {
+                busy += to - from;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    if let Some((from, to)) = open {
+        busy += to - from;
+    }
+    busy.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlapping_waits_count_once() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        // 0-20 and 5-25 overlap (25 ms), 30-40 on its own (10 ms).
+        let intervals = [(at(30), at(40)), (at(0), at(20)), (at(5), at(25))];
+        assert!((busy_ms(intervals.into_iter()) - 35.0).abs() < 1e-9);
+        assert_eq!(busy_ms(std::iter::empty()), 0.0);
+    }
 }

@@ -24,7 +24,7 @@ type Figure = (&'static str, &'static str, fn(&Sample) -> f64);
 
 const FIGURES: [Figure; 14] = [
     ("time to answer, first request (handed out → PUT stored)", "ms", |s| s.first_answer_ms),
-    ("  AWS calls it waited for before its PUT", "", |s| s.first_calls_before_put as f64),
+    ("  AWS round trips it waited for before its PUT", "", |s| s.first_round_trips_before_put as f64),
     ("time to answer, warm requests (batch handed out → PUT stored, median)", "ms", |s| s.warm_answer_ms),
     ("cold start to first /next", "ms", |s| s.cold_start_ms),
     ("CPU before the first /next", "ms", |s| s.init_cpu_ms),

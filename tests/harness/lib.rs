@@ -50,7 +50,7 @@ mod fake_runtime;
 mod lambda_process;
 mod tls_front;
 mod two_regions;
-pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match};
+pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match, waited_for};
 pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use lambda_process::LambdaProcess;

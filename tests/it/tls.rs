@@ -161,31 +161,11 @@ async fn a_cold_primary_answers_its_first_request_in_three_round_trips() {
     assert_eq!(control.len(), 1, "one control read: {:?}", exchanges.iter().map(named).collect::<Vec<_>>());
     let control_replied = control[0].replied.expect("the control read was answered");
     assert!(handed < control_replied, "the init waited for the control read before asking for the event");
-    // The calls each one waited for: a chain of exchanges, each arriving after the one before
-    // it replied. The PUT's chain, from the process's start, is the answer's round trips.
-    let mut depth = vec![0usize; exchanges.len()];
-    for (i, exchange) in exchanges.iter().enumerate() {
-        depth[i] = 1
-            + (0..i)
-                .filter(|&j| exchanges[j].replied.is_some_and(|replied| replied <= exchange.arrived))
-                .map(|j| depth[j])
-                .max()
-                .unwrap_or(0);
-    }
-    let chain = |i: usize| -> Vec<String> {
-        let mut names = vec![named(&exchanges[i])];
-        let mut at = i;
-        while let Some(before) = (0..at)
-            .filter(|&j| exchanges[j].replied.is_some_and(|replied| replied <= exchanges[at].arrived))
-            .max_by_key(|&j| depth[j])
-        {
-            names.push(named(&exchanges[before]));
-            at = before;
-        }
-        names.reverse();
-        names
-    };
-    assert_eq!(chain(put), ["UpdateItem", "UpdateItem", "PUT"], "the acquire, the commit, then the PUT");
+    // The calls the PUT waited for one after another, from the process's start: two, the
+    // second the commit (the first is the acquire or the control read beside it).
+    let waited: Vec<String> =
+        cfn_once_tests::waited_for(exchanges, put).into_iter().map(|i| named(&exchanges[i])).collect();
+    assert!(waited.len() == 2 && waited[1] == "UpdateItem", "the acquire, the commit, then the PUT: {waited:?}");
     let first = exchanges.iter().position(|exchange| named(exchange) == "UpdateItem").expect("the acquire");
     assert!(
         control[0].arrived < exchanges[first].replied.expect("the acquire was answered"),

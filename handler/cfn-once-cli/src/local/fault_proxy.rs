@@ -269,6 +269,30 @@ impl Drop for Stopper {
     }
 }
 
+/// The round trips `log[target]` waited for: the longest chain of earlier exchanges, each
+/// arriving after the one before it had its reply, ending with one that had its reply before
+/// `target` arrived; in arrival order, indices into `log` (arrival order itself). Calls that
+/// went out side by side count once: this is what a far-away service's latency multiplies.
+pub fn waited_for(log: &[Exchange], target: usize) -> Vec<usize> {
+    let before = |first: usize, then: usize| log[first].replied.is_some_and(|replied| replied <= log[then].arrived);
+    // depth[i]: the longest chain ending with exchange i.
+    let mut depth = vec![0usize; target + 1];
+    let mut previous = vec![None; target + 1];
+    for i in 0..=target.min(log.len().saturating_sub(1)) {
+        let best = (0..i).filter(|&j| before(j, i)).max_by_key(|&j| depth[j]);
+        depth[i] = 1 + best.map_or(0, |j| depth[j]);
+        previous[i] = best;
+    }
+    let mut chain = Vec::new();
+    let mut at = previous.get(target).copied().flatten();
+    while let Some(index) = at {
+        chain.push(index);
+        at = previous[index];
+    }
+    chain.reverse();
+    chain
+}
+
 fn epoch_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -627,4 +651,53 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 fn invalid(message: &str) -> io::Error {
     io::Error::new(ErrorKind::InvalidData, message.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An exchange named `operation` that arrived at `arrived_ms` and was answered at `replied_ms`.
+    fn exchange(t0: Instant, operation: &str, arrived_ms: u64, replied_ms: u64) -> Exchange {
+        Exchange {
+            method: "POST".into(),
+            path: "/".into(),
+            operation: Some(operation.into()),
+            fault: None,
+            upstream_status: Some(200),
+            upstream_took: None,
+            at_ms: arrived_ms,
+            arrived: t0 + Duration::from_millis(arrived_ms),
+            added_latency: None,
+            replied: Some(t0 + Duration::from_millis(replied_ms)),
+        }
+    }
+
+    #[test]
+    fn calls_side_by_side_count_once_and_calls_in_a_row_each() {
+        let t0 = Instant::now();
+        // A control read beside the acquire, then the commit, then the PUT.
+        let side_by_side = [
+            exchange(t0, "GetItem", 0, 20),
+            exchange(t0, "Acquire", 1, 21),
+            exchange(t0, "Commit", 22, 42),
+            exchange(t0, "PUT", 43, 73),
+        ];
+        let names = |log: &[Exchange], chain: Vec<usize>| -> Vec<String> {
+            chain.into_iter().map(|i| log[i].operation.clone().unwrap_or_default()).collect()
+        };
+        assert_eq!(waited_for(&side_by_side, 3).len(), 2);
+        assert_eq!(names(&side_by_side, waited_for(&side_by_side, 3))[1], "Commit");
+        // The control read first, then the acquire: one more round trip.
+        let in_a_row = [
+            exchange(t0, "GetItem", 0, 20),
+            exchange(t0, "Acquire", 21, 41),
+            exchange(t0, "Commit", 42, 62),
+            exchange(t0, "PUT", 63, 93),
+        ];
+        assert_eq!(names(&in_a_row, waited_for(&in_a_row, 3)), ["GetItem", "Acquire", "Commit"]);
+        // An exchange still unanswered when the target arrived is not waited for.
+        let pending = [exchange(t0, "Mark", 0, 500), exchange(t0, "PUT", 10, 40)];
+        assert_eq!(waited_for(&pending, 1), Vec::<usize>::new());
+    }
 }

@@ -292,9 +292,10 @@ impl Report {
         let (messages, receives, most) = findings.receives;
         let _ = writeln!(
             s,
-            "recovery   {} takeovers, {} re-PUTs of a committed answer; {} receives of {} messages ({:.2} per message, at most {most})",
+            "recovery   {} takeovers, {} re-PUTs of a committed answer, {} leases given back by a drained primary; {} receives of {} messages ({:.2} per message, at most {most})",
             findings.takeovers,
             findings.re_puts,
+            findings.given_back,
             receives,
             messages,
             receives as f64 / messages.max(1) as f64

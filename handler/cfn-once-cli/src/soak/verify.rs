@@ -76,6 +76,8 @@ pub struct Findings {
     pub leaked_signatures: usize,
     pub takeovers: usize,
     pub re_puts: usize,
+    /// Leases a standby primary took while asking its control and gave back unused.
+    pub given_back: usize,
     pub panics_logged: usize,
     /// Receives per message id: (messages, total receives, most receives of one).
     pub receives: (usize, u64, u32),
@@ -439,6 +441,9 @@ fn check_logs(fleet: &Fleet, sent: &[Sent], findings: &mut Findings) -> anyhow::
             }
             if line.contains("found a committed response that was never delivered") {
                 findings.re_puts += 1;
+            }
+            if line.contains("lease given back unused") {
+                findings.given_back += 1;
             }
             if line.contains("panicked") {
                 findings.panics_logged += 1;
