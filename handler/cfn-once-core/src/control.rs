@@ -8,10 +8,11 @@
 //! all ask at once, and one of them reads the source while the others wait for its answer, so a
 //! warm Lambda reads the source at most once per time-to-live.
 //!
-//! Off the requests' critical path: a primary reads the control once at start
-//! ([`CachedActivity::warm_up`], in the function's init), and [`CachedActivity::keep_fresh`]
-//! renews the answer in the background three quarters into its time-to-live, so a record that
-//! arrives while the process runs finds a fresh answer and waits for no read. Renewing early
+//! Off the requests' critical path: a new process's first record reads the control beside its
+//! acquire (the worker's `process`), and [`CachedActivity::keep_fresh`] renews the answer from
+//! then on in the background, three quarters into its time-to-live, so a record that arrives
+//! while the process runs finds a fresh answer and waits for no read. The init reads nothing:
+//! its time is the cold start's, which the first record's read does not lengthen. Renewing early
 //! never lets an answer older than the time-to-live count: a process Lambda froze for longer
 //! than that thaws with a stale answer and reads before deciding, as without renewal, so a
 //! drill's settle time (the time-to-live) is unchanged.
@@ -95,17 +96,14 @@ impl CachedActivity {
         self.last().map_or(self.fallback, |(activity, _)| activity)
     }
 
-    /// Reads the source now, within `timeout_ms` (at start: the first record then finds a fresh
+    /// Reads the source now, within `timeout_ms` (a renewal; the records after it find a fresh
     /// answer). A failed read leaves the cache as it was.
     pub async fn warm_up(&self, timeout_ms: u64) -> Activity {
         let reads_before = self.reads.load(Ordering::SeqCst);
         match within(self.clock.as_ref(), timeout_ms, self.read_source(reads_before)).await {
             Some(activity) => activity,
             None => {
-                tracing::warn!(
-                    timeout_ms,
-                    "no answer from the active-region control at start; the first record reads it"
-                );
+                tracing::warn!(timeout_ms, "no answer from the active-region control in time; the next record asks it");
                 self.stale_or_fallback()
             }
         }
@@ -113,12 +111,19 @@ impl CachedActivity {
 
     /// Renews the answer before it goes stale, for as long as it runs (spawn it): three
     /// quarters into the time-to-live of the last answer, each read within `timeout_ms`, a
-    /// failed one tried again a quarter of the time-to-live later. Never returns.
+    /// failed one tried again a quarter of the time-to-live later. Until the source has
+    /// answered once (the first record asks it), it only looks every quarter of the
+    /// time-to-live whether it has. Never returns.
     pub async fn keep_fresh(&self, timeout_ms: u64) {
         let quarter_ms = (self.ttl_ms / 4).max(1);
         let mut tried_ms = 0;
         loop {
-            let renew_at_ms = self.last().map_or(0, |(_, at_ms)| at_ms + 3 * quarter_ms).max(tried_ms + quarter_ms);
+            let Some((_, at_ms)) = self.last() else {
+                let now_ms = self.clock.now_ms();
+                crate::clock::sleep_until_ms(self.clock.as_ref(), now_ms + quarter_ms).await;
+                continue;
+            };
+            let renew_at_ms = (at_ms + 3 * quarter_ms).max(tried_ms + quarter_ms);
             crate::clock::sleep_until_ms(self.clock.as_ref(), renew_at_ms).await;
             tried_ms = self.clock.now_ms();
             self.warm_up(timeout_ms).await;
@@ -262,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn warmed_up_at_start_the_first_records_read_nothing_and_renewal_keeps_them_from_reading() {
+    fn the_first_record_asks_and_renewal_keeps_every_later_one_from_waiting() {
         let clock = ManualClock::new(0);
         let source = Arc::new(Scripted { latency: Some((clock.clone(), 30)), ..Scripted::default() });
         source.answers.lock().expect("lock").extend([
@@ -271,9 +276,8 @@ mod tests {
             Ok(Activity::Standby),
         ]);
         let cached = Arc::new(CachedActivity::new(source.clone(), Arc::new(clock.clone()), 4_000, Activity::Active));
-        assert_eq!(drive(&clock, cached.warm_up(1_000)), Activity::Active);
-        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
-        // The renewer runs beside the records, as the function spawns it.
+        // The renewer runs beside the records from the start, as the function spawns it; the
+        // init reads nothing.
         let renewer = Arc::clone(&cached);
         let records = async {
             let mut seen = Vec::new();
@@ -293,8 +297,10 @@ mod tests {
                 futures_util::future::Either::Right(_) => unreachable!("keep_fresh never returns"),
             }
         });
-        assert!(seen.iter().all(|(_, waited_ms)| *waited_ms == 0), "no record waited for a read: {seen:?}");
-        // Renewed at 3 s (after the start's read at 0) and at 6 s: the last records see the flip.
+        // The first record asked (the worker sends its acquire beside that read); no later one
+        // waited: renewed at 3 s and at 6 s from the first answer, so the last records see the flip.
+        let waits: Vec<u64> = seen.iter().map(|(_, waited_ms)| *waited_ms).collect();
+        assert_eq!(waits, [30, 0, 0, 0, 0, 0, 0, 0], "{seen:?}");
         assert_eq!(source.calls.load(Ordering::SeqCst), 3);
         assert_eq!(seen[0].0, Activity::Active);
         assert_eq!(seen[7].0, Activity::Standby, "{seen:?}");

@@ -217,9 +217,9 @@ impl Handler {
         let router = self.router(&config, &sdk);
         let app = App::from_config(&config, &sdk, router).map_err(|error| Error::Setup(format!("{error:#}")))?;
         let app = &app.with_metrics(metrics);
-        // A primary reads the active-region control from the start and renews it in the
-        // background, so that no record waits for it (control.rs); the init does not wait for
-        // the read either: a record that comes first asks and acquires at once.
+        // A primary's records never wait for the active-region control (control.rs): the first
+        // one asks it beside its acquire, and the answer is renewed in the background from then
+        // on. The init reads nothing, so the cold start is what it was without a control.
         if let Some(renewal) = app.worker.control_renewal() {
             tokio::spawn(renewal);
         }

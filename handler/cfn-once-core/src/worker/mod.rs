@@ -162,21 +162,18 @@ impl Worker {
     }
 
     /// For a primary, keeps the active-region control off the records' critical path: the
-    /// future to spawn at start, beside the records, which reads the control at once and then
-    /// renews it ([`CachedActivity::keep_fresh`]). It is not awaited before the first record: a
-    /// record that finds no fresh answer asks and acquires at once (see `process`), joining the
-    /// read in flight. `None` for a secondary, whose decisions do not depend on the control.
+    /// future to spawn at start, beside the records, which renews the answer from the first one
+    /// on ([`CachedActivity::keep_fresh`]). The init reads nothing (its time is the cold
+    /// start's): a record that finds no fresh answer, the first one of a process among them,
+    /// asks and acquires at once (see `process`). `None` for a secondary, whose decisions do not
+    /// depend on the control.
     pub fn control_renewal(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
         if self.settings.role != Role::Primary {
             return None;
         }
         let timeout_ms = self.settings.store_call_timeout_ms;
         let control = Arc::clone(&self.control);
-        Some(async move {
-            let activity = control.warm_up(timeout_ms).await;
-            tracing::info!(?activity, "active-region control read at start");
-            control.keep_fresh(timeout_ms).await;
-        })
+        Some(async move { control.keep_fresh(timeout_ms).await })
     }
 
     /// Reads the active-region control now, within the store-call timeout, as the renewal does
