@@ -53,7 +53,11 @@ impl ActivitySource for SimControl {
         let answer = if active == self.region { Activity::Active } else { Activity::Standby };
         if self.region == Region::Primary {
             let elapsed_ms = self.shared.elapsed_ms();
-            self.shared.observed().primary_told = Some((answer == Activity::Active, elapsed_ms));
+            let mut observed = self.shared.observed();
+            observed.primary_told = Some((answer == Activity::Active, elapsed_ms));
+            if answer == Activity::Active {
+                observed.primary_told_active.push(elapsed_ms);
+            }
         }
         Ok(answer)
     }

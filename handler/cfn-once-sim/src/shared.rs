@@ -45,8 +45,13 @@ pub struct Observed {
     /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
     pub deadlines: BTreeMap<Fingerprint, u64>,
     /// Leases a drained primary took for new work before its control answered, by key: the
-    /// fence, which must be given back before anything is done under it (the drain check).
-    pub to_give_back: BTreeMap<RequestKey, u64>,
+    /// fence, which must be given back before anything is done under it (the drain check), and
+    /// when the invocation that took it started (elapsed ms).
+    pub to_give_back: BTreeMap<RequestKey, (u64, u64)>,
+    /// When the control told the primary "active" (elapsed ms), every time: a record that asks
+    /// beside its acquire may be answered "active" after its invocation started, and then keeps
+    /// its lease rightly.
+    pub primary_told_active: Vec<u64>,
 }
 
 /// Shared by every simulated component of one seed.

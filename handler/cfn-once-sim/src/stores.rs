@@ -193,8 +193,8 @@ impl RegionStore {
             (Some((false, told_ms)), Some(started_ms)) => told_ms < started_ms,
             _ => false,
         };
-        if told_standby {
-            observed.to_give_back.insert(request.key.clone(), fence);
+        if let (true, Some(started_ms)) = (told_standby, started_ms) {
+            observed.to_give_back.insert(request.key.clone(), (fence, started_ms));
         } else {
             observed.to_give_back.remove(&request.key);
         }
@@ -202,10 +202,14 @@ impl RegionStore {
 
     /// The drain check at a write under `fence` made at `now_ms` (the primary's clock): a lease
     /// still to give back must not be used, unless the request's deadline is near by then, when
-    /// even a drained primary answers.
+    /// even a drained primary answers, or the control told the primary "active" after the
+    /// invocation started (its record's read, beside the acquire, may be that answer).
     fn check_drain(&self, key: &RequestKey, fence: u64, now_ms: u64, what: &str) {
         let observed = self.shared.observed();
-        if observed.to_give_back.get(key) != Some(&fence) {
+        let Some(&(held, started_ms)) = observed.to_give_back.get(key) else {
+            return;
+        };
+        if held != fence || observed.primary_told_active.iter().any(|&told_ms| told_ms >= started_ms) {
             return;
         }
         let deadline_ms = self.local().get(key).and_then(|record| observed.deadlines.get(&record.fingerprint).copied());
@@ -225,7 +229,7 @@ impl RegionStore {
     /// The lease of `key` under `fence` was given back (or lost): nothing to check any more.
     fn given_back(&self, key: &RequestKey, fence: u64) {
         let mut observed = self.shared.observed();
-        if observed.to_give_back.get(key) == Some(&fence) {
+        if observed.to_give_back.get(key).is_some_and(|&(held, _)| held == fence) {
             observed.to_give_back.remove(key);
             drop(observed);
             self.shared.cover("a drained primary gave back a lease it took before the control answered");
