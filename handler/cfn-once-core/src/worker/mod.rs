@@ -176,8 +176,11 @@ impl Worker {
         Some(async move { control.keep_fresh(timeout_ms).await })
     }
 
-    /// Reads the active-region control now, within the store-call timeout, as the renewal does
-    /// first: the records after it find the answer fresh. `None` for a secondary.
+    /// Reads the active-region control now, within the store-call timeout: the records after it
+    /// find the answer fresh and follow the table's first step without asking. The stock
+    /// function does not call it (its init reads nothing, see [`Self::control_renewal`]); it is
+    /// for embedders that want the answer before their first record, and for tests. `None` for
+    /// a secondary.
     pub async fn read_control(&self) -> Option<Activity> {
         if self.settings.role != Role::Primary {
             return None;
