@@ -295,9 +295,16 @@ impl LocalRegion {
         sent.request["ResponseURL"] = Value::String(routed);
     }
 
-    /// The DynamoDB lease store on this region's table.
+    /// The DynamoDB lease store on this region's table, through the SDK's client.
     pub fn lease_store(&self) -> Arc<DynamoLeaseStore> {
         Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table))
+    }
+
+    /// The DynamoDB lease store on this region's table as the function wires it: its protocol
+    /// calls on cfn-once's own DynamoDB wire (`adapters::dynamodb_wire`).
+    pub fn wire_lease_store(&self) -> Arc<DynamoLeaseStore> {
+        let wire = cfn_once::adapters::dynamodb_wire::DynamoWire::from_sdk(&self.sdk, REGION, 5_000).expect("the wire");
+        Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table).with_wire(wire))
     }
 
     /// The next message on this region's queue as the one-record SQS event Lambda would hand a

@@ -455,6 +455,15 @@ macro_rules! contract {
                 }
             )*
         }
+        mod dynamodb_wire {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let region = super::LocalRegion::new(super::Options::default()).await;
+                    super::$case(region.wire_lease_store()).await;
+                }
+            )*
+        }
     };
 }
 

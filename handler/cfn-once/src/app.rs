@@ -18,6 +18,7 @@ use cfn_once_core::worker::{Ports, Worker};
 
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
+use crate::adapters::dynamodb_wire::DynamoWire;
 use crate::adapters::http_sink::HttpResponseSink;
 use crate::adapters::sqs_queue::SqsQueue;
 use crate::clock::{SystemClock, random_seed};
@@ -66,9 +67,13 @@ impl App {
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<Self> {
         let dynamodb = dynamodb_client(sdk, config.store_timeout_ms, &config.table_region);
+        // The protocol's calls on the wire (adapters/dynamodb_wire.rs), with the client's endpoint,
+        // credentials, timeout and one attempt.
+        let wire = DynamoWire::from_sdk(sdk, &config.table_region, config.store_timeout_ms)
+            .map_err(|error| anyhow::anyhow!("the lease table cannot be reached: {error}"))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ports = Ports {
-            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)),
+            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name).with_wire(wire)),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
             router: Arc::new(router),
             clock: Arc::clone(&clock),

@@ -42,17 +42,21 @@ where
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Failure::Unknown(text),
         SdkError::DispatchFailure(dispatch) if dispatch.is_user() => Failure::Permanent(text),
         SdkError::DispatchFailure(_) => Failure::Unknown(text),
-        SdkError::ServiceError(service) => {
-            let code = service.err().code().unwrap_or_default();
-            if RETRYABLE_CODES.contains(&code) {
-                Failure::NotApplied(text)
-            } else if code == "InternalServerError" || code == "ServiceUnavailable" || code.is_empty() {
-                Failure::Unknown(text)
-            } else {
-                Failure::Permanent(text)
-            }
-        }
+        SdkError::ServiceError(service) => of_service_error(service.err().code().unwrap_or_default(), text),
         _ => Failure::Unknown(text),
+    }
+}
+
+/// What an error DynamoDB answered with means, by its code (empty when the answer named none):
+/// the one table both the SDK's errors ([`classify`]) and the lease store's own wire
+/// (`dynamodb_wire`) are read with.
+pub(crate) fn of_service_error(code: &str, text: String) -> Failure {
+    if RETRYABLE_CODES.contains(&code) {
+        Failure::NotApplied(text)
+    } else if code == "InternalServerError" || code == "ServiceUnavailable" || code.is_empty() {
+        Failure::Unknown(text)
+    } else {
+        Failure::Permanent(text)
     }
 }
 

@@ -17,11 +17,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::fingerprint::Fingerprint;
@@ -31,6 +29,7 @@ use cfn_once_core::lease::{
 use cfn_once_core::request::{RequestKey, StackArn};
 
 use super::dynamodb_errors::{Failure, classify};
+use super::dynamodb_wire::{DynamoWire, Item, WireError, item_from_json, item_to_json, value_to_json};
 
 /// Attribute names, in one place.
 mod attr {
@@ -82,16 +81,46 @@ const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_sta
      #poll_at = :poll_at, #waiting_since = :waiting_since, #polls = :polls, #lease_until = :now, #updated = :now";
 
 /// The lease store on a DynamoDB table (an MRSC global table in production).
+///
+/// The protocol's calls (acquire, heartbeat, commit, wait, the delivered mark, leave, read) go
+/// through the SDK's client, or, [`with_wire`](Self::with_wire), through DynamoDB's JSON
+/// protocol spoken directly (`dynamodb_wire`: the same requests, a third of the CPU). The
+/// operators' reads (Query, Scan) always use the SDK. The contract suite runs on both.
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
     client: Client,
     table_name: String,
+    wire: Option<DynamoWire>,
+}
+
+/// What a conditional write came to: applied (with the old item, when asked for), or refused by
+/// its condition (with the item as it was, when DynamoDB returned it).
+enum Written {
+    Applied(Option<Item>),
+    Refused(Option<Item>),
+}
+
+/// One conditional UpdateItem, as either transport sends it.
+struct Update<'a> {
+    update: &'a str,
+    condition: &'a str,
+    names: Vec<(&'a str, &'a str)>,
+    values: Vec<(&'a str, AttributeValue)>,
+    /// `ReturnValues = ALL_OLD` (else `NONE`).
+    old_on_success: bool,
 }
 
 impl DynamoLeaseStore {
-    /// A store on `table_name`.
+    /// A store on `table_name`, every call through `client`.
     pub fn new(client: Client, table_name: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into() }
+        Self { client, table_name: table_name.into(), wire: None }
+    }
+
+    /// The same store with its protocol calls sent on `wire` instead of the SDK's client (the
+    /// function's wiring: `App::from_config`). `wire` must reach the same table as the client.
+    pub fn with_wire(mut self, wire: DynamoWire) -> Self {
+        self.wire = Some(wire);
+        self
     }
 
     fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
@@ -101,31 +130,126 @@ impl DynamoLeaseStore {
         ])
     }
 
-    /// An UpdateItem with `update` under `condition` that returns the old item when the
-    /// condition fails.
-    fn update_call(
+    /// A conditional UpdateItem on `key`, through the wire or the SDK.
+    async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
+        match &self.wire {
+            Some(wire) => {
+                let body = serde_json::json!({
+                    "TableName": self.table_name,
+                    "Key": item_to_json(&Self::key(key)),
+                    "UpdateExpression": call.update,
+                    "ConditionExpression": call.condition,
+                    "ExpressionAttributeNames": names_json(&call.names),
+                    "ExpressionAttributeValues": values_json(&call.values),
+                    "ReturnValues": if call.old_on_success { "ALL_OLD" } else { "NONE" },
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                });
+                wired(wire.call("UpdateItem", &body).await, "Attributes", true)
+            }
+            None => {
+                let mut request = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table_name)
+                    .set_key(Some(Self::key(key)))
+                    .update_expression(call.update)
+                    .condition_expression(call.condition)
+                    .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+                for (placeholder, name) in call.names {
+                    request = request.expression_attribute_names(placeholder, name);
+                }
+                for (placeholder, value) in call.values {
+                    request = request.expression_attribute_values(placeholder, value);
+                }
+                match request.send().await {
+                    Ok(output) => Ok(Written::Applied(output.attributes)),
+                    Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                        Ok(Written::Refused(match service.into_err() {
+                            UpdateItemError::ConditionalCheckFailedException(refused) => refused.item,
+                            _ => None,
+                        }))
+                    }
+                    Err(other) => Err(store_error(&other)),
+                }
+            }
+        }
+    }
+
+    /// A PutItem of `item` under `condition`, through the wire or the SDK.
+    async fn put(
         &self,
-        key: &RequestKey,
-        update: &str,
+        item: Item,
         condition: &str,
         names: &[(&str, &str)],
         values: Vec<(&str, AttributeValue)>,
-    ) -> UpdateItemFluentBuilder {
-        let mut call = self
-            .client
-            .update_item()
-            .table_name(&self.table_name)
-            .set_key(Some(Self::key(key)))
-            .update_expression(update)
-            .condition_expression(condition)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        for (placeholder, name) in names {
-            call = call.expression_attribute_names(*placeholder, *name);
+    ) -> Result<Written, StoreError> {
+        match &self.wire {
+            Some(wire) => {
+                let body = serde_json::json!({
+                    "TableName": self.table_name,
+                    "Item": item_to_json(&item),
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": names_json(names),
+                    "ExpressionAttributeValues": values_json(&values),
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                });
+                wired(wire.call("PutItem", &body).await, "Attributes", true)
+            }
+            None => {
+                let mut request = self
+                    .client
+                    .put_item()
+                    .table_name(&self.table_name)
+                    .set_item(Some(item))
+                    .condition_expression(condition)
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+                for (placeholder, name) in names {
+                    request = request.expression_attribute_names(*placeholder, *name);
+                }
+                for (placeholder, value) in values {
+                    request = request.expression_attribute_values(placeholder, value);
+                }
+                match request.send().await {
+                    Ok(_) => Ok(Written::Applied(None)),
+                    Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                        Ok(Written::Refused(match service.into_err() {
+                            PutItemError::ConditionalCheckFailedException(refused) => refused.item,
+                            _ => None,
+                        }))
+                    }
+                    Err(other) => Err(store_error(&other)),
+                }
+            }
         }
-        for (placeholder, value) in values {
-            call = call.expression_attribute_values(placeholder, value);
+    }
+
+    /// A consistent GetItem of `key`, through the wire or the SDK.
+    async fn get(&self, key: &RequestKey) -> Result<Option<Item>, StoreError> {
+        match &self.wire {
+            Some(wire) => {
+                let body = serde_json::json!({
+                    "TableName": self.table_name,
+                    "Key": item_to_json(&Self::key(key)),
+                    "ConsistentRead": true,
+                });
+                match wired(wire.call("GetItem", &body).await, "Item", false)? {
+                    Written::Applied(item) | Written::Refused(item) => Ok(item),
+                }
+            }
+            None => {
+                let output = self
+                    .client
+                    .get_item()
+                    .table_name(&self.table_name)
+                    .set_key(Some(Self::key(key)))
+                    .consistent_read(true)
+                    .send()
+                    .await
+                    .map_err(|error| store_error(&error))?;
+                Ok(output.item)
+            }
         }
-        call
     }
 
     /// A conditional update that returns nothing on success and the old item on failure.
@@ -143,26 +267,63 @@ impl DynamoLeaseStore {
         let mut names = names.to_vec();
         names.extend([("#fence", attr::FENCE), ("#state", attr::STATE)]);
         values.extend([(":fence", number(fence)), (":fenced_state", AttributeValue::S(state.as_str().into()))]);
-        self.conditional_update(key, update, "#fence = :fence AND #state = :fenced_state", &names, values).await
+        let call = Update {
+            update,
+            condition: "#fence = :fence AND #state = :fenced_state",
+            names,
+            values,
+            old_on_success: false,
+        };
+        refused_record(key, self.update(key, call).await?)
     }
+}
 
-    async fn conditional_update(
-        &self,
-        key: &RequestKey,
-        update: &str,
-        condition: &str,
-        names: &[(&str, &str)],
-        values: Vec<(&str, AttributeValue)>,
-    ) -> Result<Conditional, StoreError> {
-        let call = self.update_call(key, update, condition, names, values).return_values(ReturnValue::None);
-        match call.send().await {
-            Ok(_) => Ok(Conditional::Applied),
-            Err(error) => {
-                let old = refused_item(error)?;
-                Ok(Conditional::Refused(old.map(|item| parse_record(key, &item)).transpose()?.map(Box::new)))
-            }
+/// A fenced write's outcome as the port's: refused with the record as it was, if returned.
+fn refused_record(key: &RequestKey, written: Written) -> Result<Conditional, StoreError> {
+    match written {
+        Written::Applied(_) => Ok(Conditional::Applied),
+        Written::Refused(old) => {
+            Ok(Conditional::Refused(old.map(|item| parse_record(key, &item)).transpose()?.map(Box::new)))
         }
     }
+}
+
+/// A wire call's outcome as a write's: its answer's `field` item (`Attributes`, `Item`) when it
+/// succeeded, the item as it was when a condition refused a `conditional` call, or the
+/// classified failure (a failed condition on a call without one is an error, as in the SDK). An
+/// answer whose item cannot be read may have been applied: an unknown outcome.
+fn wired(
+    answer: Result<serde_json::Map<String, serde_json::Value>, WireError>,
+    field: &str,
+    conditional: bool,
+) -> Result<Written, StoreError> {
+    match answer {
+        Ok(answer) => match answer.get(field) {
+            None => Ok(Written::Applied(None)),
+            Some(item) => item_from_json(item)
+                .map(|item| Written::Applied(Some(item)))
+                .map_err(|error| StoreError::Ambiguous(format!("the response could not be read: {error}"))),
+        },
+        Err(WireError::Service { code, item, .. }) if conditional && code == CONDITION_FAILED => {
+            Ok(Written::Refused(item))
+        }
+        Err(other) => Err(of_failure(other.failure())),
+    }
+}
+
+/// The error code of a write whose condition was false.
+const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
+
+fn names_json(names: &[(&str, &str)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        names.iter().map(|(placeholder, name)| ((*placeholder).to_owned(), serde_json::Value::from(*name))).collect(),
+    )
+}
+
+fn values_json(values: &[(&str, AttributeValue)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        values.iter().map(|(placeholder, value)| ((*placeholder).to_owned(), value_to_json(value))).collect(),
+    )
 }
 
 /// Reads for operators (`cfn-once inspect` and `stuck`), with their credentials: the function's
@@ -227,21 +388,6 @@ fn lease_record(item: &HashMap<String, AttributeValue>) -> Option<LeaseRecord> {
     parse_record(&key, item).ok()
 }
 
-/// The old item of a failed condition (`Ok`), or the classified error of any other failure.
-fn refused_item(
-    error: SdkError<UpdateItemError, HttpResponse>,
-) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
-    match error {
-        SdkError::ServiceError(service) if service.err().is_conditional_check_failed_exception() => {
-            match service.into_err() {
-                UpdateItemError::ConditionalCheckFailedException(refused) => Ok(refused.item),
-                _ => Ok(None),
-            }
-        }
-        other => Err(store_error(&other)),
-    }
-}
-
 #[async_trait]
 impl LeaseStore for DynamoLeaseStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
@@ -284,11 +430,15 @@ impl LeaseStore for DynamoLeaseStore {
             (":request_type", AttributeValue::S(request.label.request_type.clone())),
             (":resource_type", AttributeValue::S(request.label.resource_type.clone())),
         ];
-        let call = self
-            .update_call(&request.key, ACQUIRE_UPDATE, ACQUIRE_CONDITION, &names, values)
-            .return_values(ReturnValue::AllOld);
-        match call.send().await {
-            Ok(output) => match output.attributes.filter(|old| !old.is_empty()) {
+        let call = Update {
+            update: ACQUIRE_UPDATE,
+            condition: ACQUIRE_CONDITION,
+            names: names.to_vec(),
+            values,
+            old_on_success: true,
+        };
+        match self.update(&request.key, call).await? {
+            Written::Applied(old) => match old.filter(|old| !old.is_empty()) {
                 // The update added one to the fence it found, atomically.
                 Some(old) => {
                     let old = parse_record(&request.key, &old)?;
@@ -304,8 +454,8 @@ impl LeaseStore for DynamoLeaseStore {
                     Ok(Acquire::Acquired { fence: 1, took_over: false, interrupted: false, poll: None, prior: None })
                 }
             },
-            Err(error) => {
-                let item = refused_item(error)?.ok_or_else(|| {
+            Written::Refused(item) => {
+                let item = item.ok_or_else(|| {
                     StoreError::Permanent(
                         "acquire was refused but DynamoDB returned no item; is ALL_OLD supported?".into(),
                     )
@@ -407,42 +557,23 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
-        let output = self
-            .client
-            .get_item()
-            .table_name(&self.table_name)
-            .set_key(Some(Self::key(key)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| store_error(&error))?;
-        output.item.map(|item| parse_record(key, &item)).transpose()
+        self.get(key).await?.map(|item| parse_record(key, &item)).transpose()
     }
 
     /// One conditional PutItem of the whole record, under the fence (RUNNING).
     async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
-        let call = self
-            .client
-            .put_item()
-            .table_name(&self.table_name)
-            .set_item(Some(record_item(left)))
-            .condition_expression("#fence = :fence AND #state = :running")
-            .expression_attribute_names("#fence", attr::FENCE)
-            .expression_attribute_names("#state", attr::STATE)
-            .expression_attribute_values(":fence", number(left.fence))
-            .expression_attribute_values(":running", AttributeValue::S(LeaseState::Running.as_str().into()))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        match call.send().await {
-            Ok(_) => Ok(Conditional::Applied),
-            Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
-                let old = match service.into_err() {
-                    PutItemError::ConditionalCheckFailedException(refused) => refused.item,
-                    _ => None,
-                };
-                Ok(Conditional::Refused(old.map(|item| parse_record(&left.key, &item)).transpose()?.map(Box::new)))
-            }
-            Err(other) => Err(store_error(&other)),
-        }
+        let written = self
+            .put(
+                record_item(left),
+                "#fence = :fence AND #state = :running",
+                &[("#fence", attr::FENCE), ("#state", attr::STATE)],
+                vec![
+                    (":fence", number(left.fence)),
+                    (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
+                ],
+            )
+            .await?;
+        refused_record(&left.key, written)
     }
 }
 
@@ -497,7 +628,12 @@ where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    match classify(error) {
+    of_failure(classify(error))
+}
+
+/// A classified failure as the port's error.
+fn of_failure(failure: Failure) -> StoreError {
+    match failure {
         Failure::NotApplied(text) => StoreError::Transient(text),
         Failure::Unknown(text) => StoreError::Ambiguous(text),
         Failure::Permanent(text) => StoreError::Permanent(text),

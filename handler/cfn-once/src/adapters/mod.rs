@@ -6,9 +6,12 @@ pub mod arc;
 pub mod control_table;
 mod dynamodb_errors;
 pub mod dynamodb_lease;
+pub mod dynamodb_wire;
 pub mod http_sink;
 pub mod https;
 pub mod s3_answers;
 pub mod sqs_queue;
+#[cfg(test)]
+mod wire_parity;
 
 pub use dynamodb_errors::{Failure, classify};

@@ -1,0 +1,371 @@
+//! DynamoDB's JSON protocol spoken directly, for the lease store's protocol calls.
+//!
+//! Every request the function answers makes three conditional writes to the lease table
+//! (acquire, commit, the delivered mark). Through the SDK, each goes through smithy's
+//! orchestrator: a config bag, a dozen interceptors, endpoint rules evaluated per call, the
+//! request and its answer built twice over (fluent builder, input, HTTP). The profile of a warm
+//! batch put that at about a third of the function's CPU (BENCHMARKS.md). [`DynamoWire`] sends
+//! the same requests itself: one JSON body (the `awsJson1_0` protocol's `X-Amz-Target` and
+//! `application/x-amz-json-1.0`), signed with `aws-sigv4` (the signer the SDK uses) on the
+//! credentials of the SDK's configuration, on the process's one TLS configuration and an
+//! HTTP/1.1 connection pool of its own (`https::hyper_client`).
+//!
+//! What it keeps of the SDK, so that the two cannot drift:
+//! - **The endpoint**: the SDK's own DynamoDB endpoint rules (`DefaultResolver`), resolved once,
+//!   from the same settings `aws_sdk_dynamodb::config::Builder::from(&SdkConfig)` reads
+//!   (`AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL` and the profile's, FIPS, dual-stack); the
+//!   account-ID endpoints are not used (they need the account, which Lambda's credentials lack).
+//! - **The classification** of a failed call (`dynamodb_errors::of_service_error`): the same
+//!   table of error codes. Transport failures map as the SDK's do: a timeout, a failed send or an
+//!   unreadable answer is an unknown outcome, never "not applied". Credentials that cannot be
+//!   loaded are "not applied": nothing was sent. The unit tests hold the two to the same answers
+//!   on the same HTTP responses, the SDK's client and this one side by side.
+//! - **One attempt per call, within the call's timeout** (`store_timeout_ms`): the worker retries.
+//!
+//! The function's credentials are cached until five minutes before they expire, or for fifteen
+//! minutes when they carry no expiry (Lambda's, from the environment), as the SDK's identity
+//! cache does. Nothing here logs: a request body holds the stored response.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sdk_dynamodb::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_smithy_runtime_api::client::identity::Identity;
+use bytes::Bytes;
+use futures_util::FutureExt;
+use http::HeaderValue;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::{Map, Value};
+
+use super::dynamodb_errors::{Failure, of_service_error};
+use super::https::chain;
+
+/// An item as the SDK types it: what the lease store parses records from.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// The longest answer read: an item is at most 400 KB, its JSON a little more.
+const ANSWER_LIMIT: usize = 4 << 20;
+
+/// How long credentials without an expiry are reused, and how long before an expiry they are
+/// fetched again: the SDK identity cache's defaults.
+const NO_EXPIRY_REUSE: Duration = Duration::from_secs(15 * 60);
+const EXPIRY_BUFFER: Duration = Duration::from_secs(5 * 60);
+
+/// The longest TCP and TLS connect a call waits for, as the SDK clients are configured (`app`).
+const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(2);
+
+/// How a call failed.
+#[derive(Debug)]
+pub enum WireError {
+    /// DynamoDB answered with an error: its code (the part after `#`, empty if the answer named
+    /// none), its message, and the item a failed condition returned (`ALL_OLD`).
+    Service { code: String, message: Option<String>, item: Option<Item> },
+    /// The call did not get an answer, or its answer could not be read.
+    Failed(Failure),
+}
+
+impl WireError {
+    /// The error as the SDK path classifies the same failure (`dynamodb_errors::classify`).
+    pub fn failure(self) -> Failure {
+        match self {
+            Self::Service { code, message, .. } => {
+                let named = if code.is_empty() { "an unnamed error" } else { &code };
+                let text = match message {
+                    Some(message) => format!("{named}: {message}"),
+                    None => named.to_owned(),
+                };
+                of_service_error(&code, text)
+            }
+            Self::Failed(failure) => failure,
+        }
+    }
+}
+
+/// DynamoDB's JSON protocol on one endpoint and region, with the SDK configuration's
+/// credentials. Cheap to clone (one shared connection pool).
+#[derive(Clone)]
+pub struct DynamoWire {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The endpoint's URL with a trailing `/` (the protocol posts to the root).
+    url: String,
+    region: String,
+    credentials: SharedCredentialsProvider,
+    cached: Mutex<Option<(Identity, Instant)>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for DynamoWire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamoWire")
+            .field("url", &self.inner.url)
+            .field("region", &self.inner.region)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoWire {
+    /// The wire to DynamoDB in `region` with `sdk`'s endpoint settings and credentials, each
+    /// call given up after `timeout_ms`. An error says what is missing (no credentials provider,
+    /// an endpoint the SDK's rules reject, an unusable TLS configuration).
+    pub fn from_sdk(sdk: &aws_config::SdkConfig, region: &str, timeout_ms: u64) -> Result<Self, String> {
+        let credentials =
+            sdk.credentials_provider().ok_or_else(|| "the SDK configuration has no credentials provider".to_owned())?;
+        let url = endpoint(sdk, region)?;
+        let tls = super::https::client_config()?;
+        let timeout = Duration::from_millis(timeout_ms);
+        let client = super::https::hyper_client(&tls, Some(timeout.min(CONNECT_TIMEOUT_MAX)));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                url,
+                region: region.to_owned(),
+                credentials,
+                cached: Mutex::new(None),
+                client,
+                timeout,
+            }),
+        })
+    }
+
+    /// The endpoint this wire posts to.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// One call of `operation` (`UpdateItem`, `PutItem`, `GetItem`) with `body`: its answer's
+    /// JSON object, or how it failed.
+    pub async fn call(&self, operation: &str, body: &Value) -> Result<Map<String, Value>, WireError> {
+        let body = serde_json::to_vec(body).map_err(|error| {
+            WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
+        })?;
+        let identity = self.identity().await?;
+        let request = self.signed(operation, body, &identity).map_err(|error| {
+            WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
+        })?;
+        match tokio::time::timeout(self.inner.timeout, self.exchange(request)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(WireError::Failed(Failure::Unknown("no answer before the timeout".to_owned()))),
+        }
+    }
+
+    /// The credentials to sign with, from the cache while they are fresh.
+    async fn identity(&self) -> Result<Identity, WireError> {
+        let now = Instant::now();
+        if let Some((identity, until)) = self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+            && now < *until
+        {
+            return Ok(identity.clone());
+        }
+        let credentials: Credentials = self.inner.credentials.provide_credentials().await.map_err(|error| {
+            WireError::Failed(Failure::NotApplied(format!("the function's credentials are not available: {error}")))
+        })?;
+        let until = match credentials.expiry() {
+            Some(expiry) => {
+                let left = expiry.duration_since(SystemTime::now()).unwrap_or_default();
+                now + left.saturating_sub(EXPIRY_BUFFER)
+            }
+            None => now + NO_EXPIRY_REUSE,
+        };
+        let identity: Identity = credentials.into();
+        *self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some((identity.clone(), until));
+        Ok(identity)
+    }
+
+    /// The POST of `body` for `operation`, signed (SigV4, service `dynamodb`).
+    fn signed(
+        &self,
+        operation: &str,
+        body: Vec<u8>,
+        identity: &Identity,
+    ) -> Result<http::Request<Full<Bytes>>, String> {
+        let target = format!("DynamoDB_20120810.{operation}");
+        let mut request = http::Request::post(&self.inner.url)
+            .header(http::header::CONTENT_TYPE, "application/x-amz-json-1.0")
+            .header("x-amz-target", &target)
+            .body(())
+            .map_err(|error| error.to_string())?;
+        let host = request.uri().authority().map(|authority| authority.to_string()).unwrap_or_default();
+        request
+            .headers_mut()
+            .insert(http::header::HOST, HeaderValue::from_str(&host).map_err(|error| error.to_string())?);
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(identity)
+            .region(&self.inner.region)
+            .name("dynamodb")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|error| format!("the signing parameters are incomplete: {error}"))?
+            .into();
+        let headers = request.headers().iter().map(|(name, value)| (name.as_str(), value.to_str().unwrap_or_default()));
+        let signable = SignableRequest::new("POST", &self.inner.url, headers, SignableBody::Bytes(&body))
+            .map_err(|error| format!("the request cannot be signed: {error}"))?;
+        let (instructions, _signature) =
+            sign(signable, &params).map_err(|error| format!("the request cannot be signed: {error}"))?.into_parts();
+        instructions.apply_to_request_http1x(&mut request);
+        Ok(request.map(|()| Full::new(Bytes::from(body))))
+    }
+
+    /// Sends `request` and reads its answer.
+    async fn exchange(&self, request: http::Request<Full<Bytes>>) -> Result<Map<String, Value>, WireError> {
+        let response = self.inner.client.request(request).await.map_err(|error| {
+            WireError::Failed(Failure::Unknown(format!("the request could not be sent: {}", chain(&error))))
+        })?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, ANSWER_LIMIT).collect().await.map_err(|error| {
+            WireError::Failed(Failure::Unknown(format!("the response could not be read: {}", chain(error.as_ref()))))
+        })?;
+        let body = body.to_bytes();
+        if parts.status.is_success() {
+            return match serde_json::from_slice::<Value>(&body) {
+                Ok(Value::Object(answer)) => Ok(answer),
+                // The SDK reads it as an error without a name (an unknown outcome): so does this.
+                _ => Err(WireError::Service { code: String::new(), message: None, item: None }),
+            };
+        }
+        Err(service_error(&parts.headers, &body))
+    }
+}
+
+/// The error an answer that is not a success names, read as the SDK's `awsJson1_0` error parser
+/// reads it: the code from the `x-amzn-ErrorType` header, else the body's `code`, else its
+/// `__type`, without a suffix from the first `:` or a namespace up to the first `#`; its
+/// message; and a failed condition's item. A body that is not JSON names nothing (the SDK's
+/// "unhandled" error), whatever the header says; an empty one leaves the header.
+fn service_error(headers: &http::HeaderMap, body: &[u8]) -> WireError {
+    let unnamed = || WireError::Service { code: String::new(), message: None, item: None };
+    let json = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(Map::new())
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(json @ Value::Object(_)) => json,
+            _ => return unnamed(),
+        }
+    };
+    let field = |name: &str| json.get(name).and_then(Value::as_str);
+    let named = headers
+        .get("x-amzn-errortype")
+        .and_then(|value| value.to_str().ok())
+        .or_else(|| field("code"))
+        .or_else(|| field("__type"));
+    let code = named.map(sanitize_code).unwrap_or_default().to_owned();
+    let message = field("message").or_else(|| field("Message")).or_else(|| field("errorMessage")).map(str::to_owned);
+    let item = json.get("Item").and_then(|item| item_from_json(item).ok());
+    WireError::Service { code, message, item }
+}
+
+/// `Code:http://…` or `com.amazonaws.dynamodb.v20120810#Code` → `Code`.
+fn sanitize_code(code: &str) -> &str {
+    let code = code.split_once(':').map_or(code, |(head, _)| head);
+    code.split_once('#').map_or(code, |(_, tail)| tail)
+}
+
+/// The resolved endpoint, as the SDK's DynamoDB client would resolve it from `sdk` in `region`.
+fn endpoint(sdk: &aws_config::SdkConfig, region: &str) -> Result<String, String> {
+    let configured = if sdk.get_origin("endpoint_url").is_client_config() {
+        sdk.endpoint_url().map(str::to_owned)
+    } else {
+        let key = aws_types::service_config::ServiceConfigKey::builder()
+            .service_id("DynamoDB")
+            .env("AWS_ENDPOINT_URL")
+            .profile("endpoint_url")
+            .build()
+            .map_err(|error| format!("the endpoint setting's key: {error}"))?;
+        sdk.service_config()
+            .and_then(|config| config.load_config(key))
+            .or_else(|| sdk.endpoint_url().map(str::to_owned))
+    };
+    let params = Params::builder()
+        .region(region)
+        .set_use_fips(sdk.use_fips())
+        .set_use_dual_stack(sdk.use_dual_stack())
+        .set_endpoint(configured)
+        .account_id_endpoint_mode("disabled")
+        .build()
+        .map_err(|error| format!("DynamoDB's endpoint parameters: {error}"))?;
+    let resolved = DefaultResolver::new()
+        .resolve_endpoint(&params)
+        .now_or_never()
+        .ok_or_else(|| "DynamoDB's endpoint rules did not resolve at once".to_owned())?
+        .map_err(|error| format!("DynamoDB's endpoint rules reject the configuration: {error}"))?;
+    let url = resolved.url().trim_end_matches('/');
+    Ok(format!("{url}/"))
+}
+
+/// An item as DynamoDB's JSON (`{"name": {"S": "…"}}`).
+pub fn item_to_json(item: &Item) -> Value {
+    Value::Object(item.iter().map(|(name, value)| (name.clone(), value_to_json(value))).collect())
+}
+
+/// An item from DynamoDB's JSON.
+pub fn item_from_json(json: &Value) -> Result<Item, String> {
+    let object = json.as_object().ok_or("an item is not a JSON object")?;
+    object.iter().map(|(name, value)| Ok((name.clone(), value_from_json(value)?))).collect()
+}
+
+/// One attribute value as DynamoDB's JSON.
+pub fn value_to_json(value: &AttributeValue) -> Value {
+    let strings = |set: &[String]| Value::Array(set.iter().cloned().map(Value::String).collect());
+    let blob = |blob: &Blob| Value::String(aws_smithy_types::base64::encode(blob.as_ref()));
+    let (kind, json) = match value {
+        AttributeValue::S(text) => ("S", Value::String(text.clone())),
+        AttributeValue::N(number) => ("N", Value::String(number.clone())),
+        AttributeValue::B(bytes) => ("B", blob(bytes)),
+        AttributeValue::Bool(flag) => ("BOOL", Value::Bool(*flag)),
+        AttributeValue::Null(flag) => ("NULL", Value::Bool(*flag)),
+        AttributeValue::Ss(set) => ("SS", strings(set)),
+        AttributeValue::Ns(set) => ("NS", strings(set)),
+        AttributeValue::Bs(set) => ("BS", Value::Array(set.iter().map(blob).collect())),
+        AttributeValue::L(list) => ("L", Value::Array(list.iter().map(value_to_json).collect())),
+        AttributeValue::M(map) => ("M", item_to_json(map)),
+        // A kind this SDK does not know cannot have been built by cfn-once.
+        _ => ("NULL", Value::Bool(true)),
+    };
+    Value::Object(Map::from_iter([(kind.to_owned(), json)]))
+}
+
+/// One attribute value from DynamoDB's JSON: an object with exactly one known kind.
+pub fn value_from_json(json: &Value) -> Result<AttributeValue, String> {
+    let object =
+        json.as_object().filter(|object| object.len() == 1).ok_or("an attribute value is not {kind: value}")?;
+    let (kind, value) = object.iter().next().ok_or("an attribute value is empty")?;
+    let text = || value.as_str().map(str::to_owned).ok_or_else(|| format!("a {kind} value is not a string"));
+    let flag = || value.as_bool().ok_or_else(|| format!("a {kind} value is not a boolean"));
+    let array = || value.as_array().ok_or_else(|| format!("a {kind} value is not an array"));
+    let strings = || {
+        array()?
+            .iter()
+            .map(|entry| entry.as_str().map(str::to_owned).ok_or_else(|| format!("a {kind} entry is not a string")))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let blob = |entry: &Value| {
+        let encoded = entry.as_str().ok_or_else(|| format!("a {kind} value is not a string"))?;
+        aws_smithy_types::base64::decode(encoded).map(Blob::new).map_err(|_| format!("a {kind} value is not base64"))
+    };
+    Ok(match kind.as_str() {
+        "S" => AttributeValue::S(text()?),
+        "N" => AttributeValue::N(text()?),
+        "B" => AttributeValue::B(blob(value)?),
+        "BOOL" => AttributeValue::Bool(flag()?),
+        "NULL" => AttributeValue::Null(flag()?),
+        "SS" => AttributeValue::Ss(strings()?),
+        "NS" => AttributeValue::Ns(strings()?),
+        "BS" => AttributeValue::Bs(array()?.iter().map(blob).collect::<Result<_, _>>()?),
+        "L" => AttributeValue::L(array()?.iter().map(value_from_json).collect::<Result<_, _>>()?),
+        "M" => AttributeValue::M(item_from_json(value)?),
+        other => return Err(format!("an attribute value of unknown kind {other}")),
+    })
+}
