@@ -9,10 +9,22 @@
 //! that must not leak it. (lambda_runtime's TRACE line also stops the runtime on an event that is
 //! not UTF-8; capped, it is never evaluated.) The format is fixed to JSON rather than left to
 //! `AWS_LAMBDA_LOG_FORMAT`, so the logs are machine-readable however the function is configured.
+//!
+//! The lines are those of tracing-subscriber's JSON format (`json()` with the current span and
+//! the span list, no target, no time: Lambda stamps each line), written by [`JsonLines`]: that
+//! format parses every span's stored fields back into a JSON value and serializes them again, for
+//! each span of each line, which made the log lines a tenth of a warm request's CPU
+//! (BENCHMARKS.md). [`JsonLines`] copies the stored text instead; the tests hold its lines to the
+//! stock format's, byte for byte.
 
+use tracing::{Event, Subscriber};
+use tracing_log::NormalizeEvent;
+use tracing_serde::fields::AsMap;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{JsonFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields, MakeWriter};
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// The targets that log at the configured level; everything else is capped at INFO.
@@ -36,14 +48,69 @@ where
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
     tracing_subscriber::fmt()
-        .json()
-        .with_target(false)
-        .without_time()
-        .with_current_span(true)
-        .with_span_list(true)
+        .fmt_fields(JsonFields::new())
+        .event_format(JsonLines)
         .with_env_filter(filter(level))
         .with_writer(writer)
         .finish()
+}
+
+/// One JSON object per event: `level`, the event's `fields`, the current `span` and the list of
+/// `spans` from the root, each span its fields and its `name`: the lines of tracing-subscriber's
+/// `json().with_target(false).without_time().with_current_span(true).with_span_list(true)`,
+/// with each span's fields copied from the text [`JsonFields`] stored for it (a JSON object with
+/// its keys in order) rather than parsed and serialized again.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JsonLines;
+
+impl<S> FormatEvent<S, JsonFields> for JsonLines
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, JsonFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let normalized = event.normalized_metadata();
+        let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
+        let fields = serde_json::to_string(&event.field_map()).map_err(|_| std::fmt::Error)?;
+        write!(writer, "{{\"level\":\"{}\",\"fields\":{fields}", meta.level().as_str())?;
+        let current = event.parent().and_then(|id| ctx.span(id)).or_else(|| ctx.lookup_current());
+        if let Some(span) = &current {
+            writer.write_str(",\"span\":")?;
+            write_span(&mut writer, span)?;
+            writer.write_str(",\"spans\":[")?;
+            if let Some(leaf) = ctx.lookup_current() {
+                for (index, span) in leaf.scope().from_root().enumerate() {
+                    if index > 0 {
+                        writer.write_char(',')?;
+                    }
+                    write_span(&mut writer, &span)?;
+                }
+            }
+            writer.write_char(']')?;
+        }
+        writer.write_str("}\n")
+    }
+}
+
+/// A span as `{<its stored fields>, "name": <its name>}`.
+fn write_span<S>(writer: &mut Writer<'_>, span: &SpanRef<'_, S>) -> std::fmt::Result
+where
+    S: for<'a> LookupSpan<'a>,
+{
+    let extensions = span.extensions();
+    let stored = extensions.get::<FormattedFields<JsonFields>>().map(|fields| fields.fields.as_str()).unwrap_or("");
+    let inner = stored.trim().strip_prefix('{').and_then(|rest| rest.strip_suffix('}')).unwrap_or("").trim();
+    writer.write_char('{')?;
+    if !inner.is_empty() {
+        writer.write_str(inner)?;
+        writer.write_char(',')?;
+    }
+    let name = serde_json::to_string(span.name()).map_err(|_| std::fmt::Error)?;
+    write!(writer, "\"name\":{name}}}")
 }
 
 /// Installs the JSON subscriber on stdout for the process, and routes the `log` crate's records
@@ -90,6 +157,78 @@ mod tests {
         };
         tracing::subscriber::with_default(json_subscriber(configured, writer), emit);
         written.load(Ordering::SeqCst)
+    }
+
+    /// A writer into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("buffer").extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the function logs, in its shapes: events outside and inside nested spans, fields of
+    /// every kind, a field recorded after the span started, text that needs escaping, an event
+    /// with an explicit parent.
+    fn script() {
+        tracing::info!(answer = 42, "outside any span");
+        let invoke = tracing::info_span!("Lambda runtime invoke", requestId = "r-1", xrayTraceId = "Root=1-2");
+        let _invoke = invoke.enter();
+        let record =
+            tracing::info_span!("record", message_id = "m-1", receive_count = 1_u64, fence = tracing::field::Empty);
+        let _record = record.enter();
+        tracing::warn!(
+            delay_s = 30,
+            why = "a \"quoted\"\nline",
+            ratio = 0.5,
+            flag = true,
+            "message will be seen again"
+        );
+        record.record("fence", 7_u64);
+        let request = tracing::info_span!(
+            "request",
+            stack_id = "arn:aws:cloudformation:us-east-1:1:stack/s/1",
+            request_type = "Create"
+        );
+        let _request = request.enter();
+        tracing::info!(fence = 7, took_over = false, "lease acquired");
+        tracing::error!(error = %std::io::Error::other("boom"), detail = ?Some("x"), "failed");
+        tracing::info!(parent: &invoke, "explicit parent");
+        let empty = tracing::info_span!("empty");
+        let _empty = empty.enter();
+        tracing::info!("in a span without fields");
+    }
+
+    #[test]
+    fn the_lines_are_tracing_subscribers_json_lines_byte_for_byte() {
+        let stock = Captured::default();
+        let writer = stock.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_target(false)
+            .without_time()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_env_filter(filter(LevelFilter::TRACE))
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, script);
+        let ours = Captured::default();
+        let writer = ours.clone();
+        tracing::subscriber::with_default(json_subscriber(LevelFilter::TRACE, move || writer.clone()), script);
+        let (stock, ours) = (stock.0.lock().expect("stock").clone(), ours.0.lock().expect("ours").clone());
+        let (stock, ours) = (String::from_utf8(stock).expect("utf-8"), String::from_utf8(ours).expect("utf-8"));
+        assert_eq!(stock.lines().count(), 6, "the script logs six lines: {stock}");
+        for (line, (expected, got)) in stock.lines().zip(ours.lines()).enumerate() {
+            assert_eq!(got, expected, "line {line}");
+        }
+        assert_eq!(ours, stock);
     }
 
     #[test]
