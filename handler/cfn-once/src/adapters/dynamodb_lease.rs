@@ -29,7 +29,9 @@ use cfn_once_core::lease::{
 use cfn_once_core::request::{RequestKey, StackArn};
 
 use super::dynamodb_errors::{Failure, classify};
-use super::dynamodb_wire::{DynamoWire, Item, WireError, item_from_json, item_to_json, value_to_json};
+use serde::Serialize;
+
+use super::dynamodb_wire::{DynamoWire, Item, JsonItem, JsonValues, WireError, item_from_json};
 
 /// Attribute names, in one place.
 mod attr {
@@ -134,16 +136,16 @@ impl DynamoLeaseStore {
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
         match &self.wire {
             Some(wire) => {
-                let body = serde_json::json!({
-                    "TableName": self.table_name,
-                    "Key": item_to_json(&Self::key(key)),
-                    "UpdateExpression": call.update,
-                    "ConditionExpression": call.condition,
-                    "ExpressionAttributeNames": names_json(&call.names),
-                    "ExpressionAttributeValues": values_json(&call.values),
-                    "ReturnValues": if call.old_on_success { "ALL_OLD" } else { "NONE" },
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                });
+                let body = UpdateItemBody {
+                    table_name: &self.table_name,
+                    key: JsonItem(&Self::key(key)),
+                    update_expression: call.update,
+                    condition_expression: call.condition,
+                    expression_attribute_names: Names(&call.names),
+                    expression_attribute_values: JsonValues(&call.values),
+                    return_values: if call.old_on_success { "ALL_OLD" } else { "NONE" },
+                    return_values_on_condition_check_failure: "ALL_OLD",
+                };
                 wired(wire.call("UpdateItem", &body).await, "Attributes", true)
             }
             None => {
@@ -186,14 +188,14 @@ impl DynamoLeaseStore {
     ) -> Result<Written, StoreError> {
         match &self.wire {
             Some(wire) => {
-                let body = serde_json::json!({
-                    "TableName": self.table_name,
-                    "Item": item_to_json(&item),
-                    "ConditionExpression": condition,
-                    "ExpressionAttributeNames": names_json(names),
-                    "ExpressionAttributeValues": values_json(&values),
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                });
+                let body = PutItemBody {
+                    table_name: &self.table_name,
+                    item: JsonItem(&item),
+                    condition_expression: condition,
+                    expression_attribute_names: Names(names),
+                    expression_attribute_values: JsonValues(&values),
+                    return_values_on_condition_check_failure: "ALL_OLD",
+                };
                 wired(wire.call("PutItem", &body).await, "Attributes", true)
             }
             None => {
@@ -228,11 +230,8 @@ impl DynamoLeaseStore {
     async fn get(&self, key: &RequestKey) -> Result<Option<Item>, StoreError> {
         match &self.wire {
             Some(wire) => {
-                let body = serde_json::json!({
-                    "TableName": self.table_name,
-                    "Key": item_to_json(&Self::key(key)),
-                    "ConsistentRead": true,
-                });
+                let body =
+                    GetItemBody { table_name: &self.table_name, key: JsonItem(&Self::key(key)), consistent_read: true };
                 match wired(wire.call("GetItem", &body).await, "Item", false)? {
                     Written::Applied(item) | Written::Refused(item) => Ok(item),
                 }
@@ -314,16 +313,53 @@ fn wired(
 /// The error code of a write whose condition was false.
 const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
 
-fn names_json(names: &[(&str, &str)]) -> serde_json::Value {
-    serde_json::Value::Object(
-        names.iter().map(|(placeholder, name)| ((*placeholder).to_owned(), serde_json::Value::from(*name))).collect(),
-    )
+/// An UpdateItem's request body (the awsJson1_0 protocol's members, as the SDK writes them).
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct UpdateItemBody<'a> {
+    table_name: &'a str,
+    key: JsonItem<'a>,
+    update_expression: &'a str,
+    condition_expression: &'a str,
+    expression_attribute_names: Names<'a>,
+    expression_attribute_values: JsonValues<'a>,
+    return_values: &'a str,
+    return_values_on_condition_check_failure: &'a str,
 }
 
-fn values_json(values: &[(&str, AttributeValue)]) -> serde_json::Value {
-    serde_json::Value::Object(
-        values.iter().map(|(placeholder, value)| ((*placeholder).to_owned(), value_to_json(value))).collect(),
-    )
+/// A conditional PutItem's request body.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct PutItemBody<'a> {
+    table_name: &'a str,
+    item: JsonItem<'a>,
+    condition_expression: &'a str,
+    expression_attribute_names: Names<'a>,
+    expression_attribute_values: JsonValues<'a>,
+    return_values_on_condition_check_failure: &'a str,
+}
+
+/// A GetItem's request body.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct GetItemBody<'a> {
+    table_name: &'a str,
+    key: JsonItem<'a>,
+    consistent_read: bool,
+}
+
+/// Placeholders and the attribute names they stand for (`ExpressionAttributeNames`).
+struct Names<'a>(&'a [(&'a str, &'a str)]);
+
+impl Serialize for Names<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (placeholder, name) in self.0 {
+            map.serialize_entry(placeholder, name)?;
+        }
+        map.end()
+    }
 }
 
 /// Reads for operators (`cfn-once inspect` and `stuck`), with their credentials: the function's

@@ -44,6 +44,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
 use super::dynamodb_errors::{Failure, of_service_error};
@@ -147,7 +149,7 @@ impl DynamoWire {
 
     /// One call of `operation` (`UpdateItem`, `PutItem`, `GetItem`) with `body`: its answer's
     /// JSON object, or how it failed.
-    pub async fn call(&self, operation: &str, body: &Value) -> Result<Map<String, Value>, WireError> {
+    pub async fn call(&self, operation: &str, body: &impl Serialize) -> Result<Map<String, Value>, WireError> {
         let body = serde_json::to_vec(body).map_err(|error| {
             WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
         })?;
@@ -305,36 +307,105 @@ fn endpoint(sdk: &aws_config::SdkConfig, region: &str) -> Result<String, String>
     Ok(format!("{url}/"))
 }
 
-/// An item as DynamoDB's JSON (`{"name": {"S": "…"}}`).
-pub fn item_to_json(item: &Item) -> Value {
-    Value::Object(item.iter().map(|(name, value)| (name.clone(), value_to_json(value))).collect())
+/// An item written as DynamoDB's JSON (`{"name": {"S": "…"}}`) as it is serialized: what a
+/// request body carries, with no JSON value built first.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonItem<'a>(pub &'a Item);
+
+impl Serialize for JsonItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0 {
+            map.serialize_entry(name, &JsonValue(value))?;
+        }
+        map.end()
+    }
+}
+
+/// Placeholders and their attribute values (`ExpressionAttributeValues`), written as DynamoDB's
+/// JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonValues<'a>(pub &'a [(&'a str, AttributeValue)]);
+
+impl Serialize for JsonValues<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (placeholder, value) in self.0 {
+            map.serialize_entry(placeholder, &JsonValue(value))?;
+        }
+        map.end()
+    }
+}
+
+/// One attribute value written as DynamoDB's JSON (`{"S": "…"}`).
+#[derive(Debug, Clone, Copy)]
+pub struct JsonValue<'a>(pub &'a AttributeValue);
+
+/// A blob as the protocol carries it: base64.
+struct Base64<'a>(&'a Blob);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&aws_smithy_types::base64::encode(self.0.as_ref()))
+    }
+}
+
+/// A list written as a JSON array of `wrap`ped entries.
+fn array<'a, S: Serializer, T, W: Serialize>(
+    serializer: S,
+    entries: &'a [T],
+    wrap: impl Fn(&'a T) -> W,
+) -> Result<S::Ok, S::Error> {
+    let mut seq = serializer.serialize_seq(Some(entries.len()))?;
+    for entry in entries {
+        seq.serialize_element(&wrap(entry))?;
+    }
+    seq.end()
+}
+
+/// The content of an attribute value, without its kind.
+struct Content<'a>(&'a AttributeValue);
+
+impl Serialize for Content<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            AttributeValue::S(text) | AttributeValue::N(text) => serializer.serialize_str(text),
+            AttributeValue::B(blob) => Base64(blob).serialize(serializer),
+            AttributeValue::Bool(flag) | AttributeValue::Null(flag) => serializer.serialize_bool(*flag),
+            AttributeValue::Ss(set) | AttributeValue::Ns(set) => array(serializer, set, String::as_str),
+            AttributeValue::Bs(set) => array(serializer, set, Base64),
+            AttributeValue::L(list) => array(serializer, list, JsonValue),
+            AttributeValue::M(map) => JsonItem(map).serialize(serializer),
+            _ => serializer.serialize_bool(true),
+        }
+    }
+}
+
+impl Serialize for JsonValue<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let kind = match self.0 {
+            AttributeValue::S(_) => "S",
+            AttributeValue::N(_) => "N",
+            AttributeValue::B(_) => "B",
+            AttributeValue::Bool(_) => "BOOL",
+            AttributeValue::Ss(_) => "SS",
+            AttributeValue::Ns(_) => "NS",
+            AttributeValue::Bs(_) => "BS",
+            AttributeValue::L(_) => "L",
+            AttributeValue::M(_) => "M",
+            // Null, and a kind this SDK does not know, which cfn-once cannot have built.
+            _ => "NULL",
+        };
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(kind, &Content(self.0))?;
+        map.end()
+    }
 }
 
 /// An item from DynamoDB's JSON.
 pub fn item_from_json(json: &Value) -> Result<Item, String> {
     let object = json.as_object().ok_or("an item is not a JSON object")?;
     object.iter().map(|(name, value)| Ok((name.clone(), value_from_json(value)?))).collect()
-}
-
-/// One attribute value as DynamoDB's JSON.
-pub fn value_to_json(value: &AttributeValue) -> Value {
-    let strings = |set: &[String]| Value::Array(set.iter().cloned().map(Value::String).collect());
-    let blob = |blob: &Blob| Value::String(aws_smithy_types::base64::encode(blob.as_ref()));
-    let (kind, json) = match value {
-        AttributeValue::S(text) => ("S", Value::String(text.clone())),
-        AttributeValue::N(number) => ("N", Value::String(number.clone())),
-        AttributeValue::B(bytes) => ("B", blob(bytes)),
-        AttributeValue::Bool(flag) => ("BOOL", Value::Bool(*flag)),
-        AttributeValue::Null(flag) => ("NULL", Value::Bool(*flag)),
-        AttributeValue::Ss(set) => ("SS", strings(set)),
-        AttributeValue::Ns(set) => ("NS", strings(set)),
-        AttributeValue::Bs(set) => ("BS", Value::Array(set.iter().map(blob).collect())),
-        AttributeValue::L(list) => ("L", Value::Array(list.iter().map(value_to_json).collect())),
-        AttributeValue::M(map) => ("M", item_to_json(map)),
-        // A kind this SDK does not know cannot have been built by cfn-once.
-        _ => ("NULL", Value::Bool(true)),
-    };
-    Value::Object(Map::from_iter([(kind.to_owned(), json)]))
 }
 
 /// One attribute value from DynamoDB's JSON: an object with exactly one known kind.
@@ -368,4 +439,57 @@ pub fn value_from_json(json: &Value) -> Result<AttributeValue, String> {
         "M" => AttributeValue::M(item_from_json(value)?),
         other => return Err(format!("an attribute value of unknown kind {other}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_value_is_written_and_read_back_as_it_was() {
+        let blob = || Blob::new(b"\x00\xffbytes".to_vec());
+        let item: Item = HashMap::from([
+            ("s".to_owned(), AttributeValue::S("text \"quoted\" \u{e9}".into())),
+            ("n".to_owned(), AttributeValue::N("-12.5".into())),
+            ("b".to_owned(), AttributeValue::B(blob())),
+            ("bool".to_owned(), AttributeValue::Bool(false)),
+            ("null".to_owned(), AttributeValue::Null(true)),
+            ("ss".to_owned(), AttributeValue::Ss(vec!["a".into(), "b".into()])),
+            ("ns".to_owned(), AttributeValue::Ns(vec!["1".into(), "2".into()])),
+            ("bs".to_owned(), AttributeValue::Bs(vec![blob(), Blob::new(Vec::new())])),
+            ("l".to_owned(), AttributeValue::L(vec![AttributeValue::S("x".into()), AttributeValue::N("3".into())])),
+            ("m".to_owned(), AttributeValue::M(HashMap::from([("inner".to_owned(), AttributeValue::Bool(true))]))),
+        ]);
+        let json = serde_json::to_value(JsonItem(&item)).expect("serialize");
+        assert_eq!(json["b"], serde_json::json!({"B": "AP9ieXRlcw=="}), "blobs are base64");
+        assert_eq!(json["ns"], serde_json::json!({"NS": ["1", "2"]}), "numbers are strings");
+        assert_eq!(item_from_json(&json).expect("parse"), item);
+    }
+
+    #[test]
+    fn malformed_values_are_errors_not_panics() {
+        for bad in [
+            r#"{"x": 1}"#,
+            r#"{"x": {}}"#,
+            r#"{"x": {"S": 1}}"#,
+            r#"{"x": {"S": "a", "N": "1"}}"#,
+            r#"{"x": {"B": "%%"}}"#,
+            r#"{"x": {"Q": "?"}}"#,
+            "[]",
+        ] {
+            let json: Value = serde_json::from_str(bad).expect("json");
+            assert!(item_from_json(&json).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn error_codes_lose_their_namespace_and_suffix_as_in_the_sdk() {
+        assert_eq!(
+            sanitize_code("com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"),
+            "ConditionalCheckFailedException"
+        );
+        assert_eq!(sanitize_code("ThrottlingException:http://internal.amazon.com/coral/"), "ThrottlingException");
+        assert_eq!(sanitize_code("a#b#C"), "b#C");
+        assert_eq!(sanitize_code("Plain"), "Plain");
+    }
 }
