@@ -1,5 +1,6 @@
 //! The lease store contract: the same cases against the in-memory store and the DynamoDB store
-//! (on moto). Both must make the same decisions, because the unit tests and the simulator trust
+//! (on moto), the latter through the SDK's client and on cfn-once's own wire (`dynamodb_wire`,
+//! what the function uses). Both must make the same decisions, because the unit tests and the simulator trust
 //! the in-memory store to behave like the table.
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
-use cfn_once_tests::{LocalRegion, Options, unique};
+use cfn_once_tests::{LocalRegion, Options, REGION, unique};
 
 const T0: u64 = 1_800_000_000_000;
 const LEASE_MS: u64 = 10_000;
@@ -483,3 +484,24 @@ contract!(
     the_store_decides_as_admits_says,
     a_lease_given_back_unused_is_as_if_never_taken,
 );
+
+/// The active-region control reads the same through the SDK and on the lease store's wire (the
+/// function reads it on the wire): no item, then the drill's flip.
+#[tokio::test]
+async fn the_control_item_reads_the_same_on_the_wire() {
+    use cfn_once::adapters::control_table::TableControl;
+    use cfn_once_core::control::ActivitySource;
+    use cfn_once_core::decision::Activity;
+
+    let region = LocalRegion::new(Options::default()).await;
+    let wire = cfn_once::adapters::dynamodb_wire::DynamoWire::from_sdk(&region.sdk, REGION, 5_000).expect("the wire");
+    let by_sdk = TableControl::new(region.dynamodb.clone(), &region.table, REGION);
+    let on_wire = TableControl::new(region.dynamodb.clone(), &region.table, REGION).with_wire(wire);
+    assert_eq!(by_sdk.active_region().await.expect("sdk"), None);
+    assert_eq!(on_wire.active_region().await.expect("wire"), None);
+    assert_eq!(on_wire.activity().await.expect("wire"), Activity::Active, "no item: the primary is active");
+    by_sdk.set_active_region("us-west-2", 1_000, "test").await.expect("flip");
+    assert_eq!(by_sdk.active_region().await.expect("sdk").as_deref(), Some("us-west-2"));
+    assert_eq!(on_wire.active_region().await.expect("wire").as_deref(), Some("us-west-2"));
+    assert_eq!(on_wire.activity().await.expect("wire"), Activity::Standby);
+}

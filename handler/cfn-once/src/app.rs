@@ -73,12 +73,12 @@ impl App {
             .map_err(|error| anyhow::anyhow!("the lease table cannot be reached: {error}"))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ports = Ports {
-            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name).with_wire(wire)),
+            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name).with_wire(wire.clone())),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
             router: Arc::new(router),
             clock: Arc::clone(&clock),
             random: Arc::new(SplitMix64::new(random_seed())),
-            control: control(config, sdk, dynamodb, clock)?,
+            control: control(config, sdk, dynamodb, Some(wire), clock)?,
             metrics: Arc::new(EmfMetrics),
         };
         Ok(Self::new(Worker::new(customize(ports), input_policy(config), config.settings()), sdk))
@@ -109,15 +109,24 @@ impl App {
 }
 
 /// The configured active-region control behind its cache. A primary without an answer acts as
-/// active; a secondary never asks. The ARC control needs the crate's `arc` feature.
+/// active; a secondary never asks. The table's control is read on `wire` when given (the lease
+/// store's: one pool of connections to the table). The ARC control needs the crate's `arc`
+/// feature.
 pub fn control(
     config: &Config,
     sdk: &SdkConfig,
     dynamodb: aws_sdk_dynamodb::Client,
+    wire: Option<DynamoWire>,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<Arc<dyn ActivitySource>> {
     let source: Arc<dyn ActivitySource> = match &config.control {
-        ControlSource::Table => Arc::new(TableControl::new(dynamodb, &config.table_name, &config.region)),
+        ControlSource::Table => {
+            let table = TableControl::new(dynamodb, &config.table_name, &config.region);
+            Arc::new(match wire {
+                Some(wire) => table.with_wire(wire),
+                None => table,
+            })
+        }
         #[cfg(feature = "arc")]
         ControlSource::Arc { endpoints, routing_control_arn } => {
             use crate::adapters::arc::{ArcCluster, ArcControl};

@@ -13,6 +13,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
 
+use super::dynamodb_wire::{DynamoWire, item_from_json};
+
 const CONTROL_PK: &str = "control#active";
 const CONTROL_SK: &str = "control";
 const ACTIVE_REGION: &str = "active_region";
@@ -23,12 +25,20 @@ pub struct TableControl {
     client: Client,
     table_name: String,
     region: String,
+    wire: Option<DynamoWire>,
 }
 
 impl TableControl {
     /// The control in `table_name`, for the deployment in `region`.
     pub fn new(client: Client, table_name: impl Into<String>, region: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into(), region: region.into() }
+        Self { client, table_name: table_name.into(), region: region.into(), wire: None }
+    }
+
+    /// The same control, read on `wire` (the lease store's, so that the function keeps one
+    /// connection pool to the table); the drill's flip still goes through the client.
+    pub fn with_wire(mut self, wire: DynamoWire) -> Self {
+        self.wire = Some(wire);
+        self
     }
 
     fn key() -> HashMap<String, AttributeValue> {
@@ -40,6 +50,20 @@ impl TableControl {
 
     /// The region the item names, `None` if there is no item.
     pub async fn active_region(&self) -> Result<Option<String>, ControlError> {
+        if let Some(wire) = &self.wire {
+            let body = serde_json::json!({
+                "TableName": self.table_name,
+                "Key": {"pk": {"S": CONTROL_PK}, "sk": {"S": CONTROL_SK}},
+                "ConsistentRead": true,
+            });
+            let answer =
+                wire.call("GetItem", &body).await.map_err(|error| ControlError(error.failure().into_text()))?;
+            let Some(item) = answer.get("Item") else {
+                return Ok(None);
+            };
+            let item = item_from_json(item).map_err(|error| ControlError(format!("the control item: {error}")))?;
+            return Ok(item.get(ACTIVE_REGION).and_then(|value| value.as_s().ok()).cloned());
+        }
         let output = self
             .client
             .get_item()

@@ -18,6 +18,15 @@ pub enum Failure {
     Permanent(String),
 }
 
+impl Failure {
+    /// What went wrong, in a line.
+    pub fn into_text(self) -> String {
+        match self {
+            Self::NotApplied(text) | Self::Unknown(text) | Self::Permanent(text) => text,
+        }
+    }
+}
+
 /// Error codes DynamoDB returns before applying anything, which a retry may clear.
 const RETRYABLE_CODES: [&str; 6] = [
     "ProvisionedThroughputExceededException",

@@ -12,7 +12,7 @@
 //!
 //! What it keeps of the SDK, so that the two cannot drift:
 //! - **The endpoint**: the SDK's own DynamoDB endpoint rules (`DefaultResolver`), resolved once,
-//!   from the same settings `aws_sdk_dynamodb::config::Builder::from(&SdkConfig)` reads
+//!   at the first call (not during the init), from the same settings `aws_sdk_dynamodb::config::Builder::from(&SdkConfig)` reads
 //!   (`AWS_ENDPOINT_URL_DYNAMODB` / `AWS_ENDPOINT_URL` and the profile's, FIPS, dual-stack); the
 //!   account-ID endpoints are not used (they need the account, which Lambda's credentials lack).
 //! - **The classification** of a failed call (`dynamodb_errors::of_service_error`): the same
@@ -27,7 +27,7 @@
 //! cache does. Nothing here logs: a request body holds the stored response.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::Credentials;
@@ -100,8 +100,11 @@ pub struct DynamoWire {
 }
 
 struct Inner {
-    /// The endpoint's URL with a trailing `/` (the protocol posts to the root).
-    url: String,
+    /// What the endpoint is resolved from, and, once the first call resolved it, its URL with a
+    /// trailing `/` (the protocol posts to the root): the rules are evaluated on first use, not
+    /// during the function's init.
+    endpoint: Params,
+    url: OnceLock<Result<String, String>>,
     region: String,
     credentials: SharedCredentialsProvider,
     cached: Mutex<Option<(Identity, Instant)>>,
@@ -112,7 +115,7 @@ struct Inner {
 impl std::fmt::Debug for DynamoWire {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DynamoWire")
-            .field("url", &self.inner.url)
+            .field("endpoint", &self.inner.endpoint)
             .field("region", &self.inner.region)
             .field("timeout", &self.inner.timeout)
             .finish_non_exhaustive()
@@ -126,13 +129,14 @@ impl DynamoWire {
     pub fn from_sdk(sdk: &aws_config::SdkConfig, region: &str, timeout_ms: u64) -> Result<Self, String> {
         let credentials =
             sdk.credentials_provider().ok_or_else(|| "the SDK configuration has no credentials provider".to_owned())?;
-        let url = endpoint(sdk, region)?;
+        let endpoint = endpoint_params(sdk, region)?;
         let tls = super::https::client_config()?;
         let timeout = Duration::from_millis(timeout_ms);
         let client = super::https::hyper_client(&tls, Some(timeout.min(CONNECT_TIMEOUT_MAX)));
         Ok(Self {
             inner: Arc::new(Inner {
-                url,
+                endpoint,
+                url: OnceLock::new(),
                 region: region.to_owned(),
                 credentials,
                 cached: Mutex::new(None),
@@ -142,9 +146,10 @@ impl DynamoWire {
         })
     }
 
-    /// The endpoint this wire posts to.
-    pub fn url(&self) -> &str {
-        &self.inner.url
+    /// The endpoint this wire posts to, as the SDK's DynamoDB endpoint rules resolve it (an
+    /// error says why they do not).
+    pub fn url(&self) -> Result<&str, String> {
+        self.inner.url.get_or_init(|| resolve(&self.inner.endpoint)).as_deref().map_err(Clone::clone)
     }
 
     /// One call of `operation` (`UpdateItem`, `PutItem`, `GetItem`) with `body`: its answer's
@@ -193,8 +198,9 @@ impl DynamoWire {
         body: Vec<u8>,
         identity: &Identity,
     ) -> Result<http::Request<Full<Bytes>>, String> {
+        let url = self.url()?;
         let target = format!("DynamoDB_20120810.{operation}");
-        let mut request = http::Request::post(&self.inner.url)
+        let mut request = http::Request::post(url)
             .header(http::header::CONTENT_TYPE, "application/x-amz-json-1.0")
             .header("x-amz-target", &target)
             .body(())
@@ -213,7 +219,7 @@ impl DynamoWire {
             .map_err(|error| format!("the signing parameters are incomplete: {error}"))?
             .into();
         let headers = request.headers().iter().map(|(name, value)| (name.as_str(), value.to_str().unwrap_or_default()));
-        let signable = SignableRequest::new("POST", &self.inner.url, headers, SignableBody::Bytes(&body))
+        let signable = SignableRequest::new("POST", url, headers, SignableBody::Bytes(&body))
             .map_err(|error| format!("the request cannot be signed: {error}"))?;
         let (instructions, _signature) =
             sign(signable, &params).map_err(|error| format!("the request cannot be signed: {error}"))?.into_parts();
@@ -275,8 +281,9 @@ fn sanitize_code(code: &str) -> &str {
     code.split_once('#').map_or(code, |(_, tail)| tail)
 }
 
-/// The resolved endpoint, as the SDK's DynamoDB client would resolve it from `sdk` in `region`.
-fn endpoint(sdk: &aws_config::SdkConfig, region: &str) -> Result<String, String> {
+/// What the SDK's DynamoDB client would resolve its endpoint from, given `sdk` in `region`
+/// (`aws_sdk_dynamodb::config::Builder::from(&SdkConfig)` reads the same settings).
+fn endpoint_params(sdk: &aws_config::SdkConfig, region: &str) -> Result<Params, String> {
     let configured = if sdk.get_origin("endpoint_url").is_client_config() {
         sdk.endpoint_url().map(str::to_owned)
     } else {
@@ -290,16 +297,20 @@ fn endpoint(sdk: &aws_config::SdkConfig, region: &str) -> Result<String, String>
             .and_then(|config| config.load_config(key))
             .or_else(|| sdk.endpoint_url().map(str::to_owned))
     };
-    let params = Params::builder()
+    Params::builder()
         .region(region)
         .set_use_fips(sdk.use_fips())
         .set_use_dual_stack(sdk.use_dual_stack())
         .set_endpoint(configured)
         .account_id_endpoint_mode("disabled")
         .build()
-        .map_err(|error| format!("DynamoDB's endpoint parameters: {error}"))?;
+        .map_err(|error| format!("DynamoDB's endpoint parameters: {error}"))
+}
+
+/// The endpoint's URL by the SDK's own DynamoDB endpoint rules, with a trailing `/`.
+fn resolve(params: &Params) -> Result<String, String> {
     let resolved = DefaultResolver::new()
-        .resolve_endpoint(&params)
+        .resolve_endpoint(params)
         .now_or_never()
         .ok_or_else(|| "DynamoDB's endpoint rules did not resolve at once".to_owned())?
         .map_err(|error| format!("DynamoDB's endpoint rules reject the configuration: {error}"))?;
@@ -480,6 +491,23 @@ mod tests {
             let json: Value = serde_json::from_str(bad).expect("json");
             assert!(item_from_json(&json).is_err(), "{bad}");
         }
+    }
+
+    fn url_of(sdk: aws_config::SdkConfig, region: &str) -> String {
+        let sdk =
+            sdk.into_builder().credentials_provider(SharedCredentialsProvider::new(Credentials::for_tests())).build();
+        DynamoWire::from_sdk(&sdk, region, 1_000).expect("wire").url().expect("url").to_owned()
+    }
+
+    #[test]
+    fn the_endpoint_is_the_one_the_sdk_rules_give() {
+        let plain = || aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        assert_eq!(url_of(plain(), "eu-west-1"), "https://dynamodb.eu-west-1.amazonaws.com/");
+        assert_eq!(url_of(plain(), "cn-north-1"), "https://dynamodb.cn-north-1.amazonaws.com.cn/");
+        let fips = plain().into_builder().use_fips(true).build();
+        assert_eq!(url_of(fips, "us-east-1"), "https://dynamodb-fips.us-east-1.amazonaws.com/");
+        let local = plain().into_builder().endpoint_url("http://127.0.0.1:5000").build();
+        assert_eq!(url_of(local, "us-east-1"), "http://127.0.0.1:5000/");
     }
 
     #[test]
