@@ -20,10 +20,10 @@
 use tracing::{Event, Subscriber};
 use tracing_log::NormalizeEvent;
 use tracing_serde::fields::AsMap;
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields, MakeWriter};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -34,12 +34,15 @@ pub const OWN_TARGETS: [&str; 2] = ["cfn_once", "cfn_once_core"];
 pub const FOREIGN_LEVEL_MAX: LevelFilter = LevelFilter::INFO;
 
 /// The filter for `level`: cfn-once's crates at `level`, every other target at most at INFO.
-pub fn filter(level: LevelFilter) -> EnvFilter {
-    let mut directives = level.min(FOREIGN_LEVEL_MAX).to_string();
-    for target in OWN_TARGETS {
-        directives.push_str(&format!(",{target}={level}"));
-    }
-    EnvFilter::builder().parse_lossy(directives)
+///
+/// A static per-target filter (`Targets`), not an `EnvFilter`: the directives never come from
+/// the environment, and an `EnvFilter` takes a lock and looks the span up on every enter and
+/// exit of every span (for span-field directives this filter never has), which the futures of
+/// each record do on every poll.
+pub fn filter(level: LevelFilter) -> Targets {
+    OWN_TARGETS.iter().fold(Targets::new().with_default(level.min(FOREIGN_LEVEL_MAX)), |targets, target| {
+        targets.with_target(*target, level)
+    })
 }
 
 /// The JSON subscriber the Lambda logs through, writing to `writer` (tests capture it).
@@ -47,12 +50,9 @@ pub fn json_subscriber<W>(level: LevelFilter, writer: W) -> impl tracing::Subscr
 where
     W: for<'writer> MakeWriter<'writer> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
-        .fmt_fields(JsonFields::new())
-        .event_format(JsonLines)
-        .with_env_filter(filter(level))
-        .with_writer(writer)
-        .finish()
+    let lines =
+        tracing_subscriber::fmt::layer().fmt_fields(JsonFields::new()).event_format(JsonLines).with_writer(writer);
+    tracing_subscriber::registry().with(lines).with(filter(level))
 }
 
 /// One JSON object per event: `level`, the event's `fields`, the current `span` and the list of
@@ -215,9 +215,9 @@ mod tests {
             .without_time()
             .with_current_span(true)
             .with_span_list(true)
-            .with_env_filter(filter(LevelFilter::TRACE))
             .with_writer(move || writer.clone())
-            .finish();
+            .finish()
+            .with(filter(LevelFilter::TRACE));
         tracing::subscriber::with_default(subscriber, script);
         let ours = Captured::default();
         let writer = ours.clone();
