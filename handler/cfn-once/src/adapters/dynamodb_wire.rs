@@ -6,7 +6,8 @@
 //! request and its answer built twice over (fluent builder, input, HTTP). The profile of a warm
 //! batch put that at about a third of the function's CPU (BENCHMARKS.md). [`DynamoWire`] sends
 //! the same requests itself: one JSON body (the `awsJson1_0` protocol's `X-Amz-Target` and
-//! `application/x-amz-json-1.0`), signed with `aws-sigv4` (the signer the SDK uses) on the
+//! `application/x-amz-json-1.0`), signed (SigV4, by `sigv4::PostSigner`, held byte for byte to
+//! `aws-sigv4`, the signer the SDK uses, which signs any request of another shape) on the
 //! credentials of the SDK's configuration, on the process's one TLS configuration and an
 //! HTTP/1.1 connection pool of its own (`https::hyper_client`).
 //!
@@ -50,6 +51,7 @@ use serde_json::{Map, Value};
 
 use super::dynamodb_errors::{Failure, of_service_error};
 use super::https::chain;
+use super::sigv4::{JSON_1_0, PostSigner};
 
 /// An item as the SDK types it: what the lease store parses records from.
 pub type Item = HashMap<String, AttributeValue>;
@@ -104,10 +106,11 @@ struct Inner {
     /// trailing `/` (the protocol posts to the root): the rules are evaluated on first use, not
     /// during the function's init.
     endpoint: Params,
-    url: OnceLock<Result<String, String>>,
+    url: OnceLock<Result<Endpoint, String>>,
     region: String,
+    signer: PostSigner,
     credentials: SharedCredentialsProvider,
-    cached: Mutex<Option<(Identity, Instant)>>,
+    cached: Mutex<Option<(Credentials, Instant)>>,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
 }
@@ -138,6 +141,7 @@ impl DynamoWire {
                 endpoint,
                 url: OnceLock::new(),
                 region: region.to_owned(),
+                signer: PostSigner::new(region, "dynamodb"),
                 credentials,
                 cached: Mutex::new(None),
                 client,
@@ -149,7 +153,15 @@ impl DynamoWire {
     /// The endpoint this wire posts to, as the SDK's DynamoDB endpoint rules resolve it (an
     /// error says why they do not).
     pub fn url(&self) -> Result<&str, String> {
-        self.inner.url.get_or_init(|| resolve(&self.inner.endpoint)).as_deref().map_err(Clone::clone)
+        self.endpoint().map(|endpoint| endpoint.url.as_str())
+    }
+
+    fn endpoint(&self) -> Result<&Endpoint, String> {
+        self.inner
+            .url
+            .get_or_init(|| resolve(&self.inner.endpoint).and_then(Endpoint::of))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// One call of `operation` (`UpdateItem`, `PutItem`, `GetItem`) with `body`: its answer's
@@ -158,8 +170,8 @@ impl DynamoWire {
         let body = serde_json::to_vec(body).map_err(|error| {
             WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
         })?;
-        let identity = self.identity().await?;
-        let request = self.signed(operation, body, &identity).map_err(|error| {
+        let credentials = self.credentials().await?;
+        let request = self.signed(operation, body, &credentials).map_err(|error| {
             WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
         })?;
         match tokio::time::timeout(self.inner.timeout, self.exchange(request)).await {
@@ -169,12 +181,12 @@ impl DynamoWire {
     }
 
     /// The credentials to sign with, from the cache while they are fresh.
-    async fn identity(&self) -> Result<Identity, WireError> {
+    async fn credentials(&self) -> Result<Credentials, WireError> {
         let now = Instant::now();
-        if let Some((identity, until)) = self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
+        if let Some((credentials, until)) = self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner).as_ref()
             && now < *until
         {
-            return Ok(identity.clone());
+            return Ok(credentials.clone());
         }
         let credentials: Credentials = self.inner.credentials.provide_credentials().await.map_err(|error| {
             WireError::Failed(Failure::NotApplied(format!("the function's credentials are not available: {error}")))
@@ -186,44 +198,75 @@ impl DynamoWire {
             }
             None => now + NO_EXPIRY_REUSE,
         };
-        let identity: Identity = credentials.into();
-        *self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some((identity.clone(), until));
-        Ok(identity)
+        *self.inner.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some((credentials.clone(), until));
+        Ok(credentials)
     }
 
-    /// The POST of `body` for `operation`, signed (SigV4, service `dynamodb`).
+    /// The POST of `body` for `operation`, signed (SigV4, service `dynamodb`): by the
+    /// [`PostSigner`] where the request has its shape (the endpoint's root, header values signed
+    /// as they are), else by `aws-sigv4`.
     fn signed(
         &self,
         operation: &str,
         body: Vec<u8>,
-        identity: &Identity,
+        credentials: &Credentials,
     ) -> Result<http::Request<Full<Bytes>>, String> {
-        let url = self.url()?;
+        self.signed_at(operation, body, credentials, SystemTime::now(), true)
+    }
+
+    /// [`Self::signed`] at `now`, by `aws-sigv4` alone unless `own_signer` (the tests compare
+    /// the two).
+    fn signed_at(
+        &self,
+        operation: &str,
+        body: Vec<u8>,
+        credentials: &Credentials,
+        now: SystemTime,
+        own_signer: bool,
+    ) -> Result<http::Request<Full<Bytes>>, String> {
+        let endpoint = self.endpoint()?;
         let target = format!("DynamoDB_20120810.{operation}");
-        let mut request = http::Request::post(url)
-            .header(http::header::CONTENT_TYPE, "application/x-amz-json-1.0")
+        let mut request = http::Request::post(endpoint.uri.clone())
+            .header(http::header::CONTENT_TYPE, JSON_1_0)
             .header("x-amz-target", &target)
+            .header(http::header::HOST, &endpoint.host)
             .body(())
             .map_err(|error| error.to_string())?;
-        let host = request.uri().authority().map(|authority| authority.to_string()).unwrap_or_default();
-        request
-            .headers_mut()
-            .insert(http::header::HOST, HeaderValue::from_str(&host).map_err(|error| error.to_string())?);
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(identity)
-            .region(&self.inner.region)
-            .name("dynamodb")
-            .time(SystemTime::now())
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|error| format!("the signing parameters are incomplete: {error}"))?
-            .into();
-        let headers = request.headers().iter().map(|(name, value)| (name.as_str(), value.to_str().unwrap_or_default()));
-        let signable = SignableRequest::new("POST", url, headers, SignableBody::Bytes(&body))
-            .map_err(|error| format!("the request cannot be signed: {error}"))?;
-        let (instructions, _signature) =
-            sign(signable, &params).map_err(|error| format!("the request cannot be signed: {error}"))?.into_parts();
-        instructions.apply_to_request_http1x(&mut request);
+        let signer = &self.inner.signer;
+        if own_signer && endpoint.root && signer.fits(&endpoint.host, &target, credentials) {
+            let signed = signer.sign(credentials, now, &endpoint.host, &target, &body);
+            let headers = request.headers_mut();
+            let value = |text: &str| HeaderValue::from_str(text).map_err(|error| error.to_string());
+            headers.insert("x-amz-date", value(&signed.amz_date)?);
+            if let Some(token) = credentials.session_token() {
+                headers.insert("x-amz-security-token", value(token)?);
+            }
+            headers.insert(http::header::AUTHORIZATION, value(&signed.authorization)?);
+        } else {
+            let identity: Identity = credentials.clone().into();
+            let params = aws_sigv4::sign::v4::SigningParams::builder()
+                .identity(&identity)
+                .region(&self.inner.region)
+                .name("dynamodb")
+                .time(now)
+                .settings(SigningSettings::default())
+                .build()
+                .map_err(|error| format!("the signing parameters are incomplete: {error}"))?
+                .into();
+            let headers =
+                request.headers().iter().map(|(name, value)| (name.as_str(), value.to_str().unwrap_or_default()));
+            let signable = SignableRequest::new("POST", &endpoint.url, headers, SignableBody::Bytes(&body))
+                .map_err(|error| format!("the request cannot be signed: {error}"))?;
+            let (instructions, _signature) =
+                sign(signable, &params).map_err(|error| format!("the request cannot be signed: {error}"))?.into_parts();
+            instructions.apply_to_request_http1x(&mut request);
+        }
+        // Marked so that no `Debug` of the request (hyper's, at TRACE) prints them.
+        for secret in [http::header::AUTHORIZATION.as_str(), "x-amz-security-token"] {
+            if let Some(value) = request.headers_mut().get_mut(secret) {
+                value.set_sensitive(true);
+            }
+        }
         Ok(request.map(|()| Full::new(Bytes::from(body))))
     }
 
@@ -308,6 +351,26 @@ fn endpoint_params(sdk: &aws_config::SdkConfig, region: &str) -> Result<Params, 
 }
 
 /// The endpoint's URL by the SDK's own DynamoDB endpoint rules, with a trailing `/`.
+/// The resolved endpoint, parsed once: its URL, the URI requests go to, the `host` header they
+/// carry (the URL's authority, as the SDK signs it), and whether the requests post to its root
+/// (`/`, no query), the shape the [`PostSigner`] signs.
+#[derive(Debug)]
+struct Endpoint {
+    url: String,
+    uri: http::Uri,
+    host: String,
+    root: bool,
+}
+
+impl Endpoint {
+    fn of(url: String) -> Result<Self, String> {
+        let uri: http::Uri = url.parse().map_err(|error| format!("the endpoint {url:?} is not a URL: {error}"))?;
+        let host = uri.authority().map(|authority| authority.to_string()).unwrap_or_default();
+        let root = uri.path() == "/" && uri.query().is_none();
+        Ok(Self { url, uri, host, root })
+    }
+}
+
 fn resolve(params: &Params) -> Result<String, String> {
     let resolved = DefaultResolver::new()
         .resolve_endpoint(params)
@@ -508,6 +571,49 @@ mod tests {
         assert_eq!(url_of(fips, "us-east-1"), "https://dynamodb-fips.us-east-1.amazonaws.com/");
         let local = plain().into_builder().endpoint_url("http://127.0.0.1:5000").build();
         assert_eq!(url_of(local, "us-east-1"), "http://127.0.0.1:5000/");
+    }
+
+    /// The headers of a request as the wire signs it and as aws-sigv4 alone signs it, at one
+    /// time: the same, and the secrets among them marked sensitive (never printed by `Debug`).
+    #[test]
+    fn the_own_signer_signs_as_aws_sigv4_does() {
+        let plain = || aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_176_472);
+        let body = || br#"{"TableName":"t","Key":{"StackId":{"S":"arn"}}}"#.to_vec();
+        let temporary = Credentials::new("ASIAEXAMPLE", "secret", Some("token/+=".to_owned()), None, "test");
+        let permanent = Credentials::new("AKIDEXAMPLE", "secret", None, None, "test");
+        let wires = [
+            (plain(), "eu-west-1", true),
+            (plain().into_builder().endpoint_url("http://127.0.0.1:5000").build(), "us-east-1", true),
+            (plain().into_builder().endpoint_url("http://127.0.0.1:5000/behind/a/proxy").build(), "us-east-1", false),
+        ];
+        for (sdk, region, root) in wires {
+            let sdk =
+                sdk.into_builder().credentials_provider(SharedCredentialsProvider::new(permanent.clone())).build();
+            let wire = DynamoWire::from_sdk(&sdk, region, 1_000).expect("wire");
+            assert_eq!(wire.endpoint().expect("endpoint").root, root, "{:?}", wire.url());
+            for credentials in [&temporary, &permanent] {
+                let own = wire.signed_at("UpdateItem", body(), credentials, time, true).expect("signed");
+                let theirs = wire.signed_at("UpdateItem", body(), credentials, time, false).expect("signed");
+                let headers = |request: &http::Request<Full<Bytes>>| {
+                    let mut headers: Vec<(String, String)> = request
+                        .headers()
+                        .iter()
+                        .map(|(name, value)| (name.to_string(), value.to_str().expect("text").to_owned()))
+                        .collect();
+                    headers.sort();
+                    headers
+                };
+                assert_eq!(headers(&own), headers(&theirs), "{:?}", wire.url());
+                assert_eq!(own.uri(), theirs.uri());
+                for request in [&own, &theirs] {
+                    assert!(request.headers()["authorization"].is_sensitive());
+                    if credentials.session_token().is_some() {
+                        assert!(request.headers()["x-amz-security-token"].is_sensitive());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

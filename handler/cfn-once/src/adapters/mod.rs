@@ -10,6 +10,7 @@ pub mod dynamodb_wire;
 pub mod http_sink;
 pub mod https;
 pub mod s3_answers;
+pub mod sigv4;
 pub mod sqs_queue;
 #[cfg(test)]
 mod wire_parity;
