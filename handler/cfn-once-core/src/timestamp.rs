@@ -75,7 +75,9 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     era * 146_097 + day_of_era - 719_468
 }
 
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+/// The Gregorian date (year, month, day) `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`); the lease store's signer writes its dates with it too.
+pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let shifted = days + 719_468;
     let era = shifted / 146_097;
     let day_of_era = shifted - era * 146_097;
