@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
 
-use super::dynamodb_wire::{DynamoWire, item_from_json};
+use super::dynamodb_wire::{DynamoWire, GetItemBody, JsonItem, item_from_json};
 
 const CONTROL_PK: &str = "control#active";
 const CONTROL_SK: &str = "control";
@@ -51,11 +51,8 @@ impl TableControl {
     /// The region the item names, `None` if there is no item.
     pub async fn active_region(&self) -> Result<Option<String>, ControlError> {
         if let Some(wire) = &self.wire {
-            let body = serde_json::json!({
-                "TableName": self.table_name,
-                "Key": {"pk": {"S": CONTROL_PK}, "sk": {"S": CONTROL_SK}},
-                "ConsistentRead": true,
-            });
+            let key = Self::key();
+            let body = GetItemBody { table_name: &self.table_name, key: JsonItem(&key), consistent_read: true };
             let answer =
                 wire.call("GetItem", &body).await.map_err(|error| ControlError(error.failure().into_text()))?;
             let Some(item) = answer.get("Item") else {

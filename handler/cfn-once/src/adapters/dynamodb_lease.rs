@@ -31,7 +31,7 @@ use cfn_once_core::request::{RequestKey, StackArn};
 use super::dynamodb_errors::{Failure, classify};
 use serde::Serialize;
 
-use super::dynamodb_wire::{DynamoWire, Item, JsonItem, JsonValues, WireError, item_from_json};
+use super::dynamodb_wire::{DynamoWire, GetItemBody, Item, JsonItem, JsonValues, WireError, item_from_json};
 
 /// Attribute names, in one place.
 mod attr {
@@ -337,15 +337,6 @@ struct PutItemBody<'a> {
     expression_attribute_names: Names<'a>,
     expression_attribute_values: JsonValues<'a>,
     return_values_on_condition_check_failure: &'a str,
-}
-
-/// A GetItem's request body.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct GetItemBody<'a> {
-    table_name: &'a str,
-    key: JsonItem<'a>,
-    consistent_read: bool,
 }
 
 /// Placeholders and the attribute names they stand for (`ExpressionAttributeNames`).

@@ -381,6 +381,15 @@ fn resolve(params: &Params) -> Result<String, String> {
     Ok(format!("{url}/"))
 }
 
+/// A GetItem's request body: the lease store's reads and the control's.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GetItemBody<'a> {
+    pub table_name: &'a str,
+    pub key: JsonItem<'a>,
+    pub consistent_read: bool,
+}
+
 /// An item written as DynamoDB's JSON (`{"name": {"S": "…"}}`) as it is serialized: what a
 /// request body carries, with no JSON value built first.
 #[derive(Debug, Clone, Copy)]
