@@ -9,7 +9,8 @@
 //! `application/x-amz-json-1.0`), signed (SigV4, by `sigv4::PostSigner`, held byte for byte to
 //! `aws-sigv4`, the signer the SDK uses, which signs any request of another shape) on the
 //! credentials of the SDK's configuration, on the process's one TLS configuration and an
-//! HTTP/1.1 connection pool of its own (`https::hyper_client`).
+//! HTTP/1.1 client of its own (`h1::Client`: the exchange on the caller's task, keep-alive
+//! connections of one origin).
 //!
 //! What it keeps of the SDK, so that the two cannot drift:
 //! - **The endpoint**: the SDK's own DynamoDB endpoint rules (`DefaultResolver`), resolved once,
@@ -41,16 +42,12 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::HeaderValue;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value};
 
 use super::dynamodb_errors::{Failure, of_service_error};
-use super::https::chain;
+use super::h1;
 use super::sigv4::{JSON_1_0, PostSigner};
 
 /// An item as the SDK types it: what the lease store parses records from.
@@ -111,7 +108,7 @@ struct Inner {
     signer: PostSigner,
     credentials: SharedCredentialsProvider,
     cached: Mutex<Option<(Credentials, Instant)>>,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: h1::Client,
     timeout: Duration,
 }
 
@@ -135,7 +132,7 @@ impl DynamoWire {
         let endpoint = endpoint_params(sdk, region)?;
         let tls = super::https::client_config()?;
         let timeout = Duration::from_millis(timeout_ms);
-        let client = super::https::hyper_client(&tls, Some(timeout.min(CONNECT_TIMEOUT_MAX)));
+        let client = h1::Client::new(&tls, timeout.min(CONNECT_TIMEOUT_MAX));
         Ok(Self {
             inner: Arc::new(Inner {
                 endpoint,
@@ -174,7 +171,8 @@ impl DynamoWire {
         let request = self.signed(operation, body, &credentials).map_err(|error| {
             WireError::Failed(Failure::Permanent(format!("the request could not be built: {error}")))
         })?;
-        match tokio::time::timeout(self.inner.timeout, self.exchange(request)).await {
+        let origin = &self.endpoint().map_err(|error| WireError::Failed(Failure::Permanent(error)))?.origin;
+        match tokio::time::timeout(self.inner.timeout, self.exchange(origin, &request)).await {
             Ok(answer) => answer,
             Err(_) => Err(WireError::Failed(Failure::Unknown("no answer before the timeout".to_owned()))),
         }
@@ -210,7 +208,7 @@ impl DynamoWire {
         operation: &str,
         body: Vec<u8>,
         credentials: &Credentials,
-    ) -> Result<http::Request<Full<Bytes>>, String> {
+    ) -> Result<http::Request<Bytes>, String> {
         self.signed_at(operation, body, credentials, SystemTime::now(), true)
     }
 
@@ -223,7 +221,7 @@ impl DynamoWire {
         credentials: &Credentials,
         now: SystemTime,
         own_signer: bool,
-    ) -> Result<http::Request<Full<Bytes>>, String> {
+    ) -> Result<http::Request<Bytes>, String> {
         let endpoint = self.endpoint()?;
         let target = format!("DynamoDB_20120810.{operation}");
         let mut request = http::Request::post(endpoint.uri.clone())
@@ -267,28 +265,51 @@ impl DynamoWire {
                 value.set_sensitive(true);
             }
         }
-        Ok(request.map(|()| Full::new(Bytes::from(body))))
+        Ok(request.map(|()| Bytes::from(body)))
     }
 
-    /// Sends `request` and reads its answer.
-    async fn exchange(&self, request: http::Request<Full<Bytes>>) -> Result<Map<String, Value>, WireError> {
-        let response = self.inner.client.request(request).await.map_err(|error| {
-            WireError::Failed(Failure::Unknown(format!("the request could not be sent: {}", chain(&error))))
-        })?;
-        let (parts, body) = response.into_parts();
-        let body = Limited::new(body, ANSWER_LIMIT).collect().await.map_err(|error| {
-            WireError::Failed(Failure::Unknown(format!("the response could not be read: {}", chain(error.as_ref()))))
-        })?;
-        let body = body.to_bytes();
-        if parts.status.is_success() {
-            return match serde_json::from_slice::<Value>(&body) {
+    /// Sends `request` to `origin` and reads its answer.
+    async fn exchange(
+        &self,
+        origin: &h1::Origin,
+        request: &http::Request<Bytes>,
+    ) -> Result<Map<String, Value>, WireError> {
+        let bytes = request_bytes(request);
+        let answer = self
+            .inner
+            .client
+            .exchange(origin, &bytes, ANSWER_LIMIT)
+            .await
+            .map_err(|error| WireError::Failed(Failure::Unknown(error.to_string())))?;
+        if (200..300).contains(&answer.status) {
+            return match serde_json::from_slice::<Value>(&answer.body) {
                 Ok(Value::Object(answer)) => Ok(answer),
                 // The SDK reads it as an error without a name (an unknown outcome): so does this.
                 _ => Err(WireError::Service { code: String::new(), message: None, item: None }),
             };
         }
-        Err(service_error(&parts.headers, &body))
+        Err(service_error(answer.error_type.as_deref(), &answer.body))
     }
+}
+
+/// `request` as HTTP/1.1 writes it: the request line (the URI's path and query), each header as
+/// it was set, the body's `content-length`, then the body.
+fn request_bytes(request: &http::Request<Bytes>) -> Vec<u8> {
+    let body = request.body();
+    let target = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
+    let mut bytes = Vec::with_capacity(512 + body.len());
+    for part in [request.method().as_str(), " ", target, " HTTP/1.1\r\n"] {
+        bytes.extend_from_slice(part.as_bytes());
+    }
+    for (name, value) in request.headers() {
+        bytes.extend_from_slice(name.as_str().as_bytes());
+        bytes.extend_from_slice(b": ");
+        bytes.extend_from_slice(value.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+    bytes.extend_from_slice(body);
+    bytes
 }
 
 /// The error an answer that is not a success names, read as the SDK's `awsJson1_0` error parser
@@ -296,7 +317,7 @@ impl DynamoWire {
 /// `__type`, without a suffix from the first `:` or a namespace up to the first `#`; its
 /// message; and a failed condition's item. A body that is not JSON names nothing (the SDK's
 /// "unhandled" error), whatever the header says; an empty one leaves the header.
-fn service_error(headers: &http::HeaderMap, body: &[u8]) -> WireError {
+fn service_error(error_type: Option<&str>, body: &[u8]) -> WireError {
     let unnamed = || WireError::Service { code: String::new(), message: None, item: None };
     let json = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(Map::new())
@@ -307,11 +328,7 @@ fn service_error(headers: &http::HeaderMap, body: &[u8]) -> WireError {
         }
     };
     let field = |name: &str| json.get(name).and_then(Value::as_str);
-    let named = headers
-        .get("x-amzn-errortype")
-        .and_then(|value| value.to_str().ok())
-        .or_else(|| field("code"))
-        .or_else(|| field("__type"));
+    let named = error_type.or_else(|| field("code")).or_else(|| field("__type"));
     let code = named.map(sanitize_code).unwrap_or_default().to_owned();
     let message = field("message").or_else(|| field("Message")).or_else(|| field("errorMessage")).map(str::to_owned);
     let item = json.get("Item").and_then(|item| item_from_json(item).ok());
@@ -360,6 +377,7 @@ struct Endpoint {
     uri: http::Uri,
     host: String,
     root: bool,
+    origin: h1::Origin,
 }
 
 impl Endpoint {
@@ -367,7 +385,8 @@ impl Endpoint {
         let uri: http::Uri = url.parse().map_err(|error| format!("the endpoint {url:?} is not a URL: {error}"))?;
         let host = uri.authority().map(|authority| authority.to_string()).unwrap_or_default();
         let root = uri.path() == "/" && uri.query().is_none();
-        Ok(Self { url, uri, host, root })
+        let origin = h1::Origin::of(&uri).map_err(|error| format!("the endpoint {url:?} cannot be called: {error}"))?;
+        Ok(Self { url, uri, host, root, origin })
     }
 }
 
@@ -604,7 +623,7 @@ mod tests {
             for credentials in [&temporary, &permanent] {
                 let own = wire.signed_at("UpdateItem", body(), credentials, time, true).expect("signed");
                 let theirs = wire.signed_at("UpdateItem", body(), credentials, time, false).expect("signed");
-                let headers = |request: &http::Request<Full<Bytes>>| {
+                let headers = |request: &http::Request<Bytes>| {
                     let mut headers: Vec<(String, String)> = request
                         .headers()
                         .iter()

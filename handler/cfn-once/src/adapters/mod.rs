@@ -7,6 +7,7 @@ pub mod control_table;
 mod dynamodb_errors;
 pub mod dynamodb_lease;
 pub mod dynamodb_wire;
+pub(crate) mod h1;
 pub mod http_sink;
 pub mod https;
 pub mod s3_answers;
