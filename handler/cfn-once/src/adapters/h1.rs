@@ -1,8 +1,8 @@
-//! The lease store wire's HTTP/1.1 client: one origin, keep-alive connections, a request and its
-//! answer read on the caller's own task.
+//! The HTTP/1.1 client of the lease store's wire and of the ResponseURL PUT: keep-alive
+//! connections, a request and its answer written and read on the caller's own task.
 //!
-//! Three of a warm request's four calls are the lease table's, and each one is a small POST
-//! answered by a small JSON body. With hyper-util's pooled client, each exchange went through a
+//! A warm request makes four calls, three to the lease table and the PUT of its answer; each is
+//! a small request answered by a small body. With hyper-util's pooled client, each exchange went through a
 //! connection task of its own. That meant a channel to the task, a wake-up of the task, a
 //! wake-up of the caller, and a header map built for headers nobody reads. The profile of a warm
 //! batch put hyper's share at about a sixth of the function's CPU (benches/profile.md). This
