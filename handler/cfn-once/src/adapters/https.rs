@@ -115,9 +115,9 @@ pub fn sdk_http_client(tls: Arc<ClientConfig>) -> aws_smithy_runtime_api::client
 }
 
 /// A pooled HTTP/1.1 client on `tls` whose connects give up after `connect_timeout`. Plain
-/// `http://` is allowed: the callers decide which URLs they call (the SDK its endpoints, the sink
-/// only ResponseURLs that passed the URL policy). Nothing here follows redirects or reads proxy
-/// settings from the environment.
+/// `http://` is allowed: the callers decide which URLs they call (the SDK its endpoints, the
+/// answer drop its bucket's; the lease store's wire and the ResponseURL sink have their own
+/// client, `h1`). Nothing here follows redirects or reads proxy settings from the environment.
 pub(crate) fn hyper_client<B>(
     tls: &ClientConfig,
     connect_timeout: Option<Duration>,
