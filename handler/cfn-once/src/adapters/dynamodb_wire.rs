@@ -292,24 +292,11 @@ impl DynamoWire {
     }
 }
 
-/// `request` as HTTP/1.1 writes it: the request line (the URI's path and query), each header as
-/// it was set, the body's `content-length`, then the body.
+/// `request` as HTTP/1.1 writes it (`h1::request`): its headers as they were set and signed.
 fn request_bytes(request: &http::Request<Bytes>) -> Vec<u8> {
-    let body = request.body();
     let target = request.uri().path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-    let mut bytes = Vec::with_capacity(512 + body.len());
-    for part in [request.method().as_str(), " ", target, " HTTP/1.1\r\n"] {
-        bytes.extend_from_slice(part.as_bytes());
-    }
-    for (name, value) in request.headers() {
-        bytes.extend_from_slice(name.as_str().as_bytes());
-        bytes.extend_from_slice(b": ");
-        bytes.extend_from_slice(value.as_bytes());
-        bytes.extend_from_slice(b"\r\n");
-    }
-    bytes.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
-    bytes.extend_from_slice(body);
-    bytes
+    let headers = request.headers().iter().map(|(name, value)| (name.as_str(), value.as_bytes()));
+    h1::request(request.method().as_str(), target, headers, request.body())
 }
 
 /// The error an answer that is not a success names, read as the SDK's `awsJson1_0` error parser

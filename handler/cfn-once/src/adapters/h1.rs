@@ -73,6 +73,31 @@ impl Origin {
     }
 }
 
+/// A whole HTTP/1.1 request as the client sends it: the request line (`method`, then `target`,
+/// the path and query), each of `headers` as given (their values are the callers' `http` types',
+/// which hold no CR or LF), the body's `content-length`, then `body`. The wire's POSTs and the
+/// ResponseURL PUT are written here, one buffer each, so that they go out as one write.
+pub(crate) fn request<'a>(
+    method: &str,
+    target: &str,
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    body: &[u8],
+) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(512 + target.len() + body.len());
+    for part in [method, " ", target, " HTTP/1.1\r\n"] {
+        bytes.extend_from_slice(part.as_bytes());
+    }
+    for (name, value) in headers {
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(b": ");
+        bytes.extend_from_slice(value);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
 /// An answer read whole: its status, its `x-amzn-ErrorType` header (the one header the wire
 /// reads), and its body.
 #[derive(Debug)]

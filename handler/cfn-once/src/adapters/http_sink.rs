@@ -75,16 +75,8 @@ fn put_request(uri: &http::Uri, origin: &h1::Origin, body: &[u8]) -> Vec<u8> {
     let target = uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
     let host = uri.host().unwrap_or_default();
     let default_port = if origin.tls { 443 } else { 80 };
-    let mut request = Vec::with_capacity(target.len() + host.len() + 64 + body.len());
-    for part in ["PUT ", target, " HTTP/1.1\r\nhost: ", host] {
-        request.extend_from_slice(part.as_bytes());
-    }
-    if origin.port != default_port {
-        request.extend_from_slice(format!(":{}", origin.port).as_bytes());
-    }
-    request.extend_from_slice(format!("\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
-    request.extend_from_slice(body);
-    request
+    let host = if origin.port == default_port { host.to_owned() } else { format!("{host}:{}", origin.port) };
+    h1::request("PUT", target, [("host", host.as_bytes())], body)
 }
 
 #[async_trait]
