@@ -259,7 +259,8 @@ impl DynamoWire {
                 sign(signable, &params).map_err(|error| format!("the request cannot be signed: {error}"))?.into_parts();
             instructions.apply_to_request_http1x(&mut request);
         }
-        // Marked so that no `Debug` of the request (hyper's, at TRACE) prints them.
+        // Marked so that no `Debug` of the request prints them (h1 writes the bytes and logs nothing;
+        // the aws-sigv4 path and the tests handle the request as an `http::Request`).
         for secret in [http::header::AUTHORIZATION.as_str(), "x-amz-security-token"] {
             if let Some(value) = request.headers_mut().get_mut(secret) {
                 value.set_sensitive(true);
