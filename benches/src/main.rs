@@ -27,6 +27,8 @@ use crate::setup::Bench;
 
 /// The profile of a warm batch, kept by hand, that BENCHMARKS.md ends with.
 const PROFILE: &str = "benches/profile.md";
+/// Where the results go.
+const DEFAULT_OUT: &str = "BENCHMARKS.md";
 
 #[derive(Debug, Parser)]
 #[command(name = "cfn-once-bench", about = "cfn-once side by side with crhelper + Powertools idempotency")]
@@ -46,11 +48,16 @@ struct Args {
     /// The peer's Python, with benches/python/requirements.txt installed.
     #[arg(long, value_name = "PATH", default_value = ".venv-bench/bin/python")]
     peer_python: PathBuf,
+    /// An A/B of two Rust builds: this build runs in the peer's place, with the Rust function's
+    /// environment, and the "Python" column and the ratios are its (ratio > 1: it is the slower).
+    /// Nothing is written unless --out names a file other than BENCHMARKS.md.
+    #[arg(long, value_name = "PATH")]
+    against: Option<PathBuf>,
     /// The Python with moto[server] (`make venv`).
     #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
     moto_python: PathBuf,
     /// Where to write the results (not in quick mode).
-    #[arg(long, value_name = "PATH", default_value = "BENCHMARKS.md")]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_OUT)]
     out: PathBuf,
     /// criterion's output for the hot path (`cargo bench --bench hot_path`), put in BENCHMARKS.md.
     #[arg(long, value_name = "PATH")]
@@ -111,8 +118,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
-    let bench =
+    let mut bench =
         Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python, args.rust_roots == "system").await?;
+    if let Some(against) = &args.against {
+        bench.against = Some(
+            std::fs::canonicalize(against)
+                .map_err(|error| anyhow::anyhow!("--against {}: {error}", against.display()))?,
+        );
+        eprintln!("A/B: {} in the peer's column", against.display());
+    }
     eprintln!(
         "benchmarking {} pairs ({} warm batches of 10 each) on {}; functions log to {}",
         args.pairs,
@@ -135,7 +149,9 @@ async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
         println!("{}\n", report.table());
         reports.push(report);
     }
-    if !args.quick {
+    // An A/B never replaces BENCHMARKS.md: it writes only where --out says.
+    let default_out = args.against.is_some() && args.out == std::path::Path::new(DEFAULT_OUT);
+    if !args.quick && !default_out {
         let micro = match &args.microbenchmarks {
             Some(path) => report::criterion_times(&std::fs::read_to_string(path)?),
             None => Vec::new(),

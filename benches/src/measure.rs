@@ -416,9 +416,12 @@ fn spawn(
     tag: &str,
 ) -> anyhow::Result<Child> {
     let log = std::fs::File::create(bench.log_dir().join(format!("{tag}.log")))?;
-    let mut command = match side {
-        Side::Rust => Command::new(&bench.rust_binary),
-        Side::Python => {
+    // With `--against`, the peer's place is a second Rust build's, with the Rust environment.
+    let rust = side == Side::Rust || bench.against.is_some();
+    let mut command = match (side, &bench.against) {
+        (Side::Rust, _) => Command::new(&bench.rust_binary),
+        (Side::Python, Some(against)) => Command::new(against),
+        (Side::Python, None) => {
             let mut command = Command::new(&bench.peer_python);
             command.args(["-m", "awslambdaric", "handler.lambda_handler"]).current_dir(&bench.peer_dir);
             command
@@ -452,29 +455,26 @@ fn spawn(
             command.env(name, value);
         }
     }
-    match side {
-        Side::Rust => {
-            // The template's environment for the primary, then the names of this run's resources.
-            command
-                .envs(&bench.template_env)
-                .env("CFN_ONCE_ROLE", "primary")
-                .env("CFN_ONCE_TABLE", &bench.lease_table)
-                .env("CFN_ONCE_TOPIC_ARNS", TOPIC_ARN)
-                .env("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), bench.bucket))
-                // Its production roots (compiled in, or the system store with --rust-roots
-                // system) and the run's CA.
-                .env("SSL_CERT_FILE", bundle(tag, "rust", bench.stores.rust.as_deref(), front)?);
-        }
-        Side::Python => {
-            command
-                .env("BENCH_IDEMPOTENCY_TABLE", &bench.idempotency_table)
-                .env("POWERTOOLS_SERVICE_NAME", "cfn-bench")
-                .env("LAMBDA_TASK_ROOT", &bench.peer_dir)
-                // botocore's bundle and OpenSSL's default store (crhelper's PUT context), each
-                // with the run's CA added.
-                .env("AWS_CA_BUNDLE", bundle(tag, "botocore", Some(&bench.stores.botocore), front)?)
-                .env("SSL_CERT_FILE", bundle(tag, "openssl", Some(&bench.stores.openssl_default), front)?);
-        }
+    if rust {
+        // The template's environment for the primary, then the names of this run's resources.
+        command
+            .envs(&bench.template_env)
+            .env("CFN_ONCE_ROLE", "primary")
+            .env("CFN_ONCE_TABLE", &bench.lease_table)
+            .env("CFN_ONCE_TOPIC_ARNS", TOPIC_ARN)
+            .env("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", front.url(), bench.bucket))
+            // Its production roots (compiled in, or the system store with --rust-roots
+            // system) and the run's CA.
+            .env("SSL_CERT_FILE", bundle(tag, "rust", bench.stores.rust.as_deref(), front)?);
+    } else {
+        command
+            .env("BENCH_IDEMPOTENCY_TABLE", &bench.idempotency_table)
+            .env("POWERTOOLS_SERVICE_NAME", "cfn-bench")
+            .env("LAMBDA_TASK_ROOT", &bench.peer_dir)
+            // botocore's bundle and OpenSSL's default store (crhelper's PUT context), each
+            // with the run's CA added.
+            .env("AWS_CA_BUNDLE", bundle(tag, "botocore", Some(&bench.stores.botocore), front)?)
+            .env("SSL_CERT_FILE", bundle(tag, "openssl", Some(&bench.stores.openssl_default), front)?);
     }
     command
         .stdin(Stdio::null())

@@ -22,6 +22,8 @@ pub struct Bench {
     pub bucket: String,
     pub rust_binary: PathBuf,
     pub peer_python: PathBuf,
+    /// A second Rust build run in the peer's place (`--against`): an A/B of two builds.
+    pub against: Option<PathBuf>,
     pub peer_dir: PathBuf,
     log_dir: PathBuf,
     /// Checks answers directly on moto (not through a run's counting proxy).
@@ -96,6 +98,7 @@ impl Bench {
             idempotency_table,
             bucket,
             rust_binary: std::fs::canonicalize(rust_binary)?,
+            against: None,
             peer_python: std::path::absolute(peer_python)?,
             peer_dir,
             log_dir,
