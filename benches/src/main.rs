@@ -118,13 +118,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
-    let mut bench =
-        Bench::start(&args.moto_python, &args.rust_binary, &args.peer_python, args.rust_roots == "system").await?;
+    let bench = Bench::start(
+        &args.moto_python,
+        &args.rust_binary,
+        &args.peer_python,
+        args.against.as_deref(),
+        args.rust_roots == "system",
+    )
+    .await?;
     if let Some(against) = &args.against {
-        bench.against = Some(
-            std::fs::canonicalize(against)
-                .map_err(|error| anyhow::anyhow!("--against {}: {error}", against.display()))?,
-        );
         eprintln!("A/B: {} in the peer's column", against.display());
     }
     eprintln!(
@@ -150,8 +152,11 @@ async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
         reports.push(report);
     }
     // An A/B never replaces BENCHMARKS.md: it writes only where --out says.
-    let default_out = args.against.is_some() && args.out == std::path::Path::new(DEFAULT_OUT);
-    if !args.quick && !default_out {
+    let ab_without_out = args.against.is_some() && args.out == std::path::Path::new(DEFAULT_OUT);
+    if ab_without_out && !args.quick {
+        eprintln!("A/B: nothing written (give --out <file> to keep the report)");
+    }
+    if !args.quick && !ab_without_out {
         let micro = match &args.microbenchmarks {
             Some(path) => report::criterion_times(&std::fs::read_to_string(path)?),
             None => Vec::new(),

@@ -417,11 +417,13 @@ fn spawn(
 ) -> anyhow::Result<Child> {
     let log = std::fs::File::create(bench.log_dir().join(format!("{tag}.log")))?;
     // With `--against`, the peer's place is a second Rust build's, with the Rust environment.
-    let rust = side == Side::Rust || bench.against.is_some();
-    let mut command = match (side, &bench.against) {
-        (Side::Rust, _) => Command::new(&bench.rust_binary),
-        (Side::Python, Some(against)) => Command::new(against),
-        (Side::Python, None) => {
+    let rust_binary = match side {
+        Side::Rust => Some(&bench.rust_binary),
+        Side::Python => bench.against.as_ref(),
+    };
+    let mut command = match rust_binary {
+        Some(binary) => Command::new(binary),
+        None => {
             let mut command = Command::new(&bench.peer_python);
             command.args(["-m", "awslambdaric", "handler.lambda_handler"]).current_dir(&bench.peer_dir);
             command
@@ -455,7 +457,7 @@ fn spawn(
             command.env(name, value);
         }
     }
-    if rust {
+    if rust_binary.is_some() {
         // The template's environment for the primary, then the names of this run's resources.
         command
             .envs(&bench.template_env)

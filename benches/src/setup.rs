@@ -57,13 +57,17 @@ impl Bench {
         moto_python: &Path,
         rust_binary: &Path,
         peer_python: &Path,
+        against: Option<&Path>,
         rust_system_roots: bool,
     ) -> anyhow::Result<Self> {
         for (path, hint) in [
             (rust_binary, "build it: cargo build --release -p cfn-once --bin cfn-once-lambda (make bench does)"),
             (peer_python, "create it: make bench-venv"),
             (moto_python, "create it: make venv"),
-        ] {
+        ]
+        .into_iter()
+        .chain(against.map(|path| (path, "--against: build it, or name another binary")))
+        {
             anyhow::ensure!(path.exists(), "{} does not exist: {hint}", path.display());
         }
         let moto = MotoServer::start(moto_python)?;
@@ -98,7 +102,7 @@ impl Bench {
             idempotency_table,
             bucket,
             rust_binary: std::fs::canonicalize(rust_binary)?,
-            against: None,
+            against: against.map(std::fs::canonicalize).transpose()?,
             peer_python: std::path::absolute(peer_python)?,
             peer_dir,
             log_dir,
