@@ -144,6 +144,11 @@ pub struct Sample {
     pub first_calls: BTreeMap<String, usize>,
     /// TLS connections the function opened over the whole run (handshakes the front completed).
     pub tls_handshakes: u64,
+    /// Of those, the handshakes that resumed an earlier session (no certificate verified).
+    pub tls_resumed: u64,
+    /// Each warm batch's CPU per record, in order: the first warm batch is the first to run ten
+    /// records at once, so it opens most of the process's connections.
+    pub warm_batch_cpu_ms_per_request: Vec<f64>,
     /// The first request: handed out → its response PUT stored (the proxy relayed S3's reply).
     pub first_answer_ms: f64,
     /// Warm requests: their batch handed out → each one's PUT stored, the median.
@@ -156,7 +161,7 @@ pub struct Sample {
 impl Sample {
     pub fn one_line(&self) -> String {
         format!(
-            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU, answered in {:.1} ms after {} round trips), warm {:.2} ms ({:.2} ms CPU)/request (answered in {:.1} ms), RSS {:.1} MiB, {} TLS handshakes",
+            "cold {:.1} ms, first {:.1} ms ({:.1} ms CPU, answered in {:.1} ms after {} round trips), warm {:.2} ms ({:.2} ms CPU)/request (answered in {:.1} ms; CPU per request by batch {}), RSS {:.1} MiB, {} TLS handshakes ({} resumed)",
             self.cold_start_ms,
             self.first_alone_ms,
             self.first_cpu_ms,
@@ -165,8 +170,10 @@ impl Sample {
             self.warm_ms_per_request,
             self.warm_cpu_ms_per_request,
             self.warm_answer_ms,
+            self.warm_batch_cpu_ms_per_request.iter().map(|ms| format!("{ms:.2}")).collect::<Vec<_>>().join(" / "),
             self.peak_rss_mib,
-            self.tls_handshakes
+            self.tls_handshakes,
+            self.tls_resumed
         )
     }
 }
@@ -233,6 +240,7 @@ pub async fn run_once(
     // Every call went over TLS (the function knows no endpoint but the front's) and no
     // handshake failed, so the run measured the production path and no call was refused.
     let (tls_handshakes, refused) = (front.handshakes_completed(), front.handshakes_failed());
+    let tls_resumed = front.handshakes_resumed();
     if tls_handshakes == 0 || refused > 0 {
         bail!("{}: {tls_handshakes} TLS handshakes completed and {refused} failed at the TLS front", side.name());
     }
@@ -328,6 +336,8 @@ pub async fn run_once(
         warm_calls,
         first_calls,
         tls_handshakes,
+        tls_resumed,
+        warm_batch_cpu_ms_per_request: warm.iter().map(|((_, h), (_, p))| cpu_ms(*h, *p) / BATCH as f64).collect(),
         first_answer_ms: ms(first_handed, first_put_stored),
         warm_answer_ms,
         first_round_trips_before_put,

@@ -22,7 +22,7 @@ impl Default for Report {
 /// One figure: its name, its unit, and how to read it off a sample.
 type Figure = (&'static str, &'static str, fn(&Sample) -> f64);
 
-const FIGURES: [Figure; 14] = [
+const FIGURES: [Figure; 15] = [
     ("time to answer, first request (handed out → PUT stored)", "ms", |s| s.first_answer_ms),
     ("  AWS round trips it waited for before its PUT", "", |s| s.first_round_trips_before_put as f64),
     ("time to answer, warm requests (batch handed out → PUT stored, median)", "ms", |s| s.warm_answer_ms),
@@ -37,6 +37,7 @@ const FIGURES: [Figure; 14] = [
     ("warm handler CPU per request", "ms", |s| s.warm_cpu_ms_per_request),
     ("peak RSS (VmHWM)", "MiB", |s| s.peak_rss_mib),
     ("TLS handshakes per process life", "", |s| s.tls_handshakes as f64),
+    ("  of which resumed a session (no certificate verified)", "", |s| s.tls_resumed as f64),
 ];
 
 /// `(min, median, max)`.

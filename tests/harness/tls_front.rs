@@ -112,6 +112,12 @@ impl TlsFront {
         self.counts.completed.load(Ordering::SeqCst)
     }
 
+    /// Of the handshakes completed so far, those that resumed an earlier session (a TLS 1.3
+    /// ticket): no certificate was sent or verified.
+    pub fn handshakes_resumed(&self) -> u64 {
+        self.counts.resumed.load(Ordering::SeqCst)
+    }
+
     /// Handshakes that failed so far: the client refused the certificate, spoke something other
     /// than TLS, or went quiet past the handshake timeout.
     pub fn handshakes_failed(&self) -> u64 {
@@ -134,6 +140,7 @@ impl Drop for TlsFront {
 #[derive(Debug, Default)]
 struct Counts {
     completed: AtomicU64,
+    resumed: AtomicU64,
     failed: AtomicU64,
 }
 
@@ -190,6 +197,9 @@ async fn relay(client: TcpStream, acceptor: &TlsAcceptor, upstream: &str, counts
         return Ok(());
     };
     counts.completed.fetch_add(1, Ordering::SeqCst);
+    if tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        counts.resumed.fetch_add(1, Ordering::SeqCst);
+    }
     let mut plain = tokio::time::timeout(UPSTREAM_CONNECT_TIMEOUT, TcpStream::connect(upstream))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "the upstream did not accept in time"))??;
