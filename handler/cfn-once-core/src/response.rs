@@ -119,6 +119,12 @@ pub fn is_failed_create_id(physical_resource_id: &str) -> bool {
 
 /// Shapes `outcome` into the exact bytes to commit and PUT, within [`BODY_BYTES_MAX`].
 pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
+    build_with_status(request, outcome).0
+}
+
+/// [`build`], and the status the bytes carry (which may be FAILED for a SUCCESS outcome whose id
+/// or Data cannot be sent), so that whoever sends them need not parse them back.
+pub fn build_with_status(request: &Request, outcome: Outcome) -> (Vec<u8>, Status) {
     let request_digest = short_digest(&[&request.key.stack_id, &request.key.request_id]);
     let existing_id = request.physical_resource_id().filter(|id| !id.is_empty()).map(str::to_owned);
     // Update and Delete keep the id they were sent. A Create gets the marker id only when no
@@ -159,7 +165,7 @@ pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
 
     let bytes = to_bytes(&body);
     if bytes.len() <= BODY_BYTES_MAX {
-        return bytes;
+        return (bytes, body.status);
     }
     if body.status == Status::Success {
         let data_bytes = serde_json::to_vec(&body.data).map(|d| d.len()).unwrap_or(usize::MAX);
@@ -178,7 +184,8 @@ pub fn build(request: &Request, outcome: Outcome) -> Vec<u8> {
             ),
         );
     }
-    shorten_reason(body)
+    let status = body.status;
+    (shorten_reason(body), status)
 }
 
 fn failed_body(request: &Request, physical_resource_id: String, reason: String) -> ResponseBody {
@@ -336,8 +343,10 @@ mod tests {
     #[test]
     fn physical_id_table() {
         let check = |request: Request, outcome: Outcome, expected_status: Status, expected_id: &str| {
-            let body = parsed(&build(&request, outcome));
+            let (bytes, status) = build_with_status(&request, outcome);
+            let body = parsed(&bytes);
             assert_eq!((body.status, body.physical_resource_id.as_str()), (expected_status, expected_id));
+            assert_eq!(status, body.status, "the status given is the one the bytes carry");
         };
         let default_create = default_physical_id(&request("Create", None));
         assert!(default_create.starts_with("Thing-"));
@@ -361,6 +370,10 @@ mod tests {
         assert_eq!(empty.physical_resource_id, default_create, "the provider ran");
         let huge = parsed(&build(&request("Update", Some("old")), success(Some(&"x".repeat(1025)), BTreeMap::new())));
         assert_eq!((huge.status, huge.physical_resource_id.as_str()), (Status::Failed, "old"));
+        // A success whose Data cannot fit is answered FAILED, and says so.
+        let data: BTreeMap<String, Value> = [("big".to_owned(), json!("x".repeat(5000)))].into();
+        let (bytes, status) = build_with_status(&request("Create", None), success(None, data));
+        assert_eq!((status, parsed(&bytes).status), (Status::Failed, Status::Failed));
     }
 
     #[test]

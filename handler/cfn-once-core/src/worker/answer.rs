@@ -19,7 +19,7 @@ use crate::vocabulary::{Disposition, Done};
 impl Worker {
     /// Builds the body, commits it under `fence`, and sends what was committed.
     pub(super) async fn commit_and_send(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
-        let body = response::build(job.request, outcome);
+        let (body, status) = response::build_with_status(job.request, outcome);
         // The commit leaves room for one PUT attempt and the delivery record.
         let commit_end_ms = job.budget.commit_end_ms();
         let committed = match self.commit(job.request, fence, &body, commit_end_ms).await {
@@ -31,7 +31,9 @@ impl Worker {
             Err(error) => return self.retry(job, format!("could not commit the response: {error}")),
         };
         tracing::info!(bytes = committed.len(), "response committed");
-        match self.send_answer(job, fence, &committed).await {
+        // What the store holds is `body` (a reply lost after the commit reads it back), so its
+        // status is the one just built.
+        match self.send_answer(job, fence, &committed, Some(status)).await {
             Ok(status) => Disposition::Done(Done::Answered { fence, status }),
             Err(error) => self.retry(job, error.to_string()),
         }
@@ -60,8 +62,15 @@ impl Worker {
 
     /// Sends a committed answer: PUTs the committed bytes, then records the delivery, retried
     /// within the invocation (if it still cannot be recorded, a duplicate that finds it
-    /// unrecorded only PUTs the same bytes again). Returns the status the body carries.
-    pub(super) async fn send_answer(&self, job: &Job<'_>, fence: u64, committed: &[u8]) -> Result<Status, PutError> {
+    /// unrecorded only PUTs the same bytes again). Returns the status the body carries: `status`
+    /// when the caller built the body, else read from the bytes.
+    pub(super) async fn send_answer(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        committed: &[u8],
+        status: Option<Status>,
+    ) -> Result<Status, PutError> {
         let work_end_ms = job.budget.work_end_ms();
         // The last PUT attempt ends in time to record the delivery.
         let stop_at_ms = job.budget.put_stop_at_ms();
@@ -85,7 +94,8 @@ impl Worker {
             }
         };
         let now_ms = self.clock.now_ms();
-        let status = ResponseBody::parse(committed).map(|b| b.status).unwrap_or(Status::Failed);
+        let status =
+            status.unwrap_or_else(|| ResponseBody::parse(committed).map(|body| body.status).unwrap_or(Status::Failed));
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, "response delivered");
