@@ -75,8 +75,11 @@ where
     ) -> std::fmt::Result {
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        let fields = serde_json::to_string(&event.field_map()).map_err(|_| std::fmt::Error)?;
-        write!(writer, "{{\"level\":\"{}\",\"fields\":{fields}", meta.level().as_str())?;
+        writer.write_str("{\"level\":\"")?;
+        writer.write_str(meta.level().as_str())?;
+        writer.write_str("\",\"fields\":")?;
+        // Serialized into a buffer the thread keeps, not into a new string for each line.
+        write_serialized(&mut writer, &event.field_map())?;
         let current = event.parent().and_then(|id| ctx.span(id)).or_else(|| ctx.lookup_current());
         if let Some(span) = &current {
             writer.write_str(",\"span\":")?;
@@ -109,8 +112,46 @@ where
         writer.write_str(inner)?;
         writer.write_char(',')?;
     }
-    let name = serde_json::to_string(span.name()).map_err(|_| std::fmt::Error)?;
-    write!(writer, "\"name\":{name}}}")
+    writer.write_str("\"name\":")?;
+    write_json_string(writer, span.name())?;
+    writer.write_char('}')
+}
+
+/// `text` as a JSON string, as serde_json writes it: as it is, between quotes, when nothing in
+/// it needs an escape (span names are identifiers), else through serde_json.
+fn write_json_string(writer: &mut Writer<'_>, text: &str) -> std::fmt::Result {
+    if text.bytes().all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\') {
+        writer.write_char('"')?;
+        writer.write_str(text)?;
+        writer.write_char('"')
+    } else {
+        write_serialized(writer, text)
+    }
+}
+
+/// The largest serialization buffer a thread keeps between log lines.
+const KEPT_BUFFER_BYTES_MAX: usize = 16 << 10;
+
+/// `value` as serde_json writes it, through a buffer the thread keeps from line to line.
+fn write_serialized<T: serde::Serialize + ?Sized>(writer: &mut Writer<'_>, value: &T) -> std::fmt::Result {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with(|buffer| {
+        // A line written while another is being formatted (a field's `Debug` that logs) gets a
+        // buffer of its own.
+        let mut own = Vec::new();
+        let mut borrowed = buffer.try_borrow_mut();
+        let bytes = borrowed.as_deref_mut().unwrap_or(&mut own);
+        bytes.clear();
+        serde_json::to_writer(&mut *bytes, value).map_err(|_| std::fmt::Error)?;
+        let written = writer.write_str(std::str::from_utf8(bytes).map_err(|_| std::fmt::Error)?);
+        if bytes.capacity() > KEPT_BUFFER_BYTES_MAX {
+            // One huge line does not pin its buffer for the process's life.
+            *bytes = Vec::new();
+        }
+        written
+    })
 }
 
 /// Installs the JSON subscriber on stdout for the process, and routes the `log` crate's records
@@ -185,7 +226,8 @@ mod tests {
         let _record = record.enter();
         tracing::warn!(
             delay_s = 30,
-            why = "a \"quoted\"\nline",
+            why = "a \"quoted\"\nline, not ASCII: café ☃ 🎉 \u{7}",
+            shown = ?"débogué \"☃\"",
             ratio = 0.5,
             flag = true,
             "message will be seen again"
@@ -200,6 +242,10 @@ mod tests {
         tracing::info!(fence = 7, took_over = false, "lease acquired");
         tracing::error!(error = %std::io::Error::other("boom"), detail = ?Some("x"), "failed");
         tracing::info!(parent: &invoke, "explicit parent");
+        let odd = tracing::info_span!("odd \"name\" é");
+        let _odd = odd.enter();
+        tracing::info!("in a span whose name needs escapes");
+        drop(_odd);
         let empty = tracing::info_span!("empty");
         let _empty = empty.enter();
         tracing::info!("in a span without fields");
@@ -224,7 +270,7 @@ mod tests {
         tracing::subscriber::with_default(json_subscriber(LevelFilter::TRACE, move || writer.clone()), script);
         let (stock, ours) = (stock.0.lock().expect("stock").clone(), ours.0.lock().expect("ours").clone());
         let (stock, ours) = (String::from_utf8(stock).expect("utf-8"), String::from_utf8(ours).expect("utf-8"));
-        assert_eq!(stock.lines().count(), 6, "the script logs six lines: {stock}");
+        assert_eq!(stock.lines().count(), 7, "the script logs seven lines: {stock}");
         for (line, (expected, got)) in stock.lines().zip(ours.lines()).enumerate() {
             assert_eq!(got, expected, "line {line}");
         }
