@@ -285,6 +285,22 @@ mod tests {
         Ok((String::from_utf8_lossy(&reply).into_owned(), alpn))
     }
 
+    /// A client that keeps its configuration (and so its session cache) resumes its session on
+    /// its second connection, and the front counts that handshake as resumed.
+    #[test]
+    fn a_second_connection_of_one_client_resumes_and_is_counted() {
+        let dir = scratch_dir();
+        let front = TlsFront::start(&tiny_upstream(), &dir).expect("a front");
+        let config = client_trusting(front.ca_file());
+        for _ in 0..2 {
+            let (reply, _) = get(&front, config.clone(), "127.0.0.1").expect("a reply through the front");
+            assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        }
+        assert_eq!((front.handshakes_completed(), front.handshakes_resumed(), front.handshakes_failed()), (2, 1, 0));
+        drop(front);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[test]
     fn a_client_trusting_the_ca_gets_through_by_ip_and_by_name() {
         let dir = scratch_dir();
@@ -298,6 +314,7 @@ mod tests {
             assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]), "ALPN settles on http/1.1");
         }
         assert_eq!((front.handshakes_completed(), front.handshakes_failed()), (2, 0));
+        assert_eq!(front.handshakes_resumed(), 0, "each client was new: nothing to resume");
         let ca_file = front.ca_file().to_owned();
         drop(front);
         assert!(!ca_file.exists(), "the CA file goes with the front");
