@@ -105,6 +105,12 @@ impl ResponseBody {
     }
 }
 
+/// The status committed bytes carry, read back; bytes that are not a response body count as
+/// FAILED. For bytes this process did not just build ([`build_with_status`] gives theirs).
+pub fn status_of(bytes: &[u8]) -> Status {
+    ResponseBody::parse(bytes).map_or(Status::Failed, |body| body.status)
+}
+
 /// The PhysicalResourceId a Create gets when its provider chose none: derived from the stack,
 /// the logical id and the request, so every region computes the same one.
 pub fn default_physical_id(request: &Request) -> String {
@@ -374,6 +380,16 @@ mod tests {
         let data: BTreeMap<String, Value> = [("big".to_owned(), json!("x".repeat(5000)))].into();
         let (bytes, status) = build_with_status(&request("Create", None), success(None, data));
         assert_eq!((status, parsed(&bytes).status), (Status::Failed, Status::Failed));
+    }
+
+    #[test]
+    fn status_of_reads_committed_bytes_and_counts_anything_else_as_failed() {
+        let (success_bytes, _) = build_with_status(&request("Create", None), success(None, BTreeMap::new()));
+        let (failed_bytes, _) = build_with_status(&request("Create", None), Outcome::failed("nope"));
+        assert_eq!(status_of(&success_bytes), Status::Success);
+        assert_eq!(status_of(&failed_bytes), Status::Failed);
+        assert_eq!(status_of(&success_bytes[..success_bytes.len() - 1]), Status::Failed, "cut short");
+        assert_eq!(status_of(b"not json"), Status::Failed);
     }
 
     #[test]

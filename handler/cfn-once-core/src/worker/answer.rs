@@ -13,7 +13,7 @@ use crate::lease::{Conditional, LeaseState, StoreError};
 use crate::metrics::MetricEvent;
 use crate::put::{PutError, put_with_retries};
 use crate::request::Request;
-use crate::response::{self, Outcome, ResponseBody, Status};
+use crate::response::{self, Outcome, Status};
 use crate::vocabulary::{Disposition, Done};
 
 impl Worker {
@@ -33,7 +33,7 @@ impl Worker {
         tracing::info!(bytes = committed.len(), "response committed");
         // What the store holds is `body` (a reply lost after the commit reads it back), so its
         // status is the one just built.
-        match self.send_answer(job, fence, &committed, Some(status)).await {
+        match self.send_answer(job, fence, &committed, status).await {
             Ok(status) => Disposition::Done(Done::Answered { fence, status }),
             Err(error) => self.retry(job, error.to_string()),
         }
@@ -62,14 +62,14 @@ impl Worker {
 
     /// Sends a committed answer: PUTs the committed bytes, then records the delivery, retried
     /// within the invocation (if it still cannot be recorded, a duplicate that finds it
-    /// unrecorded only PUTs the same bytes again). Returns the status the body carries: `status`
-    /// when the caller built the body, else read from the bytes.
+    /// unrecorded only PUTs the same bytes again). `status` is the one `committed` carries (for
+    /// the metrics and the log line); it is returned once the bytes are delivered.
     pub(super) async fn send_answer(
         &self,
         job: &Job<'_>,
         fence: u64,
         committed: &[u8],
-        status: Option<Status>,
+        status: Status,
     ) -> Result<Status, PutError> {
         let work_end_ms = job.budget.work_end_ms();
         // The last PUT attempt ends in time to record the delivery.
@@ -94,8 +94,6 @@ impl Worker {
             }
         };
         let now_ms = self.clock.now_ms();
-        let status =
-            status.unwrap_or_else(|| ResponseBody::parse(committed).map(|body| body.status).unwrap_or(Status::Failed));
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, "response delivered");

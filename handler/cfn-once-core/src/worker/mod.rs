@@ -328,7 +328,7 @@ impl Worker {
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);
                     tracing::info!("found a committed response that was never delivered; sending the stored bytes");
-                    return match self.send_answer(&job, fence, &response, None).await {
+                    return match self.send_answer(&job, fence, &response, crate::response::status_of(&response)).await {
                         Ok(_) => Disposition::Done(Done::Replayed { fence }),
                         Err(error) => self.retry(&job, error.to_string()),
                     };
