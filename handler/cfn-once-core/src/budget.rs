@@ -299,18 +299,14 @@ impl<'a> Budget<'a> {
         self.deadline.at_ms.saturating_sub(self.settings.lease_end_before_deadline_ms()).saturating_sub(1)
     }
 
-    /// The end of a lease taken or extended at `now_ms`: a lease's length, cut at the cap. Past
-    /// the cap (a delivery answering inside the margin), just long enough for the answer: a
-    /// crash there cannot be made up for in time anyway, and a lease keeps two answering
-    /// deliveries from taking it from each other in turn.
+    /// The end of a lease taken at `now_ms`: a lease's length, cut at the cap. A lease taken at
+    /// or past the cap (a delivery answering inside the margin, which runs no provider) ends at
+    /// the cap too, so it is already expired for everyone else: a holder that freezes or dies
+    /// there blocks nobody, and any other delivery still in time takes it over under a higher
+    /// fence and answers. Two answering deliveries may then take it from each other, which
+    /// costs the earlier one a refused commit (the fence keeps one answer), never the answer.
     pub(crate) fn lease_until_ms(&self, now_ms: u64) -> u64 {
-        let settings = self.settings;
-        let cap_ms = self.lease_cap_ms();
-        if now_ms < cap_ms {
-            (now_ms + settings.lease_ms).min(cap_ms)
-        } else {
-            now_ms + settings.lease_ms.min(settings.answer_ms())
-        }
+        (now_ms + self.settings.lease_ms).min(self.lease_cap_ms())
     }
 
     /// The end a heartbeat at `now_ms` extends the lease to: never past the request's lease

@@ -832,6 +832,41 @@ fn l1_no_lease_outlives_the_point_where_a_taker_over_can_still_answer() {
 }
 
 #[test]
+fn l1_a_lease_taken_inside_the_margin_blocks_no_other_region() {
+    // The simulator's seeds 29218, 92492, 103658, 162857, 548281, 686171 and 715436: a delivery
+    // that took the lease inside the margin (to answer FAILED) froze or died there, and its
+    // lease, which ran a full answer's time past its taking, kept the healthy region backing off
+    // until after the deadline.
+    let h = Harness::new();
+    let body = echo_create(json!({"ServiceTimeout": "300"}));
+    let sent_ms = h.clock.now_ms() - 292_000;
+    let deadline_ms = sent_ms + 300_000;
+    let east = h.worker_with(deployed_leases("us-east-1", Role::Primary), Arc::new(FixedActivity(Activity::Active)));
+    let west = h.worker_with(deployed_leases("us-west-2", Role::Secondary), Arc::new(FixedActivity(Activity::Standby)));
+    // East takes the lease 8 s before the deadline, then dies before its commit lands.
+    h.store.inject(Op::Commit, Fault::Stall);
+    let invocation = h.invocation(900_000);
+    let delivery = QueueRecord { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) };
+    let crashed = drive_until(&h.clock, east.handle(delivery, &invocation), || !h.memory.snapshot().is_empty());
+    assert!(crashed.is_none(), "east died holding the lease");
+    let taken = h.record();
+    assert_eq!((taken.state, taken.fence), (LeaseState::Running, 1));
+    assert!(
+        taken.lease_until_ms + 2_000 < deadline_ms - 20_000,
+        "a lease taken in the margin ends {} ms before the deadline: others cannot take it over",
+        deadline_ms.saturating_sub(taken.lease_until_ms)
+    );
+    // West's copy a second later takes it over at once and answers, 7 s before the deadline.
+    h.clock.advance_ms(1_000);
+    let invocation = h.invocation(900_000);
+    let delivery = QueueRecord { body: Some(&body), receive_count: 1, sent_ms: Some(sent_ms) };
+    let done = drive(&h.clock, west.handle(delivery, &invocation));
+    assert_eq!(answered(&done), (2, Status::Failed), "{done:?}");
+    assert!(h.clock.now_ms() < deadline_ms);
+    assert_eq!(h.sink.bodies(URL).len(), 1);
+}
+
+#[test]
 fn l1_a_provider_stops_where_its_lease_must_end_and_heartbeats_never_pass_it() {
     let h = Harness::new();
     let east = h.worker_with(deployed_leases("us-east-1", Role::Primary), Arc::new(FixedActivity(Activity::Active)));
