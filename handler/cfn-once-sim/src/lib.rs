@@ -69,6 +69,74 @@ mod tests {
         assert!(found.is_empty(), "{found:?}");
     }
 
+    /// Replays `seed` and fails with its trace's violations if it broke an invariant.
+    fn replays_clean(seed: u64) {
+        let outcome = run_seed(seed, MRSC, false);
+        assert!(outcome.violations.is_empty(), "seed {seed} ({}): {:?}", outcome.story, outcome.violations);
+    }
+
+    // The seeds a million-seed run found that 10,000 never reach. L1: a delivery took the lease
+    // inside the deadline margin to answer FAILED and froze or died there; its lease lasted an
+    // answer's time (14 s) and the skew margin past its taking, so the healthy region's copy
+    // backed off until after the deadline. A lease taken inside the margin now ends at the lease
+    // cap, expired for everyone else (`Budget::lease_until_ms`).
+
+    #[test]
+    fn seed_29218_l1_a_frozen_standby_primary_answering_in_the_margin_blocks_the_secondary() {
+        replays_clean(29_218);
+    }
+
+    #[test]
+    fn seed_92492_l1_a_frozen_secondary_poll_in_the_margin_blocks_the_primary() {
+        replays_clean(92_492);
+    }
+
+    #[test]
+    fn seed_103658_l1_a_frozen_primary_in_the_margin_blocks_the_secondary() {
+        replays_clean(103_658);
+    }
+
+    #[test]
+    fn seed_162857_l1_a_frozen_secondary_in_the_margin_blocks_the_primary() {
+        replays_clean(162_857);
+    }
+
+    #[test]
+    fn seed_548281_l1_a_crashed_primary_in_the_margin_blocks_the_secondary() {
+        replays_clean(548_281);
+    }
+
+    #[test]
+    fn seed_686171_l1_a_frozen_primary_in_the_margin_blocks_its_own_region_too() {
+        replays_clean(686_171);
+    }
+
+    #[test]
+    fn seed_715436_l1_a_frozen_primary_in_the_margin_blocks_the_secondary() {
+        replays_clean(715_436);
+    }
+
+    // DRAIN: a drained primary, frozen after taking a lease, answered FAILED near (or past) its
+    // own attempt's deadline, which the decision table asks of every region; by then a retried
+    // deployment reusing the RequestId held the record, and the check read that attempt's
+    // deadline, an hour away. The check now reads the deadline of the attempt the lease was
+    // taken for (`stores::tests` holds it to both sides).
+
+    #[test]
+    fn seed_188852_drain_a_drained_primary_answers_its_own_attempt_in_the_margin() {
+        replays_clean(188_852);
+    }
+
+    #[test]
+    fn seed_376954_drain_a_drained_primary_answers_its_own_attempt_past_its_deadline() {
+        replays_clean(376_954);
+    }
+
+    #[test]
+    fn seed_430635_drain_a_drained_primary_answers_its_own_attempt_after_a_retry() {
+        replays_clean(430_635);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found = violations(Options { mode: StoreMode::Mrsc, planted_bug: true }, 0..1_000);

@@ -44,14 +44,26 @@ pub struct Observed {
     pub invocations_started: BTreeMap<String, u64>,
     /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
     pub deadlines: BTreeMap<Fingerprint, u64>,
-    /// Leases a drained primary took for new work before its control answered, by key: the
-    /// fence, which must be given back before anything is done under it (the drain check), and
-    /// when the invocation that took it started (elapsed ms).
-    pub to_give_back: BTreeMap<RequestKey, (u64, u64)>,
+    /// Leases a drained primary took for new work before its control answered, by key.
+    pub to_give_back: BTreeMap<RequestKey, GiveBack>,
     /// When the control told the primary "active" (elapsed ms), every time: a record that asks
     /// beside its acquire may be answered "active" after its invocation started, and then keeps
     /// its lease rightly.
     pub primary_told_active: Vec<u64>,
+}
+
+/// A lease a drained primary took before its control answered: it must be given back before
+/// anything is done under it (the drain check), unless its own attempt's deadline is near.
+#[derive(Debug, Clone)]
+pub struct GiveBack {
+    /// The fence the acquire took.
+    pub fence: u64,
+    /// When the invocation that took it started (elapsed ms).
+    pub started_ms: u64,
+    /// The attempt the lease was taken for. Its deadline, not that of whichever attempt the
+    /// record holds later (a retried deployment reusing the RequestId), says whether a drained
+    /// primary may answer it.
+    pub fingerprint: Fingerprint,
 }
 
 /// Shared by every simulated component of one seed.
