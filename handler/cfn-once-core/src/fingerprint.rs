@@ -16,9 +16,9 @@ pub struct Fingerprint(String);
 impl Fingerprint {
     /// The fingerprint of a request as decoded from JSON.
     pub fn of(request: &Value) -> Self {
-        let mut canonical = String::new();
+        let mut canonical = Vec::with_capacity(1_024);
         write_canonical(request, &mut canonical);
-        Self(hex_prefix(&Sha256::digest(canonical.as_bytes()), 16))
+        Self(hex_prefix(&Sha256::digest(&canonical), 16))
     }
 
     /// The fingerprint of a request kept as text (one too deeply nested to decode): its bytes,
@@ -65,35 +65,43 @@ pub fn short_digest(parts: &[&str]) -> String {
 }
 
 /// JSON with object keys sorted and no insignificant whitespace. Written by hand rather than
-/// relying on serde_json's map order, which a feature flag elsewhere in the build could change.
-fn write_canonical(value: &Value, out: &mut String) {
+/// relying on serde_json's map order, which a feature flag elsewhere in the build could change;
+/// strings and scalars are serde_json's own compact form, written straight into `out`.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.push(b'{');
             for (index, (key, item)) in entries.into_iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                write_scalar(key, out);
+                out.push(b':');
                 write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (index, item) in items.iter().enumerate() {
                 if index > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => write_scalar(scalar, out),
     }
+}
+
+/// A string or scalar in serde_json's compact form. Writing a string, number, bool or null into
+/// a `Vec` cannot fail.
+fn write_scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    let written = serde_json::to_writer(out, value);
+    debug_assert!(written.is_ok(), "a scalar serializes");
 }
 
 #[cfg(test)]
@@ -116,6 +124,23 @@ mod tests {
         let props = json!({"RequestType": "Create", "ResponseURL": "https://a", "ResourceProperties": {"N": "2"}});
         assert_ne!(Fingerprint::of(&base), Fingerprint::of(&url));
         assert_ne!(Fingerprint::of(&base), Fingerprint::of(&props));
+    }
+
+    #[test]
+    fn the_canonical_form_is_stable() {
+        // Stored records carry fingerprints: a change to the canonical form would make every
+        // stored outcome look like another attempt's. Escapes, numbers, nesting and key order.
+        let request = json!({
+            "b": [1, -2.5, true, null, {"z": "\u{1}\"\\/\n", "a": "é"}],
+            "a": {"ResponseURL": "https://x?y=1&z=2", "N": 12345678901234567890u64},
+        });
+        let mut canonical = Vec::new();
+        write_canonical(&request, &mut canonical);
+        assert_eq!(
+            String::from_utf8(canonical).expect("UTF-8"),
+            r#"{"a":{"N":12345678901234567890,"ResponseURL":"https://x?y=1&z=2"},"b":[1,-2.5,true,null,{"a":"é","z":"\u0001\"\\/\n"}]}"#
+        );
+        assert_eq!(Fingerprint::of(&request).as_str(), "103c77a03440b9664240a2673e13d542");
     }
 
     #[test]

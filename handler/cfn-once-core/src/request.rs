@@ -475,8 +475,9 @@ fn required_id(object: &Map<String, Value>, field: &'static str, bytes_max: usiz
 }
 
 fn check_length(value: &str, field: &'static str, bytes_max: usize) -> Result<(), Undeliverable> {
-    // Measured as serialized JSON, because that is what occupies the response body.
-    let bytes = Value::String(value.to_owned()).to_string().len() - 2;
+    // Measured as serialized JSON, because that is what occupies the response body; counted
+    // as serde_json writes it, without building the text.
+    let bytes = serialized_len(value).saturating_sub(2);
     if bytes > bytes_max {
         return Err(Undeliverable::TooLong { field, bytes });
     }
@@ -506,6 +507,24 @@ fn parse_request(mut request: Value) -> Result<CloudFormationCustomResourceReque
     serde_json::from_value(request).map_err(|e| format!("request is malformed: {e}"))
 }
 
+/// The bytes serde_json writes for `value`, counted rather than kept.
+fn serialized_len(value: &str) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Counting cannot fail, and a string always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// The error's category and position, never the offending text.
 fn describe_json_error(error: &serde_json::Error) -> String {
     format!("{:?} error at line {} column {}", error.classify(), error.line(), error.column())
@@ -527,6 +546,14 @@ pub fn provider_properties(properties: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_are_counted_as_serialized_json() {
+        for text in ["", "plain", "a\"b\\c", "\u{1}\n\t", "é→😀"] {
+            assert_eq!(serialized_len(text), serde_json::to_string(text).expect("a string").len(), "{text:?}");
+        }
+        assert_eq!(serialized_len("a\"\u{1}"), 2 + 1 + 2 + 6);
+    }
 
     #[test]
     fn a_stack_id_must_be_a_stack_arn() {
