@@ -13,8 +13,8 @@
 //!
 //! * the words every crate speaks: [`vocabulary`] is what the worker is given and what it says
 //!   back (`QueueRecord`, `Invocation`, `Disposition`, `Done`, `Role`);
-//! * the input: [`request`] decodes an SQS record (with [`json_scan`] for requests nested too
-//!   deep to parse), [`response_url`] validates and hides the ResponseURL, [`aws_names`] checks
+//! * the input: [`request`] decodes an SQS record (requests nested too deep to parse
+//!   included), [`response_url`] validates and hides the ResponseURL, [`aws_names`] checks
 //!   regions and DynamoDB table names, [`fingerprint`] identifies a request, [`timestamp`] reads
 //!   SNS's times, and [`deadline`] works out when a request must be answered;
 //! * the record: [`lease`] defines the lease record and the store port, [`memory_store`] is the
@@ -51,7 +51,6 @@ pub mod decision;
 pub mod doubles;
 pub mod echo;
 pub mod fingerprint;
-pub mod json_scan;
 pub mod lease;
 pub mod memory_store;
 pub mod metrics;

@@ -15,9 +15,9 @@
 //!    does not, the request is still answered, with FAILED and the parse error as Reason.
 //!
 //! A request nested deeper than the JSON parser's recursion limit (128 levels) is still
-//! answered: its top-level fields are read by a shallow scan that never descends
-//! (`json_scan::top_level_fields`), and it is answered FAILED saying so, instead of being lost to
-//! the DLQ. Either way, where the answer goes is read from the same top-level fields by the same
+//! answered: its top-level fields are read into a derived struct (`Shallow`) while serde_json
+//! skips every other value without recursing (`IgnoredAny`), and it is answered FAILED saying
+//! so, instead of being lost to the DLQ. Either way, where the answer goes is read from the same top-level fields by the same
 //! code (the request's `Address`), so a deep request is addressed exactly as a shallow one.
 //!
 //! Nothing here panics on input.
@@ -27,7 +27,6 @@ use serde_json::{Map, Value};
 
 use crate::aws_names::is_region;
 use crate::fingerprint::Fingerprint;
-use crate::json_scan::top_level_fields;
 use crate::response_url::{ResponseUrl, UrlPolicy, UrlRefused};
 
 /// The properties CloudFormation itself adds to every custom resource; providers never see them.
@@ -426,15 +425,10 @@ fn too_deep(error: &serde_json::Error) -> bool {
 /// A request too deeply nested to parse: addressed from its top-level fields and answered
 /// FAILED, since its properties cannot be read.
 fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undeliverable> {
-    let Some(fields) = top_level_fields(text) else {
+    let Some(fields) = Shallow::read(text) else {
         return Err(Undeliverable::NotJson("a deeply nested value that is not a JSON object".into()));
     };
-    let mut object = Map::new();
-    for (name, value) in fields {
-        if let Some(value) = value {
-            object.insert(name, Value::String(value));
-        }
-    }
+    let mut object = fields.into_object();
     if !object.contains_key("RequestType") && !object.contains_key("ResponseURL") {
         return Err(Undeliverable::Unrecognised);
     }
@@ -450,6 +444,100 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
         body: RequestBody::Malformed { reason, kind, physical_resource_id },
         published_ms: None,
     })
+}
+
+/// The top-level fields of a request an answer needs, read from text too deep to parse whole.
+/// Every other value, at any depth, is skipped: serde_json skips a value it is not asked to
+/// build (`IgnoredAny`) with a loop, not by recursion, so no depth is too deep, and it still
+/// checks the value is well-formed JSON (`[}` is an error).
+#[derive(Debug, Default, serde::Deserialize)]
+struct Shallow {
+    #[serde(rename = "RequestType", default)]
+    request_type: Text,
+    #[serde(rename = "ResponseURL", default)]
+    response_url: Text,
+    #[serde(rename = "StackId", default)]
+    stack_id: Text,
+    #[serde(rename = "RequestId", default)]
+    request_id: Text,
+    #[serde(rename = "LogicalResourceId", default)]
+    logical_resource_id: Text,
+    #[serde(rename = "PhysicalResourceId", default)]
+    physical_resource_id: Text,
+}
+
+impl Shallow {
+    /// The fields of `text`, if it is one well-formed JSON object.
+    fn read(text: &str) -> Option<Self> {
+        // An object at the top: serde would also take a struct from an array, by position.
+        if !text.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(text).ok()
+    }
+
+    /// The string fields, as an object `address` reads.
+    fn into_object(self) -> Map<String, Value> {
+        [
+            ("RequestType", self.request_type),
+            ("ResponseURL", self.response_url),
+            ("StackId", self.stack_id),
+            ("RequestId", self.request_id),
+            ("LogicalResourceId", self.logical_resource_id),
+            ("PhysicalResourceId", self.physical_resource_id),
+        ]
+        .into_iter()
+        .filter_map(|(name, Text(value))| Some((name.to_owned(), Value::String(value?))))
+        .collect()
+    }
+}
+
+/// A top-level value kept when it is a string; any other value is skipped without being built.
+#[derive(Debug, Default)]
+struct Text(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Text {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        struct Skip;
+        impl<'de> Visitor<'de> for Skip {
+            type Value = Text;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, value: &str) -> Result<Text, E> {
+                Ok(Text(Some(value.to_owned())))
+            }
+            fn visit_string<E>(self, value: String) -> Result<Text, E> {
+                Ok(Text(Some(value)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            // One level in, then each element or entry is skipped whole (iteratively).
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+        }
+        deserializer.deserialize_any(Skip)
+    }
 }
 
 /// serde_json's recursion limit.
@@ -748,6 +836,35 @@ mod tests {
             assert!(reason.contains("nests deeper than 128 levels"), "{reason}");
         }
         assert!(nested(100).is_array(), "depths within the limit parse as usual");
+    }
+
+    #[test]
+    fn a_request_nested_100000_levels_deep_is_answered_failed_and_malformed_nesting_is_refused() {
+        let with = |size: &str| create().to_string().replacen(r#""Size":"5""#, &format!(r#""Size":{size}"#), 1);
+        let envelope = |text: &str| json!({"Type": "Notification", "TopicArn": TOPIC, "Message": text}).to_string();
+        let arrays = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let objects = format!("{}1{}", r#"{"a":"#.repeat(100_000), "}".repeat(100_000));
+        for deep in [arrays, objects] {
+            let text = with(&deep);
+            for body in [text.clone(), envelope(&text)] {
+                let request = decode(Some(&body), &policy()).expect("addressable at any depth");
+                assert_eq!(request.response_url.expose_secret(), URL);
+                let RequestBody::Malformed { reason, .. } = &request.body else { panic!("expected malformed") };
+                assert!(reason.contains("nests deeper than 128 levels"), "{reason}");
+            }
+        }
+        // Brackets that do not match, shallow or deep: not JSON, so nobody can be answered.
+        let shallow = with("[}");
+        let deep = with(&format!("{}}}", "[".repeat(100_000)));
+        for text in [shallow, deep] {
+            for body in [text.clone(), envelope(&text)] {
+                let refused = decode(Some(&body), &policy()).expect_err("not JSON");
+                assert!(matches!(refused, Undeliverable::NotJson(_) | Undeliverable::MessageNotJson(_)), "{refused:?}");
+            }
+        }
+        // A deep array at the top is no request, even one whose elements look like its fields.
+        let array = format!(r#"["Create","{URL}",{}1{}]"#, "[".repeat(200), "]".repeat(200));
+        assert!(decode(Some(&array), &policy()).is_err());
     }
 
     #[test]
