@@ -1,17 +1,10 @@
 //! The handler's hot path in microbenchmarks: decode an SNS-wrapped CloudFormation request (JSON,
 //! topic check, ResponseURL validation, fingerprint), decide what to do with it (the decision
-//! table), build the response body, and sign one of the lease store's three DynamoDB calls, by
-//! the wire's own signer and, for comparison, by aws-sigv4 (what the wire signed with before, and
-//! still signs any other shape of request with). `cargo bench -p cfn-once-bench --bench
-//! hot_path`; the figures are in BENCHMARKS.md.
+//! table), build the response body, and write one log line as the function does
+//! (tracing-subscriber's JSON format). `cargo bench -p cfn-once-bench --bench hot_path`; the
+//! figures are in BENCHMARKS.md.
 
 use std::hint::black_box;
-use std::time::SystemTime;
-
-use aws_credential_types::Credentials;
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
-use aws_smithy_runtime_api::client::identity::Identity;
-use cfn_once::adapters::sigv4::{JSON_1_0, PostSigner};
 
 use cfn_once_core::decision::{Activity, Situation, decide};
 use cfn_once_core::lease::Seen;
@@ -62,60 +55,31 @@ fn hot_path(c: &mut Criterion) {
     });
 }
 
-/// An acquire's UpdateItem body, about the size of the three calls' (the commit's is larger: it
-/// carries the response).
-const UPDATE: &str = r##"{"TableName":"cfn-once-leases","Key":{"StackId":{"S":"arn:aws:cloudformation:us-east-2:123456789012:stack/app/6d7f2a30-0000-11ef-9f2b-0a1b2c3d4e5f"},"RequestId":{"S":"5f3c1a2e-8b7d-4e6f-9a0b-1c2d3e4f5a6b"}},"UpdateExpression":"SET #fence = if_not_exists(#fence, :zero) + :one, #owner = :owner, #lease_until = :until, #heartbeat = :zero, #state = if_not_exists(#state, :running), #fingerprint = :fp, #updated = :now, #created = if_not_exists(#created, :now), #expires = :expires ADD #attempts :fps","ConditionExpression":"attribute_not_exists(#fence) OR (#state = :running AND #lease_until < :now)","ExpressionAttributeNames":{"#fence":"fence","#owner":"owner","#lease_until":"lease_until_ms"},"ExpressionAttributeValues":{":zero":{"N":"0"},":one":{"N":"1"},":owner":{"S":"us-east-2/2026/12/02/[$LATEST]0123456789abcdef"}},"ReturnValues":"ALL_OLD","ReturnValuesOnConditionCheckFailure":"ALL_OLD"}"##;
-
-fn signing(c: &mut Criterion) {
-    let credentials = Credentials::new(
-        "ASIAEXAMPLEEXAMPLE",
-        "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
-        Some("IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMiJHMEUCIQDexampleexampleexampleexample==".to_owned()),
-        None,
-        "bench",
-    );
-    let host = "dynamodb.us-east-2.amazonaws.com";
-    let target = "DynamoDB_20120810.UpdateItem";
-    let signer = PostSigner::new("us-east-2", "dynamodb");
-    let url = format!("https://{host}/");
-    // Both put what they sign into a request's headers, as the wire does.
-    c.bench_function("sign a lease-store call (the wire's signer)", |b| {
-        b.iter(|| {
-            let signed =
-                signer.sign(black_box(&credentials), SystemTime::now(), host, target, black_box(UPDATE.as_bytes()));
-            let mut request = http::Request::post(&url).body(()).expect("a request");
-            let headers = request.headers_mut();
-            headers.insert("x-amz-date", signed.amz_date.parse().expect("a header"));
-            if let Some(token) = credentials.session_token() {
-                headers.insert("x-amz-security-token", token.parse().expect("a header"));
-            }
-            headers.insert("authorization", signed.authorization.parse().expect("a header"));
-            request
-        })
-    });
-    let identity: Identity = credentials.clone().into();
-    c.bench_function("sign a lease-store call (aws-sigv4)", |b| {
-        b.iter(|| {
-            let params = aws_sigv4::sign::v4::SigningParams::builder()
-                .identity(&identity)
-                .region("us-east-2")
-                .name("dynamodb")
-                .time(SystemTime::now())
-                .settings(SigningSettings::default())
-                .build()
-                .expect("complete")
-                .into();
-            let headers = [("content-type", JSON_1_0), ("x-amz-target", target), ("host", host)];
-            let signable =
-                SignableRequest::new("POST", &url, headers.into_iter(), SignableBody::Bytes(UPDATE.as_bytes()))
-                    .expect("signable");
-            let (instructions, _) = sign(signable, &params).expect("signed").into_parts();
-            let mut request = http::Request::post(&url).body(()).expect("a request");
-            instructions.apply_to_request_http1x(&mut request);
-            request
-        })
+/// One log line as the function writes it: JSON, inside the three spans a record's lines carry
+/// (the runtime's invocation, the record, the request), into a writer that discards it.
+fn log_line(c: &mut Criterion) {
+    let subscriber = cfn_once::logging::json_subscriber(tracing::level_filters::LevelFilter::INFO, std::io::sink);
+    tracing::subscriber::with_default(subscriber, || {
+        let invoke = tracing::info_span!("Lambda runtime invoke", requestId = "8476a536-e9f4-11e8-9739-2dfe598c3fcd");
+        let _invoke = invoke.enter();
+        let record =
+            tracing::info_span!("record", message_id = "059f36b4-87a3-44ab-83d2-661975830a7d", receive_count = 1_u64);
+        let _record = record.enter();
+        let request = tracing::info_span!(
+            "request",
+            stack_id = "arn:aws:cloudformation:us-east-2:123456789012:stack/app/6d7f2a30-0000-11ef-9f2b-0a1b2c3d4e5f",
+            request_id = "5f3c1a2e-8b7d-4e6f-9a0b-1c2d3e4f5a6b",
+            logical_resource_id = "Thing",
+            request_type = "Create",
+            fingerprint = "0123456789abcdef0123456789abcdef",
+            fence = 1_u64,
+        );
+        let _request = request.enter();
+        c.bench_function("one log line (JSON, three spans)", |b| {
+            b.iter(|| tracing::info!(fence = black_box(1_u64), took_over = false, "lease acquired"))
+        });
     });
 }
 
-criterion_group!(benches, hot_path, signing);
+criterion_group!(benches, hot_path, log_line);
 criterion_main!(benches);

@@ -295,16 +295,11 @@ impl LocalRegion {
         sent.request["ResponseURL"] = Value::String(routed);
     }
 
-    /// The DynamoDB lease store on this region's table, through the SDK's client.
+    /// The DynamoDB lease store on this region's table as the function wires it: the SDK's
+    /// client with the function's configuration (one attempt per call, explicit timeouts).
     pub fn lease_store(&self) -> Arc<DynamoLeaseStore> {
-        Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table))
-    }
-
-    /// The DynamoDB lease store on this region's table as the function wires it: its protocol
-    /// calls on cfn-once's own DynamoDB wire (`adapters::dynamodb_wire`).
-    pub fn wire_lease_store(&self) -> Arc<DynamoLeaseStore> {
-        let wire = cfn_once::adapters::dynamodb_wire::DynamoWire::from_sdk(&self.sdk, REGION, 5_000).expect("the wire");
-        Arc::new(DynamoLeaseStore::new(self.dynamodb.clone(), &self.table).with_wire(wire))
+        let client = cfn_once::app::dynamodb_client(&self.sdk, 5_000, REGION);
+        Arc::new(DynamoLeaseStore::new(client, &self.table))
     }
 
     /// The next message on this region's queue as the one-record SQS event Lambda would hand a

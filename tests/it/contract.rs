@@ -1,6 +1,6 @@
 //! The lease store contract: the same cases against the in-memory store and the DynamoDB store
-//! (on moto), the latter through the SDK's client and on cfn-once's own wire (`dynamodb_wire`,
-//! what the function uses). Both must make the same decisions, because the unit tests and the simulator trust
+//! (on moto, through the SDK's client as the function configures it). Both must make the same
+//! decisions, because the unit tests and the simulator trust
 //! the in-memory store to behave like the table.
 
 use std::sync::Arc;
@@ -456,15 +456,6 @@ macro_rules! contract {
                 }
             )*
         }
-        mod dynamodb_wire {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    let region = super::LocalRegion::new(super::Options::default()).await;
-                    super::$case(region.wire_lease_store()).await;
-                }
-            )*
-        }
     };
 }
 
@@ -485,23 +476,20 @@ contract!(
     a_lease_given_back_unused_is_as_if_never_taken,
 );
 
-/// The active-region control reads the same through the SDK and on the lease store's wire (the
-/// function reads it on the wire): no item, then the drill's flip.
+/// The active-region control reads what the drill's flip writes: no item (the primary is
+/// active), then the secondary named.
 #[tokio::test]
-async fn the_control_item_reads_the_same_on_the_wire() {
+async fn the_control_item_reads_what_the_drill_flips() {
     use cfn_once::adapters::control_table::TableControl;
     use cfn_once_core::control::ActivitySource;
     use cfn_once_core::decision::Activity;
 
     let region = LocalRegion::new(Options::default()).await;
-    let wire = cfn_once::adapters::dynamodb_wire::DynamoWire::from_sdk(&region.sdk, REGION, 5_000).expect("the wire");
-    let by_sdk = TableControl::new(region.dynamodb.clone(), &region.table, REGION);
-    let on_wire = TableControl::new(region.dynamodb.clone(), &region.table, REGION).with_wire(wire);
-    assert_eq!(by_sdk.active_region().await.expect("sdk"), None);
-    assert_eq!(on_wire.active_region().await.expect("wire"), None);
-    assert_eq!(on_wire.activity().await.expect("wire"), Activity::Active, "no item: the primary is active");
-    by_sdk.set_active_region("us-west-2", 1_000, "test").await.expect("flip");
-    assert_eq!(by_sdk.active_region().await.expect("sdk").as_deref(), Some("us-west-2"));
-    assert_eq!(on_wire.active_region().await.expect("wire").as_deref(), Some("us-west-2"));
-    assert_eq!(on_wire.activity().await.expect("wire"), Activity::Standby);
+    let client = cfn_once::app::dynamodb_client(&region.sdk, 5_000, REGION);
+    let primary = TableControl::new(client, &region.table, REGION);
+    assert_eq!(primary.active_region().await.expect("read"), None);
+    assert_eq!(primary.activity().await.expect("read"), Activity::Active, "no item: the primary is active");
+    primary.set_active_region("us-west-2", 1_000, "test").await.expect("flip");
+    assert_eq!(primary.active_region().await.expect("read").as_deref(), Some("us-west-2"));
+    assert_eq!(primary.activity().await.expect("read"), Activity::Standby);
 }

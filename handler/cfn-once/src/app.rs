@@ -18,7 +18,6 @@ use cfn_once_core::worker::{Ports, Worker};
 
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
-use crate::adapters::dynamodb_wire::DynamoWire;
 use crate::adapters::http_sink::HttpResponseSink;
 use crate::adapters::sqs_queue::SqsQueue;
 use crate::clock::{SystemClock, random_seed};
@@ -67,18 +66,14 @@ impl App {
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<Self> {
         let dynamodb = dynamodb_client(sdk, config.store_timeout_ms, &config.table_region);
-        // The protocol's calls on the wire (adapters/dynamodb_wire.rs), with the client's endpoint,
-        // credentials, timeout and one attempt.
-        let wire = DynamoWire::from_sdk(sdk, &config.table_region, config.store_timeout_ms)
-            .map_err(|error| anyhow::anyhow!("the lease table cannot be reached: {error}"))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ports = Ports {
-            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name).with_wire(wire.clone())),
+            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
             router: Arc::new(router),
             clock: Arc::clone(&clock),
             random: Arc::new(SplitMix64::new(random_seed())),
-            control: control(config, sdk, dynamodb, Some(wire), clock)?,
+            control: control(config, sdk, dynamodb, clock)?,
             metrics: Arc::new(EmfMetrics),
         };
         Ok(Self::new(Worker::new(customize(ports), input_policy(config), config.settings()), sdk))
@@ -109,24 +104,16 @@ impl App {
 }
 
 /// The configured active-region control behind its cache. A primary without an answer acts as
-/// active; a secondary never asks. The table's control is read on `wire` when given (the lease
-/// store's: one pool of connections to the table). The ARC control needs the crate's `arc`
-/// feature.
+/// active; a secondary never asks. The table's control is read with the lease store's client (one
+/// pool of connections to the table). The ARC control needs the crate's `arc` feature.
 pub fn control(
     config: &Config,
     sdk: &SdkConfig,
     dynamodb: aws_sdk_dynamodb::Client,
-    wire: Option<DynamoWire>,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<Arc<dyn ActivitySource>> {
     let source: Arc<dyn ActivitySource> = match &config.control {
-        ControlSource::Table => {
-            let table = TableControl::new(dynamodb, &config.table_name, &config.region);
-            Arc::new(match wire {
-                Some(wire) => table.with_wire(wire),
-                None => table,
-            })
-        }
+        ControlSource::Table => Arc::new(TableControl::new(dynamodb, &config.table_name, &config.region)),
         #[cfg(feature = "arc")]
         ControlSource::Arc { endpoints, routing_control_arn } => {
             use crate::adapters::arc::{ArcCluster, ArcControl};

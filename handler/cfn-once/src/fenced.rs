@@ -57,6 +57,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -307,10 +308,9 @@ impl FencedTable {
         Ok(output.item.filter(|item| !item.contains_key(DELETED_ATTRIBUTE)))
     }
 
-    fn error<E, R>(&self, error: &SdkError<E, R>) -> FencedWriteError
+    fn error<E>(&self, error: &SdkError<E, HttpResponse>) -> FencedWriteError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
         if let SdkError::ServiceError(service) = error
             && service.err().code() == Some("ResourceNotFoundException")
@@ -536,15 +536,14 @@ impl Write<'_> {
 
     /// A failed write's error: a condition failure (`old` holds the item that refused it) is
     /// explained by the rules on that item (`admits`), or else it was the author's own condition.
-    fn refused<E, R>(
+    fn refused<E>(
         &self,
-        error: &SdkError<E, R>,
+        error: &SdkError<E, HttpResponse>,
         old: Option<Option<&Item>>,
         admits: impl Fn(Option<&Item>) -> Result<(), WriteRefused>,
     ) -> FencedWriteError
     where
         E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
     {
         match old {
             Some(old) => match admits(old) {

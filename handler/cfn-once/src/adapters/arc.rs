@@ -17,7 +17,6 @@ use aws_config::SdkConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_route53recoverycluster::Client;
-use aws_sdk_route53recoverycluster::error::DisplayErrorContext;
 use aws_sdk_route53recoverycluster::types::{RoutingControlState, UpdateRoutingControlStateEntry};
 use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
@@ -66,7 +65,7 @@ impl ArcCluster {
                 .routing_control_arn(routing_control_arn)
                 .send()
                 .await
-                .map_err(|error| DisplayErrorContext(&error).to_string())?;
+                .map_err(|error| crate::adapters::brief(&error))?;
             Ok(output.routing_control_state == RoutingControlState::On)
         })
         .await
@@ -91,7 +90,7 @@ impl ArcCluster {
                 .set_update_routing_control_state_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|error| DisplayErrorContext(&error).to_string())?;
+                .map_err(|error| crate::adapters::brief(&error))?;
             Ok(())
         })
         .await

@@ -8,12 +8,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
 
-use super::dynamodb_wire::{DynamoWire, GetItemBody, JsonItem, item_from_json};
+use super::aws_errors::classify;
 
 const CONTROL_PK: &str = "control#active";
 const CONTROL_SK: &str = "control";
@@ -25,20 +24,12 @@ pub struct TableControl {
     client: Client,
     table_name: String,
     region: String,
-    wire: Option<DynamoWire>,
 }
 
 impl TableControl {
     /// The control in `table_name`, for the deployment in `region`.
     pub fn new(client: Client, table_name: impl Into<String>, region: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into(), region: region.into(), wire: None }
-    }
-
-    /// The same control, read on `wire` (the lease store's, so that the function keeps one
-    /// connection pool to the table); the drill's flip still goes through the client.
-    pub fn with_wire(mut self, wire: DynamoWire) -> Self {
-        self.wire = Some(wire);
-        self
+        Self { client, table_name: table_name.into(), region: region.into() }
     }
 
     fn key() -> HashMap<String, AttributeValue> {
@@ -50,17 +41,6 @@ impl TableControl {
 
     /// The region the item names, `None` if there is no item.
     pub async fn active_region(&self) -> Result<Option<String>, ControlError> {
-        if let Some(wire) = &self.wire {
-            let key = Self::key();
-            let body = GetItemBody { table_name: &self.table_name, key: JsonItem(&key), consistent_read: true };
-            let answer =
-                wire.call("GetItem", &body).await.map_err(|error| ControlError(error.failure().into_text()))?;
-            let Some(item) = answer.get("Item") else {
-                return Ok(None);
-            };
-            let item = item_from_json(item).map_err(|error| ControlError(format!("the control item: {error}")))?;
-            return Ok(item.get(ACTIVE_REGION).and_then(|value| value.as_s().ok()).cloned());
-        }
         let output = self
             .client
             .get_item()
@@ -69,7 +49,7 @@ impl TableControl {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|error| ControlError(DisplayErrorContext(&error).to_string()))?;
+            .map_err(|error| ControlError(classify(&error).into_text()))?;
         Ok(output.item.and_then(|item| item.get(ACTIVE_REGION)?.as_s().ok().cloned()))
     }
 
@@ -85,7 +65,7 @@ impl TableControl {
             .set_item(Some(item))
             .send()
             .await
-            .map_err(|error| ControlError(DisplayErrorContext(&error).to_string()))?;
+            .map_err(|error| ControlError(classify(&error).into_text()))?;
         Ok(())
     }
 }

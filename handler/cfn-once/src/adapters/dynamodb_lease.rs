@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -28,10 +29,10 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::request::{RequestKey, StackArn};
 
-use super::dynamodb_errors::{Failure, classify};
-use serde::Serialize;
+use super::aws_errors::{Failure, classify};
 
-use super::dynamodb_wire::{DynamoWire, GetItemBody, Item, JsonItem, JsonValues, WireError, item_from_json};
+/// A DynamoDB item.
+type Item = HashMap<String, AttributeValue>;
 
 /// Attribute names, in one place.
 mod attr {
@@ -82,17 +83,12 @@ const ACQUIRE_CONDITION: &str = "attribute_not_exists(#fence) OR \
 const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_state = :poll_state, \
      #poll_at = :poll_at, #waiting_since = :waiting_since, #polls = :polls, #lease_until = :now, #updated = :now";
 
-/// The lease store on a DynamoDB table (an MRSC global table in production).
-///
-/// The protocol's calls (acquire, heartbeat, commit, wait, the delivered mark, leave, read) go
-/// through the SDK's client, or, [`with_wire`](Self::with_wire), through DynamoDB's JSON
-/// protocol spoken directly (`dynamodb_wire`: the same requests, a third of the CPU). The
-/// operators' reads (Query, Scan) always use the SDK. The contract suite runs on both.
+/// The lease store on a DynamoDB table (an MRSC global table in production), every call through
+/// the SDK's client (the function's: one attempt per call, explicit timeouts; `app::dynamodb_client`).
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
     client: Client,
     table_name: String,
-    wire: Option<DynamoWire>,
 }
 
 /// What a conditional write came to: applied (with the old item, when asked for), or refused by
@@ -102,7 +98,7 @@ enum Written {
     Refused(Option<Item>),
 }
 
-/// One conditional UpdateItem, as either transport sends it.
+/// One conditional UpdateItem.
 struct Update<'a> {
     update: &'a str,
     condition: &'a str,
@@ -115,14 +111,7 @@ struct Update<'a> {
 impl DynamoLeaseStore {
     /// A store on `table_name`, every call through `client`.
     pub fn new(client: Client, table_name: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into(), wire: None }
-    }
-
-    /// The same store with its protocol calls sent on `wire` instead of the SDK's client (the
-    /// function's wiring: `App::from_config`). `wire` must reach the same table as the client.
-    pub fn with_wire(mut self, wire: DynamoWire) -> Self {
-        self.wire = Some(wire);
-        self
+        Self { client, table_name: table_name.into() }
     }
 
     fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
@@ -132,53 +121,36 @@ impl DynamoLeaseStore {
         ])
     }
 
-    /// A conditional UpdateItem on `key`, through the wire or the SDK.
+    /// A conditional UpdateItem on `key`.
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
-        match &self.wire {
-            Some(wire) => {
-                let body = UpdateItemBody {
-                    table_name: &self.table_name,
-                    key: JsonItem(&Self::key(key)),
-                    update_expression: call.update,
-                    condition_expression: call.condition,
-                    expression_attribute_names: Names(&call.names),
-                    expression_attribute_values: JsonValues(&call.values),
-                    return_values: if call.old_on_success { "ALL_OLD" } else { "NONE" },
-                    return_values_on_condition_check_failure: "ALL_OLD",
-                };
-                wired(wire.call("UpdateItem", &body).await, "Attributes", true)
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(key)))
+            .update_expression(call.update)
+            .condition_expression(call.condition)
+            .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (placeholder, name) in call.names {
+            request = request.expression_attribute_names(placeholder, name);
+        }
+        for (placeholder, value) in call.values {
+            request = request.expression_attribute_values(placeholder, value);
+        }
+        match request.send().await {
+            Ok(output) => Ok(Written::Applied(output.attributes)),
+            Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                Ok(Written::Refused(match service.into_err() {
+                    UpdateItemError::ConditionalCheckFailedException(refused) => refused.item,
+                    _ => None,
+                }))
             }
-            None => {
-                let mut request = self
-                    .client
-                    .update_item()
-                    .table_name(&self.table_name)
-                    .set_key(Some(Self::key(key)))
-                    .update_expression(call.update)
-                    .condition_expression(call.condition)
-                    .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-                for (placeholder, name) in call.names {
-                    request = request.expression_attribute_names(placeholder, name);
-                }
-                for (placeholder, value) in call.values {
-                    request = request.expression_attribute_values(placeholder, value);
-                }
-                match request.send().await {
-                    Ok(output) => Ok(Written::Applied(output.attributes)),
-                    Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
-                        Ok(Written::Refused(match service.into_err() {
-                            UpdateItemError::ConditionalCheckFailedException(refused) => refused.item,
-                            _ => None,
-                        }))
-                    }
-                    Err(other) => Err(store_error(&other)),
-                }
-            }
+            Err(other) => Err(store_error(&other)),
         }
     }
 
-    /// A PutItem of `item` under `condition`, through the wire or the SDK.
+    /// A PutItem of `item` under `condition`.
     async fn put(
         &self,
         item: Item,
@@ -186,69 +158,43 @@ impl DynamoLeaseStore {
         names: &[(&str, &str)],
         values: Vec<(&str, AttributeValue)>,
     ) -> Result<Written, StoreError> {
-        match &self.wire {
-            Some(wire) => {
-                let body = PutItemBody {
-                    table_name: &self.table_name,
-                    item: JsonItem(&item),
-                    condition_expression: condition,
-                    expression_attribute_names: Names(names),
-                    expression_attribute_values: JsonValues(&values),
-                    return_values_on_condition_check_failure: "ALL_OLD",
-                };
-                wired(wire.call("PutItem", &body).await, "Attributes", true)
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table_name)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        for (placeholder, name) in names {
+            request = request.expression_attribute_names(*placeholder, *name);
+        }
+        for (placeholder, value) in values {
+            request = request.expression_attribute_values(placeholder, value);
+        }
+        match request.send().await {
+            Ok(_) => Ok(Written::Applied(None)),
+            Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
+                Ok(Written::Refused(match service.into_err() {
+                    PutItemError::ConditionalCheckFailedException(refused) => refused.item,
+                    _ => None,
+                }))
             }
-            None => {
-                let mut request = self
-                    .client
-                    .put_item()
-                    .table_name(&self.table_name)
-                    .set_item(Some(item))
-                    .condition_expression(condition)
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-                for (placeholder, name) in names {
-                    request = request.expression_attribute_names(*placeholder, *name);
-                }
-                for (placeholder, value) in values {
-                    request = request.expression_attribute_values(placeholder, value);
-                }
-                match request.send().await {
-                    Ok(_) => Ok(Written::Applied(None)),
-                    Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
-                        Ok(Written::Refused(match service.into_err() {
-                            PutItemError::ConditionalCheckFailedException(refused) => refused.item,
-                            _ => None,
-                        }))
-                    }
-                    Err(other) => Err(store_error(&other)),
-                }
-            }
+            Err(other) => Err(store_error(&other)),
         }
     }
 
-    /// A consistent GetItem of `key`, through the wire or the SDK.
+    /// A consistent GetItem of `key`.
     async fn get(&self, key: &RequestKey) -> Result<Option<Item>, StoreError> {
-        match &self.wire {
-            Some(wire) => {
-                let body =
-                    GetItemBody { table_name: &self.table_name, key: JsonItem(&Self::key(key)), consistent_read: true };
-                match wired(wire.call("GetItem", &body).await, "Item", false)? {
-                    Written::Applied(item) | Written::Refused(item) => Ok(item),
-                }
-            }
-            None => {
-                let output = self
-                    .client
-                    .get_item()
-                    .table_name(&self.table_name)
-                    .set_key(Some(Self::key(key)))
-                    .consistent_read(true)
-                    .send()
-                    .await
-                    .map_err(|error| store_error(&error))?;
-                Ok(output.item)
-            }
-        }
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table_name)
+            .set_key(Some(Self::key(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| store_error(&error))?;
+        Ok(output.item)
     }
 
     /// A conditional update that returns nothing on success and the old item on failure.
@@ -284,72 +230,6 @@ fn refused_record(key: &RequestKey, written: Written) -> Result<Conditional, Sto
         Written::Refused(old) => {
             Ok(Conditional::Refused(old.map(|item| parse_record(key, &item)).transpose()?.map(Box::new)))
         }
-    }
-}
-
-/// A wire call's outcome as a write's: its answer's `field` item (`Attributes`, `Item`) when it
-/// succeeded, the item as it was when a condition refused a `conditional` call, or the
-/// classified failure (a failed condition on a call without one is an error, as in the SDK). An
-/// answer whose item cannot be read may have been applied: an unknown outcome.
-fn wired(
-    answer: Result<serde_json::Map<String, serde_json::Value>, WireError>,
-    field: &str,
-    conditional: bool,
-) -> Result<Written, StoreError> {
-    match answer {
-        Ok(answer) => match answer.get(field) {
-            None => Ok(Written::Applied(None)),
-            Some(item) => item_from_json(item)
-                .map(|item| Written::Applied(Some(item)))
-                .map_err(|error| StoreError::Ambiguous(format!("the response could not be read: {error}"))),
-        },
-        Err(WireError::Service { code, item, .. }) if conditional && code == CONDITION_FAILED => {
-            Ok(Written::Refused(item))
-        }
-        Err(other) => Err(of_failure(other.failure())),
-    }
-}
-
-/// The error code of a write whose condition was false.
-const CONDITION_FAILED: &str = "ConditionalCheckFailedException";
-
-/// An UpdateItem's request body (the awsJson1_0 protocol's members, as the SDK writes them).
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct UpdateItemBody<'a> {
-    table_name: &'a str,
-    key: JsonItem<'a>,
-    update_expression: &'a str,
-    condition_expression: &'a str,
-    expression_attribute_names: Names<'a>,
-    expression_attribute_values: JsonValues<'a>,
-    return_values: &'a str,
-    return_values_on_condition_check_failure: &'a str,
-}
-
-/// A conditional PutItem's request body.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct PutItemBody<'a> {
-    table_name: &'a str,
-    item: JsonItem<'a>,
-    condition_expression: &'a str,
-    expression_attribute_names: Names<'a>,
-    expression_attribute_values: JsonValues<'a>,
-    return_values_on_condition_check_failure: &'a str,
-}
-
-/// Placeholders and the attribute names they stand for (`ExpressionAttributeNames`).
-struct Names<'a>(&'a [(&'a str, &'a str)]);
-
-impl Serialize for Names<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (placeholder, name) in self.0 {
-            map.serialize_entry(placeholder, name)?;
-        }
-        map.end()
     }
 }
 
@@ -392,12 +272,11 @@ impl DynamoLeaseStore {
 }
 
 /// The lease records among a paginated read's items (other items, the control's, skipped).
-fn lease_records<E, R>(
-    items: Vec<Result<HashMap<String, AttributeValue>, SdkError<E, R>>>,
+fn lease_records<E>(
+    items: Vec<Result<HashMap<String, AttributeValue>, SdkError<E, HttpResponse>>>,
 ) -> Result<Vec<LeaseRecord>, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
 {
     let mut records = Vec::new();
     for item in items {
@@ -650,10 +529,9 @@ fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-fn store_error<E, R>(error: &SdkError<E, R>) -> StoreError
+fn store_error<E>(error: &SdkError<E, HttpResponse>) -> StoreError
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
 {
     of_failure(classify(error))
 }

@@ -1,33 +1,42 @@
-//! The response sink: one HTTP PUT of the committed bytes to the presigned ResponseURL.
+//! The response sink: one HTTP PUT of the committed bytes to the presigned ResponseURL, on
+//! `reqwest` (the design card's client).
 //!
-//! Redirects are never followed (a presigned URL that redirects is not CloudFormation's), no
-//! proxy from the environment is used, and no Content-Type is sent (the URL was signed without
-//! one). It runs on the lease store wire's HTTP/1.1 client (`h1`: the exchange on the caller's
-//! task, keep-alive connections) with the process's TLS configuration (`https`), the same one
-//! the AWS SDK's calls use. Errors describe the failure from the OS's and TLS's errors, which
-//! carry no URL, so the ResponseURL cannot leak through them.
+//! Its rules: the URL is the one the URL policy admitted (https, port 443, an S3 host, or an
+//! allow-listed local prefix); redirects are never followed (a presigned URL that redirects is
+//! not CloudFormation's); no proxy from the environment is used; no Content-Type is sent (the URL
+//! was signed without one); the answer is read to at most [`ANSWER_BYTES_MAX`] bytes; a 5xx, 408
+//! or 429 and every failure to send or read is retryable, the rest permanent. The client has the
+//! process's TLS configuration (`https::client_config`: aws-lc, the compiled-in roots or
+//! `SSL_CERT_FILE`'s), the same one the AWS SDK's calls use, HTTP/1.1 only, and keeps its
+//! connections between invocations; hyper's pool sends a request it could not send on a fresh
+//! connection.
+//!
+//! The URL is a credential: `reqwest` puts it into its errors, so every error is stripped of it
+//! (`reqwest::Error::without_url`) before it is described, and nothing here logs.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::ResponseUrl;
+use reqwest::StatusCode;
 
-use crate::adapters::h1;
-use http::StatusCode;
+use crate::adapters::https::chain;
 
 /// The longest a connect may take, within an attempt's time.
 const CONNECT_TIMEOUT_MS_MAX: u64 = 3_000;
 
 /// The longest answer to a PUT read: S3 answers an empty body, or an error of a few hundred
 /// bytes of XML.
-const ANSWER_BYTES_MAX: usize = 64 << 10;
+pub const ANSWER_BYTES_MAX: usize = 64 << 10;
+
+/// How long an idle connection is kept for the next PUT: hyper's default.
+const POOL_IDLE: Duration = Duration::from_secs(90);
 
 /// PUTs response bodies over HTTPS (or HTTP for allow-listed local endpoints).
 #[derive(Debug, Clone)]
 pub struct HttpResponseSink {
-    client: Arc<h1::Client>,
+    client: reqwest::Client,
     attempt_timeout: Duration,
 }
 
@@ -36,52 +45,63 @@ impl HttpResponseSink {
     /// configuration (`https::client_config`: compiled-in roots, or `SSL_CERT_FILE`'s).
     pub fn new(attempt_timeout_ms: u64) -> anyhow::Result<Self> {
         let tls = crate::adapters::https::client_config().map_err(anyhow::Error::msg)?;
-        Ok(Self::with_tls(attempt_timeout_ms, &tls))
+        Self::with_tls(attempt_timeout_ms, &tls)
     }
 
     /// As `new`, on the TLS configuration `tls`.
-    pub fn with_tls(attempt_timeout_ms: u64, tls: &rustls::ClientConfig) -> Self {
-        let connect_timeout = Duration::from_millis(attempt_timeout_ms.min(CONNECT_TIMEOUT_MS_MAX));
-        let client = Arc::new(h1::Client::new(tls, connect_timeout));
-        Self { client, attempt_timeout: Duration::from_millis(attempt_timeout_ms) }
+    pub fn with_tls(attempt_timeout_ms: u64, tls: &rustls::ClientConfig) -> anyhow::Result<Self> {
+        let attempt_timeout = Duration::from_millis(attempt_timeout_ms);
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls.clone())
+            .http1_only()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(Duration::from_millis(attempt_timeout_ms.min(CONNECT_TIMEOUT_MS_MAX)))
+            .timeout(attempt_timeout)
+            .pool_idle_timeout(POOL_IDLE)
+            .build()
+            .map_err(|error| anyhow::anyhow!("the ResponseURL client cannot be built: {}", describe(error)))?;
+        Ok(Self { client, attempt_timeout })
     }
 
     async fn attempt(&self, url: &ResponseUrl, body: &[u8]) -> Result<StatusCode, PutError> {
-        // The URL passed the URL policy, so these do not happen; the errors name no URL.
-        let uri: http::Uri = url
-            .expose_secret()
-            .parse()
-            .map_err(|_| PutError::Permanent("the ResponseURL is not a URL the PUT can be sent to".to_owned()))?;
-        let origin = h1::Origin::of(&uri)
-            .map_err(|error| PutError::Permanent(format!("the PUT could not be built: {error}")))?;
-        let request = put_request(&uri, &origin, body);
-        // The (empty) answer is read to its end, so the connection can carry the next PUT.
-        let answer = self.client.exchange(&origin, &request, ANSWER_BYTES_MAX).await.map_err(|error| match error {
-            h1::ExchangeError::Send(why) => PutError::Retryable(format!("the PUT could not be sent: {why}")),
-            h1::ExchangeError::Read(why) => {
-                PutError::Retryable(format!("the answer to the PUT could not be read: {why}"))
+        let mut response = self
+            .client
+            .put(url.expose_secret())
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(|error| PutError::Retryable(format!("the PUT could not be sent: {}", describe(error))))?;
+        // The (empty) answer is read to its end, at most ANSWER_BYTES_MAX, so the connection can
+        // carry the next PUT; a longer one is cut off and its connection dropped.
+        let mut read = 0;
+        while read <= ANSWER_BYTES_MAX {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) => break,
+                Err(error) => {
+                    return Err(PutError::Retryable(format!(
+                        "the answer to the PUT could not be read: {}",
+                        describe(error)
+                    )));
+                }
             }
-        })?;
-        StatusCode::from_u16(answer.status).map_err(|_| {
-            PutError::Retryable(format!("the ResponseURL answered a status out of range ({})", answer.status))
-        })
+        }
+        Ok(response.status())
     }
 }
 
-/// The PUT of `body` to `uri` as HTTP/1.1 writes it: the path and query (the presigned
-/// signature), the `host` the URL was signed for (its port only when it is not the scheme's),
-/// the body's length, and no Content-Type.
-fn put_request(uri: &http::Uri, origin: &h1::Origin, body: &[u8]) -> Vec<u8> {
-    let target = uri.path_and_query().map_or("/", http::uri::PathAndQuery::as_str);
-    let host = uri.host().unwrap_or_default();
-    let default_port = if origin.tls { 443 } else { 80 };
-    let host = if origin.port == default_port { host.to_owned() } else { format!("{host}:{}", origin.port) };
-    h1::request("PUT", target, [("host", host.as_bytes())], body)
+/// A `reqwest` error without the URL it carries (the ResponseURL is a secret), with its causes.
+fn describe(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let kind = if error.is_timeout() { " (timed out)" } else { "" };
+    format!("{}{kind}", chain(&error))
 }
 
 #[async_trait]
 impl ResponseSink for HttpResponseSink {
     async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
+        // reqwest's own timeout covers the exchange; this one also covers reading the answer.
         match tokio::time::timeout(self.attempt_timeout, self.attempt(url, body)).await {
             Ok(status) => classify_status(status?),
             Err(_) => Err(PutError::Retryable(format!(
@@ -116,23 +136,6 @@ fn classify_status(status: StatusCode) -> Result<(), PutError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_put_carries_the_signed_host_and_the_query_as_they_are() {
-        let check = |url: &str, head: &str| {
-            let uri: http::Uri = url.parse().expect("uri");
-            let origin = h1::Origin::of(&uri).expect("origin");
-            let request = put_request(&uri, &origin, b"{}");
-            assert_eq!(String::from_utf8(request).expect("text"), format!("{head}\r\ncontent-length: 2\r\n\r\n{{}}"));
-        };
-        check(
-            "https://b.s3.amazonaws.com/k%2Fey?X-Amz-Signature=ab&a=b",
-            "PUT /k%2Fey?X-Amz-Signature=ab&a=b HTTP/1.1\r\nhost: b.s3.amazonaws.com",
-        );
-        check("https://b.s3.amazonaws.com:443/k", "PUT /k HTTP/1.1\r\nhost: b.s3.amazonaws.com");
-        check("http://127.0.0.1:5000/k?x=1", "PUT /k?x=1 HTTP/1.1\r\nhost: 127.0.0.1:5000");
-        check("https://[::1]:8443/k", "PUT /k HTTP/1.1\r\nhost: [::1]:8443");
-    }
 
     #[test]
     fn status_table() {

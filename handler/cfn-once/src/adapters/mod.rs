@@ -3,17 +3,12 @@
 
 #[cfg(feature = "arc")]
 pub mod arc;
+mod aws_errors;
 pub mod control_table;
-mod dynamodb_errors;
 pub mod dynamodb_lease;
-pub mod dynamodb_wire;
-pub(crate) mod h1;
 pub mod http_sink;
 pub mod https;
 pub mod s3_answers;
-pub mod sigv4;
 pub mod sqs_queue;
-#[cfg(test)]
-mod wire_parity;
 
-pub use dynamodb_errors::{Failure, classify};
+pub use aws_errors::{Failure, brief, classify, of_answer};

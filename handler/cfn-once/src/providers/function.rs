@@ -99,28 +99,20 @@ impl FunctionInvoker for LambdaInvoker {
             }
             Ok(Ok(output)) => output,
             Ok(Err(error)) => {
-                let text = aws_sdk_lambda::error::DisplayErrorContext(&error).to_string();
-                let permanent = matches!(
+                let failure = crate::adapters::classify(&error);
+                // A function being updated or not ready yet will take the Invoke shortly.
+                let busy = matches!(
                     error.as_service_error(),
-                    Some(
-                        Sdk::ResourceNotFoundException(_)
-                            | Sdk::InvalidParameterValueException(_)
-                            | Sdk::RequestTooLargeException(_)
-                            | Sdk::InvalidRequestContentException(_)
-                            | Sdk::UnsupportedMediaTypeException(_)
-                    )
-                ) || text.contains("AccessDenied");
-                let why = format!("the Invoke of {function} failed: {}", first_line(&text));
-                return Err(if permanent { InvokeError::Permanent(why) } else { InvokeError::Transient(why) });
+                    Some(Sdk::ResourceConflictException(_) | Sdk::ResourceNotReadyException(_))
+                );
+                let retryable = failure.is_retryable() || busy;
+                let why = format!("the Invoke of {function} failed: {}", failure.into_text());
+                return Err(if retryable { InvokeError::Transient(why) } else { InvokeError::Permanent(why) });
             }
         };
         let payload = output.payload.map(|blob| blob.into_inner()).unwrap_or_default();
         Ok(if output.function_error.is_some() { Invoked::FunctionError(payload) } else { Invoked::Response(payload) })
     }
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
 }
 
 /// A resource type served by its `onEvent` (and `isComplete`) functions.
