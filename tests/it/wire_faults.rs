@@ -47,6 +47,12 @@ struct Faulty {
 
 impl Faulty {
     async fn new(overrides: &[(&str, &str)]) -> Self {
+        Self::with_signing_clock(overrides, Duration::ZERO, false).await
+    }
+
+    /// As `new`, with the handler's AWS SDK signing on a clock `skew` ahead (`behind`: behind)
+    /// of true time.
+    async fn with_signing_clock(overrides: &[(&str, &str)], skew: Duration, behind: bool) -> Self {
         let region = LocalRegion::new(Options { visibility_timeout_s: 3, ..Options::default() }).await;
         let proxy = FaultProxy::start(&region.endpoint);
         let allow = format!("{}/{}/", proxy.url(), region.bucket);
@@ -62,7 +68,13 @@ impl Faulty {
         let config = region.config(&settings);
         let counting = CountingEcho::default();
         let router = Router::new().register(ECHO_TYPE, Echo).register(COUNTING_TYPE, counting.clone());
-        let app = region.app_behind(&proxy, &config, router).await;
+        let app = if skew.is_zero() {
+            region.app_behind(&proxy, &config, router).await
+        } else {
+            let sdk = cfn_once_cli::local::provision::sdk_config(&proxy.url(), "us-east-1").await;
+            let sdk = sdk.into_builder().time_source(SkewedClock { skew, behind }).build();
+            App::from_config(&config, &sdk, router).expect("the app")
+        };
         Self { region, proxy, app, counting }
     }
 
@@ -124,6 +136,20 @@ impl Faulty {
         let injected = log.iter().filter(|e| e.fault.is_some()).count();
         println!("wire fault: {case}: {injected} of {} call(s) faulted", log.len());
         assert!(injected > 0, "{case}: the fault never struck");
+    }
+}
+
+/// A clock `skew` ahead of (or behind) true time.
+#[derive(Debug)]
+struct SkewedClock {
+    skew: Duration,
+    behind: bool,
+}
+
+impl aws_smithy_async::time::TimeSource for SkewedClock {
+    fn now(&self) -> std::time::SystemTime {
+        let now = std::time::SystemTime::now();
+        if self.behind { now - self.skew } else { now + self.skew }
     }
 }
 
@@ -398,4 +424,100 @@ async fn a_slow_store_during_a_long_provider_still_answers_in_time() {
     faulty.report("commit and its read-back both slow");
     faulty.answered_once(&sent, 1).await;
     faulty.then_a_clean_request(1).await;
+}
+
+// One case per class of failed AWS call, as the SDKs' standard retry classifiers sort them: two
+// faulted writes (the acquire and the commit, or the first two calls a wrong clock signs), then
+// the request must be answered once by the invocation that met the faults, well under a second
+// after they struck, with nothing in the DLQ. Before the classification read the HTTP status
+// and the SDK's codes, a 500 `InternalFailure`, a `RequestTimeoutException` and an
+// `ExpiredTokenException` were permanent: the message came back seconds later.
+
+/// Serves one invocation that receives the request, and checks it answered it: committed, PUT,
+/// the DLQ empty, within `within` of the invocation's start.
+async fn answered_by_the_invocation_that_met_it(faulty: &Faulty, sent: &Sent, case: &str, within: Duration) {
+    let esm = faulty.region.esm(10).await;
+    let started = loop {
+        let started = Instant::now();
+        let report = esm.poll_once(&handler(&faulty.app)).await.expect("poll");
+        if report.received > 0 {
+            assert_eq!(report.failed, 0, "{case}: the invocation left its record to be seen again");
+            break started;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let took = started.elapsed();
+    faulty.report(case);
+    let committed = faulty.region.record(sent).await.is_some_and(|r| r.state == LeaseState::Committed);
+    assert!(committed, "{case}: not answered by the invocation that met the fault");
+    faulty.answered_once(sent, 1).await;
+    println!("  {case}: answered in {} ms by the invocation that met the fault", took.as_millis());
+    assert!(took < within, "{case}: answered {} ms after the invocation began", took.as_millis());
+}
+
+/// Two faulted writes (the acquire's first attempt and the commit's), then the answer.
+async fn two_faulted_writes(case: &str, fault: Fault) {
+    let faulty = Faulty::new(&[]).await;
+    faulty.proxy.inject(acquire(), fault.clone(), 1);
+    faulty.proxy.inject(commit(), fault, 1);
+    let sent = faulty.send(json!({})).await;
+    answered_by_the_invocation_that_met_it(&faulty, &sent, case, Duration::from_secs(1)).await;
+    assert_eq!(faulty.proxy.injected(), 2, "{case}: both writes were faulted");
+    faulty.then_a_clean_request(1).await;
+}
+
+fn answer(status: u16, content_type: &str, body: &str) -> Fault {
+    Fault::Respond { status, content_type: content_type.to_owned(), body: body.to_owned() }
+}
+
+#[tokio::test]
+async fn class_500_with_a_code_nobody_named() {
+    two_faulted_writes("HTTP 500 InternalFailure", Fault::dynamodb_error(500, "InternalFailure")).await;
+}
+
+#[tokio::test]
+async fn class_502_with_an_empty_body() {
+    two_faulted_writes("HTTP 502, empty body", answer(502, "text/plain", "")).await;
+}
+
+#[tokio::test]
+async fn class_503_with_an_html_body() {
+    let html = "<html><head><title>503 Service Temporarily Unavailable</title></head><body><center><h1>503 Service Temporarily Unavailable</h1></center></body></html>";
+    two_faulted_writes("HTTP 503, HTML body", answer(503, "text/html", html)).await;
+}
+
+#[tokio::test]
+async fn class_504_from_a_gateway() {
+    two_faulted_writes("HTTP 504", answer(504, "text/plain", "Gateway Timeout")).await;
+}
+
+#[tokio::test]
+async fn class_request_timeout_exception() {
+    two_faulted_writes("RequestTimeoutException", Fault::dynamodb_error(400, "RequestTimeoutException")).await;
+}
+
+#[tokio::test]
+async fn class_expired_token_exception() {
+    two_faulted_writes("ExpiredTokenException", Fault::dynamodb_error(400, "ExpiredTokenException")).await;
+}
+
+#[tokio::test]
+async fn class_a_skewed_clock_is_corrected_from_the_services_date() {
+    // The handler's SDK signs 20 minutes ahead; the proxy refuses what AWS refuses (a signature
+    // more than five minutes off its clock) with DynamoDB's answer and a Date header. The SDK
+    // learns the skew from that answer, and the worker's retry is signed right.
+    for behind in [false, true] {
+        let faulty = Faulty::with_signing_clock(&[], Duration::from_secs(20 * 60), behind).await;
+        let body = r#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"Signature expired: injected by FaultProxy"}"#;
+        let refusal = answer(400, "application/x-amz-json-1.0", body);
+        // Every call signed off the proxy's clock is refused, for as long as the handler keeps
+        // signing so: only the SDK's correction lets a call through.
+        faulty.proxy.inject(Match::SignedOutside(Duration::from_secs(5 * 60)), refusal, u32::MAX);
+        let sent = faulty.send(json!({})).await;
+        let case = if behind { "clock 20 min behind" } else { "clock 20 min ahead" };
+        answered_by_the_invocation_that_met_it(&faulty, &sent, case, Duration::from_secs(1)).await;
+        // The first calls of the lease table's client (the control read and the acquire, sent
+        // together) are refused; everything after them is signed on the corrected clock.
+        assert!(faulty.proxy.injected() <= 2, "{case}: {} calls refused", faulty.proxy.injected());
+    }
 }

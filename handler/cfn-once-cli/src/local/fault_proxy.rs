@@ -46,17 +46,54 @@ pub enum Match {
     Put,
     /// Any request at all.
     Any,
+    /// A request signed (its `X-Amz-Date` header) further than this from the proxy's clock, as
+    /// AWS refuses one signed more than five minutes away from its own time.
+    SignedOutside(Duration),
 }
 
 impl Match {
-    fn matches(&self, method: &str, operation: Option<&str>, body: &[u8]) -> bool {
+    /// Whether a request matches; `signed_ms` is its `X-Amz-Date` (epoch ms), if it has one.
+    fn matches(&self, method: &str, operation: Option<&str>, body: &[u8], signed_ms: Option<u64>) -> bool {
         match self {
             Self::Operation(name) => operation == Some(name.as_str()),
             Self::OperationWith(name, text) => operation == Some(name.as_str()) && contains(body, text.as_bytes()),
             Self::Put => method == "PUT",
             Self::Any => true,
+            Self::SignedOutside(tolerance) => signed_ms.is_some_and(|signed_ms| {
+                let tolerance_ms = u64::try_from(tolerance.as_millis()).unwrap_or(u64::MAX);
+                signed_ms.abs_diff(epoch_ms()) > tolerance_ms
+            }),
         }
     }
+}
+
+/// An `X-Amz-Date` (`20261203T161500Z`) as epoch ms.
+fn amz_date_ms(value: &str) -> Option<u64> {
+    let digits = |range: std::ops::Range<usize>| value.get(range)?.parse::<u32>().ok();
+    if value.len() != 16 || value.as_bytes()[8] != b'T' || !value.ends_with('Z') {
+        return None;
+    }
+    let text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        digits(0..4)?,
+        digits(4..6)?,
+        digits(6..8)?,
+        digits(9..11)?,
+        digits(11..13)?,
+        digits(13..15)?
+    );
+    let time =
+        aws_sdk_dynamodb::primitives::DateTime::from_str(&text, aws_sdk_dynamodb::primitives::DateTimeFormat::DateTime)
+            .ok()?;
+    u64::try_from(time.to_millis().ok()?).ok()
+}
+
+/// Now as an HTTP `Date` header, as every AWS answer carries one (the SDK learns its clock's
+/// skew from it).
+fn http_date_now() -> String {
+    aws_sdk_dynamodb::primitives::DateTime::from(std::time::SystemTime::now())
+        .fmt(aws_sdk_dynamodb::primitives::DateTimeFormat::HttpDate)
+        .unwrap_or_default()
 }
 
 /// What the proxy does to a matching request instead of a plain pass-through.
@@ -230,7 +267,10 @@ impl FaultProxy {
     /// How many logged requests matched `matcher` (whatever was done with them).
     pub fn count(&self, matcher: &Match) -> usize {
         let log = lock(&self.inner.log);
-        log.iter().filter(|r| matcher.matches(&r.exchange.method, r.exchange.operation.as_deref(), &r.body)).count()
+        // The log keeps no headers: a `SignedOutside` matcher counts nothing here.
+        log.iter()
+            .filter(|r| matcher.matches(&r.exchange.method, r.exchange.operation.as_deref(), &r.body, None))
+            .count()
     }
 }
 
@@ -381,19 +421,21 @@ impl Inner {
     /// connection may carry another request; a closing fault ends it without a reply.
     fn handle(&self, req: &Request, stream: &TcpStream, reader: &mut BufReader<&TcpStream>) -> io::Result<bool> {
         let operation = header(&req.headers, "x-amz-target").map(|t| t.rsplit_once('.').map_or(t, |(_, op)| op));
+        let signed_ms = header(&req.headers, "x-amz-date").and_then(amz_date_ms);
         let arrived = Instant::now();
         let latency = lock(&self.latencies)
             .iter()
-            .find(|(matcher, _)| matcher.matches(&req.method, operation, &req.body))
+            .find(|(matcher, _)| matcher.matches(&req.method, operation, &req.body, signed_ms))
             .map(|(_, latency)| *latency);
         let (index, fault) = {
             // The rule lock is held while logging so log order matches the order rules were used in.
             let mut rules = lock(&self.rules);
-            let fault = rules.iter().position(|r| r.matcher.matches(&req.method, operation, &req.body)).map(|i| {
-                self.injected.fetch_add(1, Ordering::SeqCst);
-                rules[i].left -= 1;
-                if rules[i].left == 0 { rules.remove(i).fault } else { rules[i].fault.clone() }
-            });
+            let fault =
+                rules.iter().position(|r| r.matcher.matches(&req.method, operation, &req.body, signed_ms)).map(|i| {
+                    self.injected.fetch_add(1, Ordering::SeqCst);
+                    rules[i].left -= 1;
+                    if rules[i].left == 0 { rules.remove(i).fault } else { rules[i].fault.clone() }
+                });
             let exchange = Exchange {
                 method: req.method.clone(),
                 path: req.target.split('?').next().unwrap_or_default().to_owned(),
@@ -433,7 +475,7 @@ impl Inner {
                 Fault::Respond { status, content_type, body }
                 | Fault::ForwardThenRespond { status, content_type, body },
             ) => {
-                let headers = vec![("Content-Type".to_owned(), content_type)];
+                let headers = vec![("Content-Type".to_owned(), content_type), ("Date".to_owned(), http_date_now())];
                 Response { status, reason: "Injected".to_owned(), headers, body: body.into_bytes() }
             }
             Some(Fault::Reset | Fault::ForwardThenReset) => {
@@ -655,6 +697,19 @@ fn invalid(message: &str) -> io::Error {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_amz_date_reads_as_epoch_ms_and_a_skewed_one_matches() {
+        assert_eq!(amz_date_ms("20130524T000000Z"), Some(1_369_353_600_000));
+        assert_eq!(amz_date_ms("2013-05-24T00:00:00Z"), None);
+        assert_eq!(amz_date_ms("20130524T000000"), None);
+        let skewed = Match::SignedOutside(Duration::from_secs(300));
+        assert!(skewed.matches("POST", None, b"", Some(epoch_ms() + 20 * 60_000)));
+        assert!(skewed.matches("POST", None, b"", Some(epoch_ms() - 20 * 60_000)));
+        assert!(!skewed.matches("POST", None, b"", Some(epoch_ms())));
+        assert!(!skewed.matches("POST", None, b"", None), "an unsigned request is not skewed");
+    }
+
     use super::*;
 
     /// An exchange named `operation` that arrived at `arrived_ms` and was answered at `replied_ms`.
