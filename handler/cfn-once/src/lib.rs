@@ -70,39 +70,59 @@
 //!   or to read as examples.
 //!
 //! The rest of the crate (the adapters, the wiring, the Lambda entry, logging, metrics, the
-//! sweeper, the configuration) is cfn-once's own machinery, public for its tools and tests and
-//! hidden from these pages; ARCHITECTURE.md maps it. The core that does no I/O is the
-//! `cfn-once-core` crate.
+//! sweeper, the configuration) is cfn-once's own machinery and not part of its API: private,
+//! unless the repository's own tools build it with the `internals` feature. ARCHITECTURE.md maps
+//! it. The core that does no I/O is the `cfn-once-core` crate, whose items this crate re-exports
+//! where an author names them.
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[doc(hidden)]
-pub mod adapters;
-#[doc(hidden)]
-pub mod app;
-#[doc(hidden)]
-pub mod clock;
-#[doc(hidden)]
-pub mod config;
 pub mod fenced;
-#[doc(hidden)]
-pub mod handler;
-#[doc(hidden)]
-pub mod lambda;
-#[doc(hidden)]
-pub mod logging;
-#[doc(hidden)]
-pub mod metrics;
 pub mod prelude;
 pub mod providers;
-#[doc(hidden)]
-pub mod sweeper;
 // Compiled only with the `testing` feature, so the Lambda carries no test code; docs.rs builds
 // with it ([package.metadata.docs.rs]), as does `cargo doc --features cfn-once/testing`.
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+
+/// cfn-once's own machinery: public only with the `internals` feature, which the repository's
+/// tools, tests and benchmark enable and nothing published promises anything about; private
+/// otherwise, so a provider author's API is the items above and the re-exports below.
+macro_rules! machinery {
+    ($($(#[$attribute:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$attribute])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attribute])*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        mod $name;
+    )*};
+}
+
+machinery!(
+    /// The ports of `cfn_once_core` on AWS and HTTP.
+    adapters,
+    /// The wiring: the handler's dependencies, built once per process.
+    app,
+    /// The system clock and the process's random seed.
+    clock,
+    /// The configuration, read once from the environment.
+    config,
+    /// The one builder, `Handler`.
+    handler,
+    /// The Lambda entry: one SQS batch in, the records to see again out.
+    lambda,
+    /// JSON log lines, with foreign targets capped.
+    logging,
+    /// CloudWatch embedded metrics.
+    metrics,
+    /// The lease table's sweeper.
+    sweeper,
+);
 
 pub use async_trait::async_trait;
 #[doc(hidden)]
