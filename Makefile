@@ -95,19 +95,27 @@ drill:
 	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once drill --env .local/env.json
 
-## test: the whole suite, as CI runs it. Tests start and stop their own moto.
-test: venv bench-venv fmt clippy doc lint-templates
+## test: the whole suite, as CI runs it. Tests start and stop their own moto. Each step is timed
+## (.ci/step; `.ci/run` prints the minutes).
+STEP := bash .ci/step
+test:
+	@$(STEP) "python venvs (moto, template checkers, the benchmark's peer)" $(MAKE) --no-print-directory venv bench-venv
+	@$(STEP) "cargo fmt --check" $(MAKE) --no-print-directory fmt
+	@$(STEP) "cargo clippy, all targets" $(MAKE) --no-print-directory clippy
+	@$(STEP) "cargo doc (cfn-once, cfn-once-core)" $(MAKE) --no-print-directory doc
+	@$(STEP) "template linters (cfn-lint, sam validate, checkov)" $(MAKE) --no-print-directory lint-templates
 	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
 	@# The logs test runs the Lambda binary itself, which `cargo test` does not build.
-	$(CARGO) build --locked --workspace --bins
-	CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests
+	@$(STEP) "cargo build, every binary" $(CARGO) build --locked --workspace --bins
+	@$(STEP) "cargo test (unit, contract, end to end on moto)" env CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests
 	@echo "==> bounded fuzzing of the decoder and the response builder"
-	$(CARGO) test --locked -p cfn-once-core --lib fuzz_tests -- --nocapture
-	@$(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
+	@# The workspace's own test binaries, filtered: no build of the core on its own.
+	@$(STEP) "bounded fuzzing" $(CARGO) test --workspace --locked --lib -- fuzz_tests --nocapture
+	@$(STEP) "simulator, $(CI_SEEDS) seeds" $(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
 	@echo "==> the benchmark harness, one quick pair (numbers not kept)"
-	@$(MAKE) --no-print-directory bench-quick
-	@$(MAKE) --no-print-directory soak-short
-	@$(MAKE) --no-print-directory package
+	@$(STEP) "benchmark harness, one quick pair" $(MAKE) --no-print-directory bench-quick
+	@$(STEP) "short soak" $(MAKE) --no-print-directory soak-short
+	@$(STEP) "packaging, and a provider crate built from the packages" $(MAKE) --no-print-directory package
 
 # Seeds `make test` simulates.
 CI_SEEDS ?= 10000

@@ -5,7 +5,7 @@
 //! request and loses, delays or replaces the reply. Tests use it to prove a handler survives wire
 //! faults, including the ambiguous ones where a write applied but its reply never arrived.
 //!
-//! It is a blocking, thread-per-connection server built on std only. Every request is read in
+//! It is a blocking, thread-per-connection server built on std (and the SDK's date formats). Every request is read in
 //! full, logged, and forwarded on a fresh upstream connection with `Connection: close`, so the
 //! proxy never has to track upstream connection state. When the last handle is dropped the
 //! listener closes and hung connections are closed within a second; any other connection thread
