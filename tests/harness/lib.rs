@@ -297,9 +297,11 @@ impl LocalRegion {
 
     /// The DynamoDB lease store on this region's table as the function wires it: the SDK's
     /// client with the function's configuration (one attempt per call, explicit timeouts).
+    /// Its calls are counted (`counter`).
     pub fn lease_store(&self) -> Arc<DynamoLeaseStore> {
-        let client = cfn_once::app::dynamodb_client(&self.sdk, 5_000, REGION);
-        Arc::new(DynamoLeaseStore::new(client, &self.table))
+        let function = cfn_once::app::dynamodb_client(&self.sdk, 5_000, REGION);
+        let counted = function.config().to_builder().interceptor(self.counter.clone()).build();
+        Arc::new(DynamoLeaseStore::new(aws_sdk_dynamodb::Client::from_conf(counted), &self.table))
     }
 
     /// The next message on this region's queue as the one-record SQS event Lambda would hand a
