@@ -19,30 +19,33 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill soak soak-short package test test-python test-static feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local drill soak soak-short package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
 
 ## venv: the Python environment with moto[server] (local AWS), rebuilt when requirements change.
+## Packages are installed by uv (from PyPI, pinned in requirements-uv.txt): pip took two minutes
+## of CPU for these, uv a few seconds, and CI's two cores are shared with the compiler.
+UV := $(VENV)/bin/uv
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements-dev.txt
+$(VENV)/.installed: requirements-dev.txt requirements-uv.txt
 	@echo "==> creating $(VENV) with $$($(PYTHON_BOOTSTRAP) --version)"
 	$(PYTHON_BOOTSTRAP) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --requirement requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --requirement requirements-uv.txt
+	$(UV) pip install --quiet --python $(PY) --requirement requirements-dev.txt
 	@touch $@
 
 ## bench-venv: the benchmark's Python peer (crhelper, Powertools, awslambdaric), in its own venv.
+## Its bytecode is compiled at install, as pip does, so the peer's cold start imports .pyc files.
 BENCH_VENV := .venv-bench
 bench-venv: $(BENCH_VENV)/.installed
 
-$(BENCH_VENV)/.installed: benches/python/requirements.txt
+$(BENCH_VENV)/.installed: benches/python/requirements.txt $(VENV)/.installed
 	@echo "==> creating $(BENCH_VENV) with $$($(PYTHON_BOOTSTRAP) --version)"
 	$(PYTHON_BOOTSTRAP) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install --quiet --requirement benches/python/requirements.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(BENCH_VENV)/bin/python --requirement benches/python/requirements.txt
 	@touch $@
 
 # Interleaved pairs `make bench` runs.
@@ -96,27 +99,25 @@ drill:
 	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto. Each step is timed
-## (.ci/step; `.ci/run` prints the minutes).
+## (.ci/step; `.ci/run` prints the minutes). Work that waits (moto, the queues' delays, the soak's
+## drain) runs beside work that computes (compiling), in lanes, so that a cold run on 2 cores
+## stays within 15 minutes.
 STEP := bash .ci/step
+CLASS_TESTS := wire_faults::class_
 test:
-	@# The Python side (pip, the template linters) waits on the network and runs beside the
-	@# static checks, which keep both cores busy.
+	@# 1. The Python side (uv, the template linters) beside the static checks.
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-python test-static
-	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
-	@# Every target with the tests' features, in one build `cargo test` then reuses (the logs
-	@# test runs the Lambda binary itself, which `cargo test` alone does not build).
+	@# 2. Every target with the tests' features, in one build the lanes reuse (the logs test, the
+	@# soak and the benchmark harness run the binaries, which `cargo test` alone does not build).
+	@echo "==> building every binary and test"
 	@$(STEP) "cargo build, every binary and test" $(CARGO) build --locked --workspace --bins --tests
-	@# Four test threads: the end-to-end tests mostly wait on moto and on the queues' delays (the
-	@# `it` binary used 41 s of CPU in 147 s with four, against 208 s with two).
-	@$(STEP) "cargo test (unit, contract, end to end on moto)" env CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --workspace --locked -- --skip fuzz_tests --test-threads 4
-	@echo "==> bounded fuzzing of the decoder and the response builder"
-	@# The workspace's own test binaries, filtered: no build of the core on its own.
-	@$(STEP) "bounded fuzzing" $(CARGO) test --workspace --locked --lib -- fuzz_tests --nocapture
-	@$(STEP) "simulator, $(CI_SEEDS) seeds" $(MAKE) --no-print-directory simulate SEEDS=$(CI_SEEDS)
-	@echo "==> the benchmark harness, one quick pair (numbers not kept)"
-	@$(STEP) "benchmark harness, one quick pair" $(MAKE) --no-print-directory bench-quick
-	@$(STEP) "short soak" $(MAKE) --no-print-directory soak-short
-	@$(STEP) "packaging, and a provider crate built from the packages" $(MAKE) --no-print-directory package
+	@# 3. Three lanes side by side: the tests, the soak (mostly waiting), and the checks that compile.
+	@$(STEP) "lanes: tests | short soak | simulator, packaging, fuzzing, harness" \
+	  $(MAKE) --no-print-directory -j3 --output-sync=target test-lane-tests test-lane-soak test-lane-build
+	@# 4. The failure-class tests measure the time to an answer; they run alone, on a quiet machine.
+	@echo "==> the failure classes of AWS calls, alone (each is answered well under a second)"
+	@$(STEP) "failure-class tests, alone" env CFN_ONCE_PYTHON="$(abspath $(PY))" \
+	  $(CARGO) test --workspace --locked --test it -- $(CLASS_TESTS) --test-threads 1
 
 test-python:
 	@$(STEP) "python venvs (moto, template checkers, the benchmark's peer)" $(MAKE) --no-print-directory venv bench-venv
@@ -126,6 +127,30 @@ test-static:
 	@$(STEP) "cargo fmt --check, one feature set for binaries and tests" $(MAKE) --no-print-directory fmt feature-sets
 	@$(STEP) "cargo clippy, all targets" $(MAKE) --no-print-directory clippy
 	@$(STEP) "cargo doc (cfn-once, cfn-once-core)" $(MAKE) --no-print-directory doc
+
+# Four test threads: the end-to-end tests mostly wait on moto and on the queues' delays (the `it`
+# binary used 41 s of CPU in 147 s with four, against 208 s with two).
+test-lane-tests:
+	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs, simulator self-checks)"
+	@$(STEP) "  | cargo test (unit, contract, end to end on moto)" env CFN_ONCE_PYTHON="$(abspath $(PY))" \
+	  $(CARGO) test --workspace --locked -- --skip fuzz_tests --skip $(CLASS_TESTS) --test-threads 4
+
+test-lane-soak:
+	@$(STEP) "  | short soak" $(MAKE) --no-print-directory soak-short
+
+# The simulator runs on the debug build the tests made (core and simulator optimised, about 200
+# seeds/s here): compiling the `sim` profile for CI's share would cost more than it saves.
+test-lane-build:
+	@# First what needs no cargo: the other lanes' cargo takes the build directory's lock for a
+	@# moment at their start, which the packaging's compile would otherwise hold for minutes.
+	@echo "==> simulating $(CI_SEEDS) seeds (debug build)"
+	@$(STEP) "  | simulator, $(CI_SEEDS) seeds" ./target/debug/cfn-once-sim --seeds $(CI_SEEDS)
+	@$(STEP) "  | packaging, and a provider crate built from the packages" $(MAKE) --no-print-directory package
+	@echo "==> bounded fuzzing of the decoder and the response builder"
+	@# The workspace's own test binaries, filtered: no build of the core on its own.
+	@$(STEP) "  | bounded fuzzing" $(CARGO) test --workspace --locked --lib -- fuzz_tests --nocapture
+	@echo "==> the benchmark harness, one quick pair (numbers not kept)"
+	@$(STEP) "  | benchmark harness, one quick pair" $(MAKE) --no-print-directory bench-quick
 
 # Seeds `make test` simulates.
 CI_SEEDS ?= 10000
@@ -200,7 +225,7 @@ lint-templates: venv
 build-tools: venv
 	@if [ ! -x $(VENV)/bin/cargo-lambda ]; then \
 		echo "==> installing cargo-lambda and zig into $(VENV)"; \
-		$(PY) -m pip install --quiet --requirement requirements-build.txt; \
+		$(UV) pip install --quiet --python $(PY) --requirement requirements-build.txt; \
 	fi
 
 ## build: the stock Lambda function (cfn-once-lambda) for $(ARCH), zipped; prints its size.
@@ -218,10 +243,9 @@ sam-build: build-tools
 	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env lease-table
 	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env primary
 
-## package: cargo package of cfn-once-core and cfn-once (each built from its packaged sources), then a
-## provider crate outside the workspace built and tested against the .crate files (.ci/outside-crate).
-## With uncommitted changes: make package PACKAGE_FLAGS=--allow-dirty. It first removes what an
-## earlier run from the same path unpacked and built, which cargo would otherwise reuse (.ci/package).
+## package: cargo package of cfn-once-core and cfn-once, then a provider crate outside the workspace
+## built (default features, as cargo's verification would) and tested against the .crate files
+## (.ci/package, .ci/outside-crate). With uncommitted changes: make package PACKAGE_FLAGS=--allow-dirty.
 PACKAGE_FLAGS ?=
 package:
 	CARGO="$(CARGO)" bash .ci/package $(PACKAGE_FLAGS)
