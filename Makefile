@@ -111,8 +111,8 @@ test:
 	@# soak and the benchmark harness run the binaries, which `cargo test` alone does not build).
 	@echo "==> building every binary and test"
 	@$(STEP) "cargo build, every binary and test" $(CARGO) build --locked --workspace --bins --tests
-	@# 3. Three lanes side by side: the tests, the soak (mostly waiting), and the checks that compile.
-	@$(STEP) "lanes: tests | short soak | simulator, packaging, fuzzing, harness" \
+	@# 3. Three lanes side by side: the tests, the soak (both mostly waiting), and the rest.
+	@$(STEP) "lanes: tests | short soak | simulator, docs, packaging, fuzzing, harness" \
 	  $(MAKE) --no-print-directory -j3 --output-sync=target test-lane-tests test-lane-soak test-lane-build
 	@# 4. The failure-class tests measure the time to an answer; they run alone, on a quiet machine.
 	@echo "==> the failure classes of AWS calls, alone (each is answered well under a second)"
@@ -126,7 +126,6 @@ test-python:
 test-static:
 	@$(STEP) "cargo fmt --check, one feature set for binaries and tests" $(MAKE) --no-print-directory fmt feature-sets
 	@$(STEP) "cargo clippy, all targets" $(MAKE) --no-print-directory clippy
-	@$(STEP) "cargo doc (cfn-once, cfn-once-core)" $(MAKE) --no-print-directory doc
 
 # Four test threads: the end-to-end tests mostly wait on moto and on the queues' delays (the `it`
 # binary used 41 s of CPU in 147 s with four, against 208 s with two).
@@ -145,7 +144,9 @@ test-lane-build:
 	@# moment at their start, which the packaging's compile would otherwise hold for minutes.
 	@echo "==> simulating $(CI_SEEDS) seeds (debug build)"
 	@$(STEP) "  | simulator, $(CI_SEEDS) seeds" ./target/debug/cfn-once-sim --seeds $(CI_SEEDS)
-	@$(STEP) "  | packaging, and a provider crate built from the packages" $(MAKE) --no-print-directory package
+	@$(STEP) "  | cargo doc (cfn-once, cfn-once-core)" $(MAKE) --no-print-directory doc
+	@# After the docs: the outside crate's check reuses what they checked, its test the tests' build.
+	@$(STEP) "  | packaging, and a provider crate built from the packages" env OUTSIDE_CRATE_REUSE=require $(MAKE) --no-print-directory package
 	@echo "==> bounded fuzzing of the decoder and the response builder"
 	@# The workspace's own test binaries, filtered: no build of the core on its own.
 	@$(STEP) "  | bounded fuzzing" $(CARGO) test --workspace --locked --lib -- fuzz_tests --nocapture
