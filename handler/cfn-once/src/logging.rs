@@ -72,18 +72,21 @@ pub fn init_json(level: LevelFilter) {
 /// bounded and stripped like any foreign text; the stack is the functions' names (the release
 /// build strips debug information but keeps its symbols: `strip = "debuginfo"`), a frame a line.
 fn log_panics_as_json() {
-    std::panic::set_hook(Box::new(|info| {
-        let message = cfn_once_core::worker::panic_message(info.payload());
-        let location = info.location().map(|location| format!("{}:{}", location.file(), location.line()));
-        let backtrace = std::backtrace::Backtrace::force_capture().to_string();
-        tracing::error!(
-            target: "cfn_once::panic",
-            message = %cfn_once_core::response::foreign_text(&message, 512),
-            location = location.as_deref().unwrap_or("unknown"),
-            backtrace = %bounded(&backtrace, BACKTRACE_BYTES_MAX),
-            "panicked"
-        );
-    }));
+    std::panic::set_hook(Box::new(log_panic));
+}
+
+/// The panic hook: one ERROR line with the panic's message, place and stack.
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let message = cfn_once_core::worker::panic_message(info.payload());
+    let location = info.location().map(|location| format!("{}:{}", location.file(), location.line()));
+    let backtrace = std::backtrace::Backtrace::force_capture().to_string();
+    tracing::error!(
+        target: "cfn_once::panic",
+        message = %cfn_once_core::response::foreign_text(&message, 512),
+        location = location.as_deref().unwrap_or("unknown"),
+        backtrace = %bounded(&backtrace, BACKTRACE_BYTES_MAX),
+        "panicked"
+    );
 }
 
 /// The most of a panic's stack a log line carries.
@@ -154,6 +157,33 @@ mod tests {
         assert_eq!(line["spans"][0], serde_json::json!({"name": "record", "message_id": "m-1", "fence": 7}));
         assert_eq!(line["spans"][1]["name"], "request");
         assert!(line.get("target").is_none() && line.get("timestamp").is_none(), "{line}");
+    }
+
+    #[inline(never)]
+    fn a_provider_that_panics() {
+        panic!("a provider's bug");
+    }
+
+    #[test]
+    fn a_panic_is_one_json_line_with_its_message_its_place_and_the_functions_on_its_stack() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        std::panic::set_hook(Box::new(log_panic));
+        let caught = tracing::subscriber::with_default(json_subscriber(LevelFilter::INFO, move || writer.clone()), || {
+            std::panic::catch_unwind(a_provider_that_panics)
+        });
+        // Back to the default hook for the other tests of this process.
+        drop(std::panic::take_hook());
+        assert!(caught.is_err());
+        let text = String::from_utf8(captured.0.lock().expect("buffer").clone()).expect("UTF-8");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let line: serde_json::Value = serde_json::from_str(text.trim()).expect("a JSON line");
+        assert_eq!(line["level"], "ERROR");
+        assert_eq!(line["fields"]["message"], "a provider's bug");
+        let location = line["fields"]["location"].as_str().expect("a location");
+        assert!(location.contains("src/logging.rs:"), "{location}");
+        let backtrace = line["fields"]["backtrace"].as_str().expect("a stack");
+        assert!(backtrace.contains("a_provider_that_panics"), "the stack names the function that panicked: {backtrace}");
     }
 
     #[test]
