@@ -236,6 +236,9 @@ build: build-tools
 	PATH="$(TOOLS_PATH)" $(CARGO) lambda build --release -p cfn-once --bin cfn-once-lambda --output-format zip \
 		$(if $(FEATURES),--features $(FEATURES)) $(if $(filter x86_64,$(ARCH)),--x86-64,--arm64)
 	@ls -l target/lambda/cfn-once-lambda/bootstrap.zip | awk '{ printf "target/lambda/cfn-once-lambda/bootstrap.zip: %d bytes (%.2f MB)\n", $$5, $$5 / 1048576 }'
+	@# The zip stays small: it is fetched on every cold start.
+	@test "$$(stat -c %s target/lambda/cfn-once-lambda/bootstrap.zip)" -le 5000000 \
+	  || { echo "bootstrap.zip is over 5 MB (5,000,000 bytes)" >&2; exit 1; }
 
 ## sam-build: `sam build` of the lease-table and regional templates with the venv's cargo-lambda,
 ## offline (cargo may not touch the network; the crates it needs are already fetched).
