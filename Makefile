@@ -181,7 +181,7 @@ soak-short: venv
 	  --binary target/debug/cfn-once-lambda --python $(PY) --out target/soak-short
 
 ## simulate: the deterministic simulator over SEEDS seeds on every core (make simulate SEEDS=1000000:
-## about 19 minutes on 2 cores; run it before a change to the protocol lands).
+## about 21 minutes on 2 cores; run it before a change to the protocol lands).
 simulate:
 	@echo "==> simulating $(SEEDS) seeds"
 	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS)
