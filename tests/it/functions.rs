@@ -274,6 +274,23 @@ async fn two_regions_with_a_responder(
     code: &std::path::Path,
     handler: &str,
 ) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
+    two_regions_with_a_responder_where(label, code, handler, Reach::Both).await
+}
+
+/// Whether the secondary can read the primary's answer bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    Both,
+    /// The primary's region is out: from the secondary, its S3 refuses connections.
+    PrimaryRegionOut,
+}
+
+async fn two_regions_with_a_responder_where(
+    label: &str,
+    code: &std::path::Path,
+    handler: &str,
+    reach: Reach,
+) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let mut regions = Vec::new();
@@ -296,7 +313,12 @@ async fn two_regions_with_a_responder(
             is_complete: None,
             answers_itself: true,
         };
-        let answers = Arc::new(S3AnswerDrop::new(&moto, &bucket, 3_000).expect("the answer bucket's client"));
+        let mut answers = S3AnswerDrop::new(&moto, &bucket, 3_000).expect("the answer bucket's client");
+        if region == "us-west-2" && reach == Reach::PrimaryRegionOut {
+            let out = cfn_once_cli::local::provision::sdk_config(&refusing_endpoint().await, "us-east-1").await;
+            answers = answers.with_region("us-east-1", &out);
+        }
+        let answers = Arc::new(answers);
         let provider = FunctionProvider::new(route, region, invoker).with_answer_drop(answers);
         routers.push(Router::new().register(GREETING, provider));
         regions.push((api, bucket));
@@ -434,5 +456,199 @@ async fn a_stale_executions_late_self_answer_is_ignored() {
     assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 1));
     assert_eq!(regions.dead_letters().await, 0);
     assert!(!logs(&logs_dir).contains(&signature(&sent)), "a function saw CloudFormation's ResponseURL");
+    regions.stop().await;
+}
+
+/// An endpoint nobody listens on: connections to it are refused.
+async fn refusing_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let address = listener.local_addr().expect("its address");
+    drop(listener);
+    format!("http://{address}")
+}
+
+/// A function that answers by itself as `cfnresponse` does, except that in the region its
+/// `LateIn` property names it returns at once and PUTs its answer `LateByS` seconds later, from
+/// a thread of its process (work finishing after the invocation, as a function that hands its
+/// answer to a queue or a state machine does).
+const LATE_RESPONDER: &str = r#"
+import json, os, threading, time, urllib.request
+
+def answer(event, region):
+    body = json.dumps({
+        "Status": "SUCCESS", "Reason": "done", "PhysicalResourceId": "late-" + event["ResourceProperties"].get("Name", "x"),
+        "StackId": event["StackId"], "RequestId": event["RequestId"],
+        "LogicalResourceId": event["LogicalResourceId"], "NoEcho": False,
+        "Data": {"AnsweredIn": region},
+    }).encode()
+    request = urllib.request.Request(event["ResponseURL"], data=body, method="PUT",
+                                     headers={"content-type": "", "content-length": str(len(body))})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        print(f"answer PUT in {region}: {response.status}", flush=True)
+
+def handler(event, context):
+    props = event.get("ResourceProperties", {})
+    region = os.environ["AWS_REGION"]
+    if props.get("LateIn") == region:
+        def later():
+            time.sleep(float(props.get("LateByS", "0")))
+            answer(event, region)
+        threading.Thread(target=later).start()
+        print(f"returned in {region}; the answer comes later", flush=True)
+        return None
+    answer(event, region)
+"#;
+
+/// Both regions with `LATE_RESPONDER`, and a Create whose function answers late in us-east-1,
+/// published once the primary has invoked it; the request's ServiceTimeout is 50 s, so that the
+/// code before each fix answers FAILED within the test's minute.
+async fn late_self_answer(
+    label: &str,
+    reach: Reach,
+    late_by_s: u32,
+) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions, Sent, Instant) {
+    let dir = std::env::temp_dir().join(cfn_once_tests::unique(&format!("{label}-code")));
+    std::fs::create_dir_all(&dir).expect("a folder for the function");
+    std::fs::write(dir.join("responder.py"), LATE_RESPONDER).expect("the function's code");
+    let (log_dir, regions_apis, regions) =
+        two_regions_with_a_responder_where(label, &dir, "responder.handler", reach).await;
+    let sent = greeting(
+        &regions,
+        "create-echo.json",
+        json!({"Name": "fay", "LateIn": "us-east-1", "LateByS": late_by_s.to_string(), "ServiceTimeout": "50"}),
+    )
+    .await;
+    let published = Instant::now();
+    regions.publish(&sent).await;
+    let primary_api = &regions_apis[0].0;
+    while primary_api.invokes("responder") == 0
+        || regions.record(&sent).await.is_none_or(|r| r.state != LeaseState::Waiting)
+    {
+        assert!(published.elapsed() < Duration::from_secs(20), "the primary never started waiting for the answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (log_dir, regions_apis, regions, sent, published)
+}
+
+/// What each region did with the request, in order, as the regions' observers saw it.
+fn polls_of(regions: &TwoRegions, sent: &Sent, since: Instant) -> String {
+    let mut seen: Vec<(Instant, &str, String)> = Vec::new();
+    for (region, observed) in [("us-east-1", &regions.primary_observed), ("us-west-2", &regions.secondary_observed)] {
+        seen.extend(observed.timeline(sent).into_iter().map(|(at, done)| (at, region, format!("{done:?}"))));
+    }
+    seen.sort_by_key(|(at, _, _)| *at);
+    seen.iter()
+        .map(|(at, region, done)| format!("\n  +{:5.1} s {region} {done}", at.duration_since(since).as_secs_f64()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_self_answer_pending_when_the_primary_is_drained_is_read_from_the_secondary() {
+    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
+        late_self_answer("drained-self-answer", Reach::Both, 8).await;
+    let waiting = regions.record(&sent).await.expect("a record");
+    // A drill: the secondary becomes active; every later poll is the secondary's.
+    regions.set_active("us-west-2").await;
+
+    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    let record = regions.record(&sent).await.expect("a record");
+    println!(
+        "drained: us-east-1 invoked under fence {} and returned; the answer landed in us-east-1's bucket; \
+         answered {:?} by {} under fence {} after {took:?}; polls: {}",
+        waiting.fence,
+        answer.status,
+        record.owner.split('/').next().unwrap_or_default(),
+        record.fence,
+        polls_of(&regions, &sent, published)
+    );
+    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
+    assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"), "the primary's execution's answer");
+    assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
+    assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
+
+    regions.set_active("us-east-1").await;
+    regions.drain(Duration::from_secs(60)).await;
+    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
+    assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 0), "the function ran once");
+    assert_eq!(regions.dead_letters().await, 0);
+    assert!(!logs(&log_dir).contains(&signature(&sent)), "a function saw CloudFormation's ResponseURL");
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_self_answer_in_the_primarys_bucket_is_found_by_a_poll_the_secondary_holds() {
+    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
+        late_self_answer("secondary-poll-self-answer", Reach::Both, 8).await;
+    let waiting = regions.record(&sent).await.expect("a record");
+    // The primary's Lambda stops; its region's S3 is fine.
+    regions.kill_primary().await;
+
+    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    let record = regions.record(&sent).await.expect("a record");
+    println!(
+        "primary's Lambda down: us-east-1 invoked under fence {}; answered {:?} by {} under fence {} after {took:?}; polls: {}",
+        waiting.fence,
+        answer.status,
+        record.owner.split('/').next().unwrap_or_default(),
+        record.fence,
+        polls_of(&regions, &sent, published)
+    );
+    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
+    assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"));
+    assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
+    assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
+
+    regions.primary.start();
+    regions.drain(Duration::from_secs(60)).await;
+    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
+    assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 0));
+    assert_eq!(regions.dead_letters().await, 0);
+    assert!(!logs(&log_dir).contains(&signature(&sent)));
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_execution() {
+    let (log_dir, [(primary_api, primary_bucket), (secondary_api, secondary_bucket)], mut regions, sent, published) =
+        late_self_answer("region-out-self-answer", Reach::PrimaryRegionOut, 20).await;
+    let waiting = regions.record(&sent).await.expect("a record");
+    // The primary's region goes out: its Lambda stops, and from the secondary its S3 refuses
+    // connections.
+    regions.kill_primary().await;
+
+    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    let record = regions.record(&sent).await.expect("a record");
+    println!(
+        "primary's region out: us-east-1 invoked under fence {}; answered {:?} by {} under fence {} after {took:?}; polls: {}",
+        waiting.fence,
+        answer.status,
+        record.owner.split('/').next().unwrap_or_default(),
+        record.fence,
+        polls_of(&regions, &sent, published)
+    );
+    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
+    assert_eq!(answer.data["AnsweredIn"], json!("us-west-2"), "the new execution's answer");
+    assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
+    assert_eq!(secondary_api.invokes("responder"), 1, "one new execution, in the secondary's region");
+    let new = answers_in("us-west-2", &secondary_bucket).await;
+    assert_eq!(new.len(), 1, "{new:?}");
+
+    // The first execution's late answer lands in us-east-1's bucket, where nobody reads.
+    while answers_in("us-east-1", &primary_bucket).await.is_empty() {
+        assert!(published.elapsed() < Duration::from_secs(40), "the late answer never landed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    regions.primary.start();
+    regions.drain(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let puts = regions.responses(&sent).await;
+    assert_eq!(puts.len(), 1, "one PUT");
+    assert_eq!(ResponseBody::parse(&puts[0]).expect("body").data["AnsweredIn"], json!("us-west-2"));
+    assert_eq!(primary_api.invokes("responder"), 1);
+    assert_eq!(regions.dead_letters().await, 0);
+    assert!(!logs(&log_dir).contains(&signature(&sent)));
     regions.stop().await;
 }

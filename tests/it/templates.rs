@@ -381,6 +381,23 @@ fn every_role_holds_exactly_these_permissions() {
             &["s3:ListBucket"],
             json!({"Fn::GetAtt": ["AnswerBucket", "Arn"]}),
         ),
+        // The other region's answers, read only: a poll held here reads them where they are.
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["s3:GetObject"],
+            json!({"Fn::Sub": "arn:${AWS::Partition}:s3:::${AnswerBucketPrefix}-${AWS::AccountId}-${PeerRegion}/answers/*"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["s3:ListBucket"],
+            json!({"Fn::Sub": "arn:${AWS::Partition}:s3:::${AnswerBucketPrefix}-${AWS::AccountId}-${PeerRegion}"}),
+        ),
         grant(
             "regional.yaml",
             "FunctionRole",
@@ -1128,4 +1145,37 @@ fn an_organization_may_publish_only_when_named_and_through_its_own_key() {
         assert_eq!(others.len(), 1, "{key_policy:?}");
         assert_eq!(others[0]["Principal"], this_account, "administered by this account's IAM policies");
     }
+}
+
+/// A poll held in one region reads a self-answer from the other region's answer bucket: the
+/// bucket each regional stack creates must be the one the other stack's role may read, named by
+/// the same prefix, account and (its own, the other's PeerRegion) region.
+#[test]
+fn each_regions_answer_bucket_is_the_one_the_other_region_may_read() {
+    let template = template("regional.yaml");
+    let bucket = &template["Resources"]["AnswerBucket"]["Properties"]["BucketName"]["Fn::Sub"];
+    let bucket = bucket.as_str().expect("the answer bucket is named with Fn::Sub");
+    let role = &template["Resources"]["FunctionRole"]["Properties"]["Policies"];
+    let functions = role
+        .as_array()
+        .expect("inline policies")
+        .iter()
+        .filter_map(|policy| policy.get("Fn::If"))
+        .find(|branches| branches[1]["PolicyName"] == "functions")
+        .expect("the functions policy");
+    let peer_resources: Vec<String> = functions[1]["PolicyDocument"]["Statement"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter_map(|statement| statement["Resource"]["Fn::Sub"].as_str())
+        .filter(|resource| resource.contains("${PeerRegion}"))
+        .map(|resource| resource.replace("${PeerRegion}", "${AWS::Region}"))
+        .collect();
+    assert_eq!(
+        peer_resources,
+        [format!("arn:${{AWS::Partition}}:s3:::{bucket}/answers/*"), format!("arn:${{AWS::Partition}}:s3:::{bucket}")],
+        "the peer grants name the bucket the other region's stack creates"
+    );
+    let rule = &template["Rules"]["FunctionsNeedThePeerRegion"];
+    assert!(rule["Assertions"][0]["Assert"].to_string().contains("PeerRegion"), "{rule}");
 }

@@ -1,5 +1,7 @@
 //! cfn-once's answer bucket (`CFN_ONCE_ANSWER_BUCKET`) on S3: presigned PUT URLs for functions
-//! that answer by themselves, and reads of what they PUT.
+//! that answer by themselves, and reads of what they PUT, in this region's bucket or in the other
+//! region's (a wait stores the bucket and its region; whichever region holds the due poll reads
+//! the object there, with a client of that region made at its first read).
 //!
 //! Both go through `aws-sdk-s3`: the URLs are its presigner's (SigV4 in the query string, on the
 //! function's credentials), the reads are GetObject calls, classified as every AWS call is
@@ -7,6 +9,8 @@
 //! serves it; in AWS, virtual-hosted. moto does not check signatures, so locally a wrong
 //! signature would pass: the presigner is the SDK's own, tested by the SDK against AWS's examples.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,36 +18,83 @@ use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::presigning::PresigningConfig;
 
 use crate::adapters::aws_errors::{Failure, classify};
-use crate::providers::answers_itself::{AnswerDrop, DropError, UploadUrl};
+use crate::providers::answers_itself::{AnswerDrop, AnswerObject, DropError, UploadUrl};
 
-/// The answer bucket of one region.
-#[derive(Debug, Clone)]
+/// The answer bucket of this region, and reads of the other region's.
+#[derive(Debug)]
 pub struct S3AnswerDrop {
+    sdk: aws_config::SdkConfig,
     client: aws_sdk_s3::Client,
     bucket: String,
-    timeout: Duration,
+    region: String,
+    timeout_ms: u64,
+    /// How another region's S3 is reached, where not as `sdk` says with that region (a local
+    /// environment's, or a test's).
+    configs: HashMap<String, aws_config::SdkConfig>,
+    /// Clients of other regions, made at their first read.
+    others: Mutex<HashMap<String, aws_sdk_s3::Client>>,
 }
 
 impl S3AnswerDrop {
     /// The bucket `bucket` of `sdk`'s region on `sdk`'s credentials and endpoint; each read gives
-    /// up after `timeout_ms`.
+    /// up after `timeout_ms`. Another region's bucket is read with the same configuration in
+    /// that region.
     pub fn new(sdk: &aws_config::SdkConfig, bucket: &str, timeout_ms: u64) -> anyhow::Result<Self> {
-        let timeout = Duration::from_millis(timeout_ms);
-        let config = aws_sdk_s3::config::Builder::from(sdk)
-            // A local endpoint (moto) serves buckets by path, not by host name.
-            .force_path_style(sdk.endpoint_url().is_some())
-            .timeout_config(crate::app::call_timeouts(timeout_ms))
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
-            .build();
-        Ok(Self { client: aws_sdk_s3::Client::from_conf(config), bucket: bucket.to_owned(), timeout })
+        let Some(region) = sdk.region() else {
+            anyhow::bail!("the answer bucket's client has no region (AWS_REGION)");
+        };
+        Ok(Self {
+            sdk: sdk.clone(),
+            client: client(sdk, timeout_ms),
+            bucket: bucket.to_owned(),
+            region: region.to_string(),
+            timeout_ms,
+            configs: HashMap::new(),
+            others: Mutex::default(),
+        })
     }
+
+    /// Reads of `region`'s bucket go through `sdk` (its endpoint and credentials) instead.
+    pub fn with_region(mut self, region: &str, sdk: &aws_config::SdkConfig) -> Self {
+        self.configs.insert(region.to_owned(), sdk.clone());
+        self
+    }
+
+    /// The client that reads `region`'s bucket.
+    fn client_in(&self, region: &str) -> aws_sdk_s3::Client {
+        if region == self.region {
+            return self.client.clone();
+        }
+        let mut others = self.others.lock().unwrap_or_else(PoisonError::into_inner);
+        others
+            .entry(region.to_owned())
+            .or_insert_with(|| {
+                let sdk = match self.configs.get(region) {
+                    Some(sdk) => sdk.clone(),
+                    None => self.sdk.to_builder().region(aws_config::Region::new(region.to_owned())).build(),
+                };
+                client(&sdk, self.timeout_ms)
+            })
+            .clone()
+    }
+}
+
+/// An S3 client of `sdk`, one attempt per call, each cut at `timeout_ms`.
+fn client(sdk: &aws_config::SdkConfig, timeout_ms: u64) -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::config::Builder::from(sdk)
+        // A local endpoint (moto) serves buckets by path, not by host name.
+        .force_path_style(sdk.endpoint_url().is_some())
+        .timeout_config(crate::app::call_timeouts(timeout_ms))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }
 
 /// A failed S3 call as the port's error.
 fn drop_error(failure: Failure) -> DropError {
     match failure {
         Failure::Permanent(text) => DropError::Permanent(format!(
-            "{text} (the function's role needs s3:GetObject on the answer buckets' answers/, which the regional template grants)"
+            "{text} (the function's role needs s3:GetObject on both regions' answer buckets' answers/ and s3:ListBucket on them, which the regional template grants)"
         )),
         other => DropError::Transient(other.into_text()),
     }
@@ -51,6 +102,14 @@ fn drop_error(failure: Failure) -> DropError {
 
 #[async_trait]
 impl AnswerDrop for S3AnswerDrop {
+    fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    fn region(&self) -> &str {
+        &self.region
+    }
+
     async fn upload_url(&self, key: &str, valid_for: Duration) -> Result<UploadUrl, DropError> {
         let presigning = PresigningConfig::expires_in(valid_for)
             .map_err(|error| DropError::Permanent(format!("the answer's URL cannot be presigned: {error}")))?;
@@ -65,9 +124,10 @@ impl AnswerDrop for S3AnswerDrop {
         Ok(UploadUrl::new(presigned.uri().to_owned()))
     }
 
-    async fn read(&self, key: &str, limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+    async fn read(&self, object: &AnswerObject, limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+        let client = self.client_in(&object.region);
         let read = async {
-            let object = match self.client.get_object().bucket(&self.bucket).key(key).send().await {
+            let object = match client.get_object().bucket(&object.bucket).key(&object.key).send().await {
                 Ok(object) => object,
                 Err(error) if error.as_service_error().is_some_and(GetObjectError::is_no_such_key) => return Ok(None),
                 Err(error) => return Err(drop_error(classify(&error))),
@@ -89,11 +149,11 @@ impl AnswerDrop for S3AnswerDrop {
             }
             Ok(Some(bytes))
         };
-        match tokio::time::timeout(self.timeout, read).await {
+        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), read).await {
             Ok(read) => read,
             Err(_) => Err(DropError::Transient(format!(
-                "the answer bucket had no answer within {} ms",
-                self.timeout.as_millis()
+                "the answer bucket of {} had no answer within {} ms",
+                object.region, self.timeout_ms
             ))),
         }
     }

@@ -6,11 +6,13 @@
 //! (`CFN_ONCE_ANSWER_BUCKET`, key `answers/<32 random hex>`), so an execution that lost its lease
 //! and PUTs late writes an object no later execution reads. After the Invoke returns, cfn-once
 //! reads that object; when the function has not PUT it yet (it may answer after its invocation
-//! ends), the request waits for it as a long-running provider's does: the key is the stored
-//! state, and whichever region holds the due poll reads the object again. What lands there is
-//! checked (at most 4096 bytes of JSON, for this request's StackId, RequestId and
-//! LogicalResourceId, a Status of SUCCESS or FAILED, a PhysicalResourceId) and becomes the answer
-//! cfn-once commits and PUTs to CloudFormation once, as any provider's.
+//! ends), the request waits for it as a long-running provider's does: the object's place (its
+//! bucket, that bucket's region and its key, an [`AnswerObject`]) is the stored state, and
+//! whichever region holds the due poll reads the object *where it is*, in the other region's
+//! bucket if need be. What lands there is checked (at most 4096 bytes of JSON, for this
+//! request's StackId, RequestId and LogicalResourceId, a Status of SUCCESS or FAILED, a
+//! PhysicalResourceId) and becomes the answer cfn-once commits and PUTs to CloudFormation once,
+//! as any provider's.
 
 use std::time::Duration;
 
@@ -61,15 +63,31 @@ pub enum DropError {
     Permanent(String),
 }
 
+/// Where one execution's answer lands: an object of the answer bucket of one region. The wait
+/// stores it, so that a poll from either region reads the object where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerObject {
+    /// The answer bucket the function was given a URL of.
+    pub bucket: String,
+    /// That bucket's region: the region that ran the function.
+    pub region: String,
+    /// The object's key (`answers/` and 32 random hex digits).
+    pub key: String,
+}
+
 /// Where functions that answer by themselves PUT their answers (the port; `S3AnswerDrop` in
-/// `adapters::s3_answers` is cfn-once's regional bucket).
+/// `adapters::s3_answers` is cfn-once's bucket of this region, reading the other's too).
 #[async_trait]
 pub trait AnswerDrop: Send + Sync + std::fmt::Debug {
-    /// A URL a function can PUT the object `key` to, for `valid_for`.
+    /// This region's answer bucket, where [`AnswerDrop::upload_url`] points.
+    fn bucket(&self) -> &str;
+    /// This region.
+    fn region(&self) -> &str;
+    /// A URL a function can PUT the object `key` of this region's bucket to, for `valid_for`.
     async fn upload_url(&self, key: &str, valid_for: Duration) -> Result<UploadUrl, DropError>;
-    /// The object `key` (its first `limit` bytes and one more, so that a longer one shows), or
-    /// `None` while nobody has PUT it.
-    async fn read(&self, key: &str, limit: usize) -> Result<Option<Vec<u8>>, DropError>;
+    /// The object `object` of either region's bucket (its first `limit` bytes and one more, so
+    /// that a longer one shows), or `None` while nobody has PUT it.
+    async fn read(&self, object: &AnswerObject, limit: usize) -> Result<Option<Vec<u8>>, DropError>;
 }
 
 /// A fresh key for one execution's answer: 128 random bits from the process's cryptographic

@@ -24,7 +24,10 @@
 //!   builder, as for any provider.
 //! * **Functions that answer by themselves** (`cfn-response:` in `CFN_ONCE_FUNCTIONS`) get the
 //!   CloudFormation request with, as its ResponseURL, a presigned URL of an object of cfn-once's
-//!   for this execution only; what they PUT there is the answer (`answers_itself`).
+//!   for this execution only, in this region's answer bucket; what they PUT there is the answer
+//!   (`answers_itself`). A wait for it stores the object's bucket, region and key and the event:
+//!   a poll reads the object where it is, and runs the function again in its own region when
+//!   that region's bucket could not be read [`UNREADABLE_POLLS_MAX`] polls in a row.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,7 +39,7 @@ use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, Provider
 use cfn_once_core::request::RequestKind;
 use serde_json::{Map, Value, json};
 
-use crate::providers::answers_itself::{self, AnswerDrop, DropError, ForRequest};
+use crate::providers::answers_itself::{self, AnswerDrop, AnswerObject, DropError, ForRequest};
 
 /// How long after an in-progress answer the next poll comes (the CDK framework's default
 /// query interval).
@@ -248,13 +251,25 @@ impl FunctionProvider {
     ) -> Result<Step, ProviderError> {
         let function = self.route.on_event.as_str();
         let answers = self.answer_drop()?;
-        let key = answers_itself::new_key()?;
-        let url = answers.upload_url(&key, answers_itself::UPLOAD_URL_VALID_FOR).await.map_err(drop_error)?;
+        let object = AnswerObject {
+            bucket: answers.bucket().to_owned(),
+            region: answers.region().to_owned(),
+            key: answers_itself::new_key()?,
+        };
+        // What a later poll needs: where the answer will be, and the event, to run the function
+        // again in its own region if this one cannot be reached. Never the URL.
+        let wait = json!({
+            "AnswerKey": object.key,
+            "AnswerBucket": object.bucket,
+            "AnswerRegion": object.region,
+            "Event": Value::Object(event.clone()),
+        });
+        let url = answers.upload_url(&object.key, answers_itself::UPLOAD_URL_VALID_FOR).await.map_err(drop_error)?;
         event.insert("ResponseURL".into(), url.expose_secret().into());
         let invoked = self.invoke(ctx, function, event).await?;
         // The function has run: from here on, never invoke it again for this execution; a read
         // that fails now is tried again by the next poll.
-        let read = answers.read(&key, cfn_once_core::response::BODY_BYTES_MAX).await;
+        let read = answers.read(&object, cfn_once_core::response::BODY_BYTES_MAX).await;
         match (read, invoked) {
             (Ok(Some(answer)), _) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
             (Ok(None), Invoked::FunctionError(document)) => {
@@ -262,29 +277,85 @@ impl FunctionProvider {
             }
             (Ok(None), Invoked::Response(_)) => {
                 tracing::info!(function, "the function returned without answering yet: waiting for its answer");
-                Step::in_progress(json!({ "AnswerKey": key }), POLL_AFTER)
+                Step::in_progress(wait, POLL_AFTER)
             }
             (Err(error), _) => {
                 tracing::warn!(function, %error, "the function's answer could not be read yet: the next poll reads it");
-                Step::in_progress(json!({ "AnswerKey": key }), POLL_AFTER)
+                Step::in_progress(wait, POLL_AFTER)
             }
         }
     }
 
-    /// A poll of a function that answers by itself: the object it was to PUT, read again.
-    async fn look_for_answer(&self, ctx: &ProviderContext, state: Value, key: &str) -> Result<Step, ProviderError> {
+    /// A poll of a function that answers by itself: the object it was to PUT, read again where
+    /// it is. When it is in the other region's bucket and two polls in a row could not read it
+    /// (that region is out: an outage, not a drill, which leaves its S3 readable), the function
+    /// runs again here, under this poll's higher fence, with a new object: what the
+    /// unreachable execution PUTs later lands where nobody reads.
+    async fn look_for_answer(&self, ctx: &ProviderContext, mut state: Value) -> Result<Step, ProviderError> {
         let function = self.route.on_event.as_str();
-        if !key.starts_with(answers_itself::ANSWER_PREFIX) {
+        let answers = self.answer_drop()?;
+        let text = |field: &str| state.get(field).and_then(Value::as_str).map(str::to_owned);
+        let Some(key) = text("AnswerKey").filter(|key| key.starts_with(answers_itself::ANSWER_PREFIX)) else {
             return Err(ProviderError::Failed(
                 "the stored state of the wait is not an answer key of cfn-once's".into(),
             ));
-        }
-        match self.answer_drop()?.read(key, cfn_once_core::response::BODY_BYTES_MAX).await.map_err(drop_error)? {
-            Some(answer) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
-            None => Ok(Step::InProgress(cfn_once_core::provider::Waiting { state, poll_after: POLL_AFTER })),
+        };
+        // A wait stored before waits kept their place is in this region's bucket.
+        let object = AnswerObject {
+            bucket: text("AnswerBucket").unwrap_or_else(|| answers.bucket().to_owned()),
+            region: text("AnswerRegion").unwrap_or_else(|| answers.region().to_owned()),
+            key,
+        };
+        let elsewhere = object.region != answers.region();
+        match answers.read(&object, cfn_once_core::response::BODY_BYTES_MAX).await {
+            Ok(Some(answer)) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
+            Ok(None) => {
+                if let Some(wait) = state.as_object_mut() {
+                    wait.remove(UNREADABLE_POLLS);
+                }
+                Ok(Step::InProgress(cfn_once_core::provider::Waiting { state, poll_after: POLL_AFTER }))
+            }
+            Err(DropError::Transient(why)) if elsewhere => {
+                let unreadable = state.get(UNREADABLE_POLLS).and_then(Value::as_u64).unwrap_or(0) + 1;
+                let event = match state.get("Event") {
+                    Some(Value::Object(event)) if unreadable >= UNREADABLE_POLLS_MAX => event.clone(),
+                    _ => {
+                        tracing::warn!(
+                            function,
+                            region = %object.region,
+                            unreadable,
+                            error = %why,
+                            "the answer's region could not be read: the next poll tries again"
+                        );
+                        if let Some(wait) = state.as_object_mut() {
+                            wait.insert(UNREADABLE_POLLS.into(), unreadable.into());
+                        }
+                        return Ok(Step::InProgress(cfn_once_core::provider::Waiting {
+                            state,
+                            poll_after: POLL_AFTER,
+                        }));
+                    }
+                };
+                tracing::warn!(
+                    function,
+                    region = %object.region,
+                    unreadable,
+                    error = %why,
+                    "the answer's region could not be read {unreadable} polls in a row: running the function again in this region"
+                );
+                self.answered_by_itself(ctx, event).await
+            }
+            Err(error) => Err(drop_error(error)),
         }
     }
 }
+
+/// The wait's count of polls in a row that could not read the other region's bucket.
+const UNREADABLE_POLLS: &str = "UnreadablePolls";
+
+/// After this many polls in a row (one poll interval apart) could not read the other region's
+/// bucket, that region is taken as out and the function runs again in the polling region.
+pub const UNREADABLE_POLLS_MAX: u64 = 2;
 
 fn drop_error(error: DropError) -> ProviderError {
     match error {
@@ -408,8 +479,7 @@ impl Provider for FunctionProvider {
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
         if self.route.answers_itself {
-            let key = state.get("AnswerKey").and_then(Value::as_str).unwrap_or_default().to_owned();
-            return self.look_for_answer(ctx, state, &key).await;
+            return self.look_for_answer(ctx, state).await;
         }
         let (Some(Value::Object(event)), Some(output)) = (state.get("Event").cloned(), state.get("Output")) else {
             return Err(ProviderError::Failed(
@@ -652,10 +722,18 @@ mod tests {
 
     #[async_trait]
     impl AnswerDrop for Bucket {
+        fn bucket(&self) -> &str {
+            "answers"
+        }
+        fn region(&self) -> &str {
+            "us-east-1"
+        }
         async fn upload_url(&self, key: &str, _valid_for: Duration) -> Result<answers_itself::UploadUrl, DropError> {
             Ok(answers_itself::UploadUrl::new(format!("https://answers.example/{key}?X-Amz-Signature=ours")))
         }
-        async fn read(&self, key: &str, _limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+        async fn read(&self, object: &AnswerObject, _limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+            let key = object.key.as_str();
+            assert_eq!((object.bucket.as_str(), object.region.as_str()), ("answers", "us-east-1"));
             let mut later = self.later.lock().unwrap();
             if let Some((event, reads)) = later.as_mut() {
                 *reads += 1;
@@ -791,5 +869,172 @@ mod tests {
             "{:?}",
             failed.reason()
         );
+    }
+
+    /// An object's bucket and key.
+    type Place = (String, String);
+
+    /// Answer buckets in two regions, the execution in us-east-1 and every poll after it in
+    /// us-west-2 (the primary drained or gone); us-east-1's bucket readable or not from there.
+    #[derive(Debug)]
+    struct TwoBuckets {
+        reads: Mutex<usize>,
+        east_reachable: bool,
+        objects: Mutex<BTreeMap<Place, Vec<u8>>>,
+        /// The first execution's answer, PUT after its first read.
+        late: Mutex<Option<(Place, Vec<u8>)>>,
+        read_from: Mutex<Vec<String>>,
+    }
+
+    impl TwoBuckets {
+        fn here(&self) -> &'static str {
+            if *self.reads.lock().unwrap() == 0 { "us-east-1" } else { "us-west-2" }
+        }
+    }
+
+    #[async_trait]
+    impl AnswerDrop for TwoBuckets {
+        fn bucket(&self) -> &str {
+            if self.here() == "us-east-1" { "answers-east" } else { "answers-west" }
+        }
+        fn region(&self) -> &str {
+            self.here()
+        }
+        async fn upload_url(&self, key: &str, _valid_for: Duration) -> Result<answers_itself::UploadUrl, DropError> {
+            Ok(answers_itself::UploadUrl::new(format!("https://{}.example/{key}", self.bucket())))
+        }
+        async fn read(&self, object: &AnswerObject, _limit: usize) -> Result<Option<Vec<u8>>, DropError> {
+            let first = std::mem::replace(&mut *self.reads.lock().unwrap(), 1) == 0;
+            self.read_from.lock().unwrap().push(format!("{}/{}", object.region, object.bucket));
+            if !first && object.region == "us-east-1" && !self.east_reachable {
+                return Err(DropError::Transient("dispatch failure: connection refused".into()));
+            }
+            let late = if first { None } else { self.late.lock().unwrap().take() };
+            if let Some((place, body)) = late {
+                self.objects.lock().unwrap().insert(place, body);
+            }
+            Ok(self.objects.lock().unwrap().get(&(object.bucket.clone(), object.key.clone())).cloned())
+        }
+    }
+
+    /// A function that answers by itself: the first invocation PUTs its answer after returning
+    /// (`TwoBuckets::late`), later ones at once.
+    #[derive(Debug)]
+    struct Once {
+        buckets: Arc<TwoBuckets>,
+        events: Mutex<Vec<Value>>,
+    }
+
+    #[async_trait]
+    impl FunctionInvoker for Once {
+        async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
+            let event: Value = serde_json::from_slice(&payload).unwrap();
+            let url = event["ResponseURL"].as_str().unwrap().strip_prefix("https://").unwrap().to_owned();
+            let (host, key) = url.split_once(".example/").unwrap();
+            self.events.lock().unwrap().push(event.clone());
+            let body = json!({
+                "Status": "SUCCESS", "PhysicalResourceId": format!("greeting-from-{host}"),
+                "StackId": event["StackId"], "RequestId": event["RequestId"],
+                "LogicalResourceId": event["LogicalResourceId"],
+            });
+            let answer = (host.to_owned(), key.to_owned());
+            if self.events.lock().unwrap().len() == 1 {
+                // Lands after the invocation's own read, once the polls come from elsewhere.
+                *self.buckets.late.lock().unwrap() = Some((answer, body.to_string().into_bytes()));
+            } else {
+                self.buckets.objects.lock().unwrap().insert(answer, body.to_string().into_bytes());
+            }
+            Ok(Invoked::Response(b"null".to_vec()))
+        }
+    }
+
+    fn two_bucket_kit(east_reachable: bool) -> (Arc<TwoBuckets>, Arc<Once>, ProviderTest) {
+        let buckets = Arc::new(TwoBuckets {
+            reads: Mutex::new(0),
+            east_reachable,
+            objects: Mutex::default(),
+            late: Mutex::default(),
+            read_from: Mutex::default(),
+        });
+        let function = Arc::new(Once { buckets: Arc::clone(&buckets), events: Mutex::default() });
+        let route = FunctionRoute {
+            resource_type: "Custom::Greeting".into(),
+            on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
+            is_complete: None,
+            answers_itself: true,
+        };
+        let invoker: Arc<dyn FunctionInvoker> = function.clone();
+        let answers: Arc<dyn AnswerDrop> = buckets.clone();
+        let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
+        (buckets, function, ProviderTest::new().provider("Custom::Greeting", provider))
+    }
+
+    #[test]
+    fn a_poll_from_the_other_region_reads_the_answer_where_the_function_put_it() {
+        let (buckets, function, mut kit) = two_bucket_kit(true);
+        let answer = kit.create("Custom::Greeting", json!({"Name": "ada"}));
+        assert_eq!(answer.status(), Some(Status::Success), "{:?}", answer.reason());
+        assert_eq!(answer.physical_resource_id(), "greeting-from-answers-east");
+        assert_eq!(function.events.lock().unwrap().len(), 1, "the function ran once");
+        let read_from = buckets.read_from.lock().unwrap().clone();
+        assert!(read_from.iter().all(|place| place == "us-east-1/answers-east"), "{read_from:?}");
+    }
+
+    #[test]
+    fn an_answer_in_a_region_that_cannot_be_read_is_redone_here_under_the_polls_fence() {
+        let (buckets, function, mut kit) = two_bucket_kit(false);
+        let answer = kit.create("Custom::Greeting", json!({"Name": "bo"}));
+        assert_eq!(answer.status(), Some(Status::Success), "{:?}", answer.reason());
+        assert_eq!(answer.physical_resource_id(), "greeting-from-answers-west", "the new execution's answer");
+        let events = function.events.lock().unwrap().clone();
+        assert_eq!(events.len(), 2, "run again once, after {UNREADABLE_POLLS_MAX} unreadable polls");
+        assert!(events[1]["CfnOnce"]["Fence"]["Value"].as_u64() > events[0]["CfnOnce"]["Fence"]["Value"].as_u64());
+        assert_eq!(events[1]["ResourceProperties"], events[0]["ResourceProperties"]);
+        assert_eq!(events[1]["RequestType"], "Create");
+        assert_ne!(events[0]["ResponseURL"], events[1]["ResponseURL"], "a new object");
+        let read_from = buckets.read_from.lock().unwrap().clone();
+        assert_eq!(
+            read_from,
+            ["us-east-1/answers-east", "us-east-1/answers-east", "us-east-1/answers-east", "us-west-2/answers-west"],
+            "the execution's own read, two unreadable polls, the new execution's read"
+        );
+    }
+
+    /// A function that PUTs its answer twice during its invocation, then returns.
+    #[derive(Debug)]
+    struct TwicePutter {
+        bucket: Arc<Bucket>,
+    }
+
+    #[async_trait]
+    impl FunctionInvoker for TwicePutter {
+        async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
+            let event: Value = serde_json::from_slice(&payload).unwrap();
+            self.bucket.put(&event, "SUCCESS", "first-put", "one");
+            self.bucket.put(&event, "SUCCESS", "second-put", "two");
+            Ok(Invoked::Response(b"null".to_vec()))
+        }
+    }
+
+    #[test]
+    fn of_two_puts_the_last_one_before_the_read_is_the_answer_and_it_is_sent_once() {
+        let bucket = Arc::new(Bucket::default());
+        let route = FunctionRoute {
+            resource_type: "Custom::Greeting".into(),
+            on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
+            is_complete: None,
+            answers_itself: true,
+        };
+        let invoker: Arc<dyn FunctionInvoker> = Arc::new(TwicePutter { bucket: Arc::clone(&bucket) });
+        let answers: Arc<dyn AnswerDrop> = bucket.clone();
+        let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
+        let mut kit = ProviderTest::new().provider("Custom::Greeting", provider);
+        let request = kit.create_request("Custom::Greeting", json!({"Name": "gus"}));
+        let answer = kit.deliver(&request);
+        assert_eq!(answer.physical_resource_id(), "second-put", "the object keeps the last PUT");
+        // A copy delivered later reads nothing again: the committed answer is PUT as it was.
+        let again = kit.deliver(&request);
+        assert_eq!(again.physical_resource_id(), "second-put");
+        assert_eq!(kit.puts(&request).len(), 1, "one answer to CloudFormation");
     }
 }
