@@ -89,9 +89,11 @@ demo: venv
 	./target/debug/cfn-once demo --python $(PY) --events events
 
 ## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
+## FUNCTIONS=path/to/functions.yaml serves your functions (README: "Bring your functions").
+FUNCTIONS ?= examples/functions/functions.yaml
 local: venv
 	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
-	./target/debug/cfn-once local --python $(PY)
+	./target/debug/cfn-once local --python $(PY) --functions $(FUNCTIONS)
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:

@@ -43,6 +43,8 @@ fn function(concurrency_max: usize, timeout_ms: u64) -> Arc<LocalFunction> {
             env: BTreeMap::new(),
             timeout_ms,
             concurrency_max,
+            memory_mb: 256,
+            working_dir: None,
             log: dir.join("function.log"),
         })
         .expect("function"),

@@ -18,6 +18,7 @@ mod http_sink;
 mod invoke_api;
 mod lambda_service;
 mod lifecycle;
+mod local_functions;
 mod logs;
 mod ops;
 mod sweeper;

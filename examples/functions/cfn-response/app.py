@@ -7,8 +7,12 @@ answers CloudFormation exactly once. The function's code is unchanged.
 
 Properties:
   Name  what to name the resource (required)
+
+Environment:
+  GREETING  the word it greets with (default "hello")
 """
 import json
+import os
 import urllib.request
 
 
@@ -40,4 +44,4 @@ def handler(event, context):
     if not name:
         send(event, context, "FAILED", {}, event.get("PhysicalResourceId", "none"), "Name is required")
         return
-    send(event, context, "SUCCESS", {"Greeting": f"hello, {name}"}, f"greeting-{name}")
+    send(event, context, "SUCCESS", {"Greeting": f"{os.environ.get('GREETING', 'hello')}, {name}"}, f"greeting-{name}")

@@ -13,6 +13,7 @@ use cfn_once::config::ArcEndpoint;
 use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
 use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
 use cfn_once_cli::local::functions::LocalFunctions;
+use cfn_once_cli::local::functions_file::FunctionsFile;
 use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
 use cfn_once_cli::ops::OpsTarget;
@@ -36,13 +37,15 @@ enum Command {
     /// Run both regions on local AWS (moto) until stopped, printing a line per request handled
     ///
     /// Provisions the ServiceToken topic (customer region us-east-2), a queue and DLQ in the
-    /// primary (us-east-1) and the secondary (us-west-2, delayed) region, the lease table and a
-    /// response bucket; runs one handler per region behind a local event source mapping, each
-    /// serving Custom::Reservation and Custom::Greeting from its own region's copies of the
-    /// Python functions in --functions (examples/functions: a CDK-style onEvent/isComplete pair
-    /// and a cfn-response one, under awslambdaric behind a local Lambda Invoke API); and writes
-    /// the environment to --env-file so tests, `cfn-once drill` or the AWS CLI can send events.
-    /// Stop it with Ctrl-C.
+    /// primary (us-east-1) and the secondary (us-west-2, delayed) region, the lease table, a
+    /// response bucket and an answer bucket per region; runs one handler per region behind a
+    /// local event source mapping (up to 10 batches at once, as the template's
+    /// MaximumConcurrency), each serving the resource types of --functions from its own
+    /// region's copies of the Python functions there (under awslambdaric behind a local Lambda
+    /// Invoke API, each folder's requirements.txt installed into a build copy under
+    /// .local/build); and writes the environment to --env-file so tests, `cfn-once drill` or
+    /// the AWS CLI can send events. The functions' logs go to .local/functions. Stop it with
+    /// Ctrl-C.
     Local(LocalArgs),
     /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
     /// primary outage
@@ -123,9 +126,11 @@ struct LocalArgs {
     /// Where to write the environment's description.
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
     env_file: PathBuf,
-    /// The example functions: cdk-provider/app.py (on_event, is_complete) and
-    /// cfn-response/app.py (handler), run with --python.
-    #[arg(long, value_name = "DIR", default_value = "examples/functions")]
+    /// The functions file: each Custom:: type to its functions by kind (on-event, is-complete,
+    /// cfn-response), each with its folder, handler, environment, timeout-s and memory-mb (see
+    /// the README's "Bring your functions"); checked before anything starts. By default the
+    /// examples' file. The functions run with --python.
+    #[arg(long, value_name = "FILE", default_value = cfn_once_cli::local::functions::EXAMPLES_FILE)]
     functions: PathBuf,
 }
 
@@ -336,6 +341,8 @@ fn moto(args: &MotoArgs) -> anyhow::Result<(Option<MotoServer>, String)> {
 
 async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     init_terminal_logging();
+    // A mistake in the functions file stops everything before anything starts.
+    let functions_file = FunctionsFile::read(&args.functions)?;
     let (_moto, endpoint) = moto(&args.moto)?;
     let options = EnvironmentOptions {
         name: format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
@@ -344,12 +351,17 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
         raw_delivery: false,
     };
-    let env = LocalEnvironment::provision(&endpoint, &options).await?;
-    env.file.write(&args.env_file)?;
+    let mut env = LocalEnvironment::provision(&endpoint, &options).await?;
     let logs = std::path::absolute(".local/functions")?;
+    let builds = std::path::absolute(".local/build")?;
     let python = std::path::absolute(&args.moto.python)?;
-    let examples = std::path::absolute(&args.functions)?;
-    let functions = LocalFunctions::start(&env, &python, &examples, &logs, &options.name).await?;
+    println!("cfn-once local: building the functions of {}", args.functions.display());
+    let functions = LocalFunctions::start(&env, &python, &functions_file, &logs, &builds, &options.name, &|line| {
+        println!("  {line}")
+    })
+    .await?;
+    env.file.answer_buckets = functions.answer_buckets();
+    env.file.routes = functions.routes();
     let mut pair = RegionPair::start_serving(
         &env,
         &LOCAL_SETTINGS,
@@ -357,6 +369,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         Some(&functions),
     )
     .await?;
+    env.file.write(&args.env_file)?;
     let file = &env.file;
     println!("cfn-once local: two regions on {endpoint}");
     for (region, topic) in &file.customer_topics {
@@ -368,12 +381,28 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         file.secondary_region, file.queues.secondary, env.secondary_delay_s
     );
     println!("  lease table {}, response bucket {}", file.table_name, file.response_bucket);
-    println!(
-        "  functions: CFN_ONCE_FUNCTIONS={} from {} in each region; their logs in {}",
-        cfn_once_cli::local::functions::ROUTES,
-        examples.display(),
-        logs.display()
-    );
+    println!("  functions of {} in each region:", args.functions.display());
+    for route in &functions_file.routes {
+        for function in std::iter::once(&route.on_event).chain(&route.is_complete) {
+            let variables = function.environment.keys().cloned().collect::<Vec<_>>().join(" ");
+            println!(
+                "    {} {}: {} = {} in {} ({} s, {} MB{}{})",
+                route.resource_type,
+                function.kind.key(),
+                function.name,
+                function.handler,
+                function.folder.display(),
+                function.timeout_s,
+                function.memory_mb,
+                if variables.is_empty() { "" } else { ", variables " },
+                variables
+            );
+        }
+    }
+    for (region, bucket) in &file.answer_buckets {
+        println!("  answer bucket {bucket} ({region})");
+    }
+    println!("  function logs in {}", logs.display());
     println!(
         "  environment written to {}; try `cfn-once drill --env {}`",
         args.env_file.display(),

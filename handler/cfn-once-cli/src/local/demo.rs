@@ -27,7 +27,8 @@ use serde_json::Value;
 
 use crate::local::drill::{self, DrillOptions, DrillTarget};
 use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
-use crate::local::functions::{GREETING_TYPE, LocalFunctions, RESERVATION_TYPE, ROUTES};
+use crate::local::functions::{EXAMPLES_FILE, LocalFunctions};
+use crate::local::functions_file::FunctionsFile;
 use crate::local::moto::MotoServer;
 use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
 use crate::local::provision;
@@ -115,12 +116,22 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         file.customer_region, file.primary_region, file.secondary_region, options.secondary_delay_s
     );
     // Each region's copies of the example functions, behind a local Lambda Invoke API.
-    let examples = options.events_dir.join("../examples/functions");
+    let examples = FunctionsFile::read(&options.events_dir.join("..").join(EXAMPLES_FILE))?;
     let logs = std::env::temp_dir().join(format!("cfn-once-demo-{suffix}-functions"));
-    let functions =
-        LocalFunctions::start(&env, &options.python, &examples, &logs, &format!("cfn-once-demo-{suffix}")).await?;
+    let builds = logs.join("build");
+    let functions = LocalFunctions::start(
+        &env,
+        &options.python,
+        &examples,
+        &logs,
+        &builds,
+        &format!("cfn-once-demo-{suffix}"),
+        &|line| println!("  .. {line}"),
+    )
+    .await?;
     step(&format!(
-        "{RESERVATION_TYPE} (onEvent, isComplete) and {GREETING_TYPE} (answers by itself, as cfn-response does) answered by Python functions in each region, under awslambdaric behind a local Invoke API (CFN_ONCE_FUNCTIONS={ROUTES}); their logs: {}",
+        "Custom::Reservation (onEvent, isComplete) and Custom::Greeting (answers by itself, as cfn-response does) answered by Python functions in each region, under awslambdaric behind a local Invoke API (CFN_ONCE_FUNCTIONS={}); their logs: {}",
+        examples.cfn_once_functions(),
         logs.display()
     ));
     let mut pair = RegionPair::start_serving(&env, &LOCAL_SETTINGS, |_| None, Some(&functions)).await?;

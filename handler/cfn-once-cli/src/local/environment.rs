@@ -43,6 +43,14 @@ pub struct EnvFile {
     pub queues: QueueUrls,
     pub table_name: String,
     pub response_bucket: String,
+    /// Each handler region's answer bucket, by region: where functions that answer by
+    /// themselves PUT (through presigned URLs), when functions are served.
+    #[serde(default)]
+    pub answer_buckets: BTreeMap<String, String>,
+    /// The resource types served by functions, each with its functions by kind (`on-event`,
+    /// `is-complete`, `cfn-response`), as the functions file says.
+    #[serde(default)]
+    pub routes: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The four queues, by URL.
@@ -166,6 +174,8 @@ impl LocalEnvironment {
             },
             table_name,
             response_bucket,
+            answer_buckets: BTreeMap::new(),
+            routes: BTreeMap::new(),
         };
         Ok(Self {
             file,

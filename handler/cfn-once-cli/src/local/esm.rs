@@ -7,16 +7,25 @@
 //! records come back when their visibility timeout ends (the handler may have shortened it), and
 //! the queue's redrive policy moves a record that keeps failing to the DLQ; that part is SQS's
 //! own behaviour, which moto implements.
+//!
+//! [`LocalEventSourceMapping::run`] keeps up to the mapping's concurrency of batches in the
+//! handler at once (Lambda's `MaximumConcurrency`, one unless [`LocalEventSourceMapping::with_concurrency`]
+//! says more), receiving the next batch while others run, so one slow request holds back only
+//! its own batch. A receive is never abandoned half-way: what it returns is always invoked and
+//! settled, even when the mapping is told to stop meanwhile.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::Context;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use lambda_runtime::{Context as LambdaContext, LambdaEvent};
 
 use cfn_once::clock::SystemClock;
@@ -68,6 +77,14 @@ pub struct LocalEventSourceMapping {
     queue_arn: String,
     region: String,
     settings: EsmSettings,
+    /// Batches in the handler at once, at least one.
+    concurrency_max: usize,
+}
+
+/// What one step of [`LocalEventSourceMapping::run`] finished.
+enum Step {
+    Received(anyhow::Result<Vec<Message>>),
+    Settled(anyhow::Result<BatchReport>),
 }
 
 impl LocalEventSourceMapping {
@@ -85,7 +102,12 @@ impl LocalEventSourceMapping {
             .and_then(|mut map| map.remove(&QueueAttributeName::QueueArn))
             .context("queue has no QueueArn attribute")?;
         let region = sqs.config().region().map(|r| r.to_string()).unwrap_or_default();
-        Ok(Self { sqs, queue_url: queue_url.to_owned(), queue_arn, region, settings })
+        Ok(Self { sqs, queue_url: queue_url.to_owned(), queue_arn, region, settings, concurrency_max: 1 })
+    }
+
+    /// The same mapping, running up to `concurrency_max` batches at once (at least one).
+    pub fn with_concurrency(self, concurrency_max: usize) -> Self {
+        Self { concurrency_max: concurrency_max.max(1), ..self }
     }
 
     /// How long one receive may wait for messages.
@@ -100,6 +122,12 @@ impl LocalEventSourceMapping {
         F: Fn(LambdaEvent<SqsEvent>) -> Fut,
         Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>>,
     {
+        let messages = self.receive().await?;
+        self.settle(handler, messages).await
+    }
+
+    /// One receive of up to a batch, waiting up to the long-poll time.
+    async fn receive(&self) -> anyhow::Result<Vec<Message>> {
         let received = self
             .sqs
             .receive_message()
@@ -111,7 +139,15 @@ impl LocalEventSourceMapping {
             .send()
             .await
             .map_err(|e| anyhow::anyhow!("ReceiveMessage failed: {}", DisplayErrorContext(&e)))?;
-        let messages = received.messages.unwrap_or_default();
+        Ok(received.messages.unwrap_or_default())
+    }
+
+    /// Invokes `handler` with `messages` (unless there are none) and deletes what Lambda would.
+    async fn settle<F, Fut>(&self, handler: &F, messages: Vec<Message>) -> anyhow::Result<BatchReport>
+    where
+        F: Fn(LambdaEvent<SqsEvent>) -> Fut,
+        Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>>,
+    {
         if messages.is_empty() {
             return Ok(BatchReport { received: 0, deleted: 0, failed: 0, invoke: Invoke::Idle });
         }
@@ -154,36 +190,62 @@ impl LocalEventSourceMapping {
         })
     }
 
-    /// Polls until `stop` resolves, reporting each batch to `on_batch`. `stop` is honoured
-    /// between batches, so a batch in hand is always settled. Errors from SQS are reported and
-    /// retried after a pause, as Lambda's poller does; an empty poll pauses briefly too.
+    /// Polls until `stop` resolves, reporting each batch to `on_batch`, with up to the mapping's
+    /// concurrency of batches in the handler at once. `stop` ends the receiving; every batch in
+    /// hand is still settled before this returns. Errors from SQS are reported and retried after
+    /// a pause, as Lambda's poller does; an empty poll pauses briefly too.
     pub async fn run<F, Fut>(
         &self,
         handler: F,
         stop: impl Future<Output = ()>,
         mut on_batch: impl FnMut(anyhow::Result<BatchReport>),
     ) where
-        F: Fn(LambdaEvent<SqsEvent>) -> Fut,
-        Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>>,
+        F: Fn(LambdaEvent<SqsEvent>) -> Fut + Sync,
+        Fut: Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>> + Send,
     {
+        type Pending<'a> = Pin<Box<dyn Future<Output = Step> + Send + 'a>>;
+        let handler = &handler;
         let mut stop = std::pin::pin!(stop);
+        let mut stopped = false;
+        let mut pending: FuturesUnordered<Pending<'_>> = FuturesUnordered::new();
+        let (mut receiving, mut batches) = (false, 0usize);
+        let pause = tokio::time::sleep(Duration::ZERO);
+        let mut pause = std::pin::pin!(pause);
+        let mut paused = false;
         loop {
-            let stopped = std::future::poll_fn(|cx| std::task::Poll::Ready(stop.as_mut().poll(cx).is_ready())).await;
-            if stopped {
+            if !stopped && !receiving && !paused && batches < self.concurrency_max {
+                receiving = true;
+                pending.push(Box::pin(async { Step::Received(self.receive().await) }));
+            }
+            if stopped && pending.is_empty() {
                 return;
             }
-            let report = self.poll_once(&handler).await;
-            let pause_ms = match &report {
-                Err(_) => ERROR_PAUSE_MS,
-                Ok(report) if report.received == 0 => IDLE_PAUSE_MS,
-                Ok(_) => 0,
-            };
-            on_batch(report);
-            if pause_ms > 0 {
-                tokio::select! {
-                    () = &mut stop => return,
-                    () = tokio::time::sleep(Duration::from_millis(pause_ms)) => {}
-                }
+            tokio::select! {
+                Some(step) = pending.next(), if !pending.is_empty() => match step {
+                    Step::Received(Ok(messages)) if messages.is_empty() => {
+                        receiving = false;
+                        on_batch(Ok(BatchReport { received: 0, deleted: 0, failed: 0, invoke: Invoke::Idle }));
+                        pause.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(IDLE_PAUSE_MS));
+                        paused = true;
+                    }
+                    Step::Received(Ok(messages)) => {
+                        receiving = false;
+                        batches += 1;
+                        pending.push(Box::pin(async move { Step::Settled(self.settle(handler, messages).await) }));
+                    }
+                    Step::Received(Err(error)) => {
+                        receiving = false;
+                        on_batch(Err(error));
+                        pause.as_mut().reset(tokio::time::Instant::now() + Duration::from_millis(ERROR_PAUSE_MS));
+                        paused = true;
+                    }
+                    Step::Settled(report) => {
+                        batches -= 1;
+                        on_batch(report);
+                    }
+                },
+                () = &mut stop, if !stopped => stopped = true,
+                () = &mut pause, if paused => paused = false,
             }
         }
     }

@@ -1,14 +1,17 @@
-//! The example functions of `examples/functions/`, run locally in each region as Lambda runs them
-//! and served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource
-//! types to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies
-//! through a Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local
-//! Invoke API; everything else stays on moto.
+//! The functions of a functions file (`local/functions_file.rs`; by default the examples',
+//! `examples/functions/functions.yaml`), run locally in each region as Lambda runs them and
+//! served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource types
+//! to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies through a
+//! Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local Invoke
+//! API; everything else stays on moto.
 //!
-//! * `Custom::Reservation`: `examples/functions/cdk-provider` (the CDK Provider framework's
-//!   contract), `on-event` and `is-complete`.
-//! * `Custom::Greeting`: `examples/functions/cfn-response` (answers by itself, as `cfnresponse`
-//!   does), `greeter`, PUTting to the region's answer bucket on moto.
+//! Each function's folder is built once (`local/function_build.rs`: its requirements installed
+//! beside a copy of its files, as a Lambda zip) and run in both regions, each region's copies
+//! getting what Lambda gives a function ([`function_environment`]): its region, credentials and
+//! the local AWS endpoint (so its own boto3 calls reach moto), its folder as `LAMBDA_TASK_ROOT`,
+//! its memory, and the file's variables.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -17,26 +20,35 @@ use aws_types::origin::Origin;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 
 use crate::local::environment::{LocalEnvironment, s3_client};
+use crate::local::function_build;
+use crate::local::functions_file::{Function, FunctionsFile};
 use crate::local::invoke_api::InvokeApi;
 use crate::local::lambda_service::{FunctionSpec, LocalFunction};
 
-/// The resource type answered by the CDK-style example.
-pub const RESERVATION_TYPE: &str = "Custom::Reservation";
-/// The resource type answered by the `cfn-response` example.
-pub const GREETING_TYPE: &str = "Custom::Greeting";
-/// `CFN_ONCE_FUNCTIONS` for the examples, as the regional template's `Functions` would say it.
-pub const ROUTES: &str = "Custom::Reservation=on-event|is-complete,Custom::Greeting=cfn-response:greeter";
+/// The examples' functions file, from the workspace's root.
+pub const EXAMPLES_FILE: &str = "examples/functions/functions.yaml";
 
-/// One region's copies of the example functions.
+/// Sandboxes of one function at once in each region: as many as the handler's own invocations
+/// (the regional template's `MaximumConcurrency` default), so a function never holds the
+/// handler's batches back where Lambda's unreserved concurrency would not.
+pub const FUNCTION_CONCURRENCY_MAX: usize = crate::local::pair::ESM_CONCURRENCY_MAX;
+
+/// The credentials the functions are given: moto accepts any, and these are nobody's.
+const TEST_ACCESS_KEY_ID: &str = "test";
+const TEST_SECRET_ACCESS_KEY: &str = "test";
+const TEST_SESSION_TOKEN: &str = "test";
+
+/// One region's copies of the functions.
 struct Region {
     region: String,
     api: InvokeApi,
     answer_bucket: String,
 }
 
-/// The example functions in both regions of a local environment.
+/// The functions in both regions of a local environment.
 pub struct LocalFunctions {
     regions: Vec<Region>,
+    file: FunctionsFile,
     logs: PathBuf,
 }
 
@@ -47,43 +59,86 @@ impl std::fmt::Debug for LocalFunctions {
     }
 }
 
+/// Everything a function's processes are given besides Lambda's runtime variables
+/// (`AWS_LAMBDA_RUNTIME_API`, `AWS_REGION`, ..., which `local/lambda_service.rs` sets): the one
+/// place a function's environment is assembled. The file's variables come last, so they win
+/// over the defaults here (an `AWS_ENDPOINT_URL` of the user's, say).
+pub fn function_environment(function: &Function, build: &Path, endpoint_url: &str) -> BTreeMap<String, String> {
+    let build = build.display().to_string();
+    let mut environment = BTreeMap::from([
+        ("LAMBDA_TASK_ROOT".to_owned(), build.clone()),
+        ("PYTHONPATH".to_owned(), build),
+        ("_HANDLER".to_owned(), function.handler.clone()),
+        ("AWS_ACCESS_KEY_ID".to_owned(), TEST_ACCESS_KEY_ID.to_owned()),
+        ("AWS_SECRET_ACCESS_KEY".to_owned(), TEST_SECRET_ACCESS_KEY.to_owned()),
+        ("AWS_SESSION_TOKEN".to_owned(), TEST_SESSION_TOKEN.to_owned()),
+        // Every AWS SDK (boto3 1.28+, the JS and Rust SDKs) sends its calls here.
+        ("AWS_ENDPOINT_URL".to_owned(), endpoint_url.to_owned()),
+    ]);
+    environment.extend(function.environment.clone());
+    environment
+}
+
 impl LocalFunctions {
-    /// Starts each region's copies of the examples in `examples` (Python, under awslambdaric
-    /// with `python`), logging into `logs`, and creates each region's answer bucket
+    /// Builds each function of `file` into `builds` (installing requirements with `python`,
+    /// reporting to `progress`), starts its copies in both regions (under awslambdaric with
+    /// `python`), logging into `logs`, and creates each region's answer bucket
     /// `<bucket_prefix>-answers-<region>` on the environment's moto.
     pub async fn start(
         env: &LocalEnvironment,
         python: &Path,
-        examples: &Path,
+        file: &FunctionsFile,
         logs: &Path,
+        builds: &Path,
         bucket_prefix: &str,
+        progress: &(dyn Fn(&str) + Sync),
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(logs).with_context(|| format!("cannot create {}", logs.display()))?;
-        let file = &env.file;
+        let mut built = Vec::new();
+        for function in file.functions() {
+            let build = function_build::build(&function.folder, &function.name, python, builds, progress)
+                .await
+                .with_context(|| format!("cannot build {} ({})", function.name, function.folder.display()))?;
+            built.push((function, build));
+        }
+        let endpoint_url = &env.file.endpoint_url;
         let mut regions = Vec::new();
-        for region in [&file.primary_region, &file.secondary_region] {
-            let function = |name: &str, code: &str, handler: &str| {
-                LocalFunction::new(FunctionSpec::python(
-                    name,
-                    region,
-                    python,
-                    &examples.join(code),
-                    handler,
-                    logs.join(format!("{region}-{name}.log")),
-                ))
-            };
-            let api = InvokeApi::start(vec![
-                function("on-event", "cdk-provider", "app.on_event")?,
-                function("is-complete", "cdk-provider", "app.is_complete")?,
-                function("greeter", "cfn-response", "app.handler")?,
-            ])
-            .await?;
+        for region in [&env.file.primary_region, &env.file.secondary_region] {
+            let mut local = Vec::new();
+            for (function, build) in &built {
+                let log = logs.join(format!("{region}-{}.log", function.name));
+                let spec = FunctionSpec::python(&function.name, region, python, build, &function.handler, log);
+                local.push(LocalFunction::new(FunctionSpec {
+                    env: function_environment(function, build, endpoint_url),
+                    timeout_ms: u64::from(function.timeout_s) * 1_000,
+                    memory_mb: function.memory_mb,
+                    concurrency_max: FUNCTION_CONCURRENCY_MAX,
+                    working_dir: Some(build.clone()),
+                    ..spec
+                })?);
+            }
+            let api = InvokeApi::start(local).await?;
             let answer_bucket = format!("{bucket_prefix}-answers-{region}");
             let s3 = s3_client(&env.sdk(region).await);
             crate::local::provision::create_bucket_in(&s3, &answer_bucket, region).await?;
             regions.push(Region { region: region.clone(), api, answer_bucket });
         }
-        Ok(Self { regions, logs: logs.to_path_buf() })
+        Ok(Self { regions, file: file.clone(), logs: logs.to_path_buf() })
+    }
+
+    /// The functions file served.
+    pub fn file(&self) -> &FunctionsFile {
+        &self.file
+    }
+
+    /// Each region's answer bucket, by region.
+    pub fn answer_buckets(&self) -> BTreeMap<String, String> {
+        self.regions.iter().map(|region| (region.region.clone(), region.answer_bucket.clone())).collect()
+    }
+
+    /// Each resource type's functions, by kind (`on-event`, `is-complete`, `cfn-response`).
+    pub fn routes(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.file.routes.iter().map(|route| (route.resource_type.clone(), route.by_kind())).collect()
     }
 
     fn region(&self, region: &str) -> &Region {
@@ -105,9 +160,12 @@ impl LocalFunctions {
         &self.region(region).answer_bucket
     }
 
-    /// The handler settings of `region` that route the examples' types to its copies.
+    /// The handler settings of `region` that route the file's types to its copies.
     pub fn settings(&self, region: &str) -> [(&'static str, String); 2] {
-        [("CFN_ONCE_FUNCTIONS", ROUTES.to_owned()), ("CFN_ONCE_ANSWER_BUCKET", self.answer_bucket(region).to_owned())]
+        [
+            ("CFN_ONCE_FUNCTIONS", self.file.cfn_once_functions()),
+            ("CFN_ONCE_ANSWER_BUCKET", self.answer_bucket(region).to_owned()),
+        ]
     }
 
     /// `sdk` with Lambda calls sent to `region`'s Invoke API, every other service where it was.

@@ -57,14 +57,19 @@ pub struct FunctionSpec {
     pub timeout_ms: u64,
     /// Sandboxes at once (reserved concurrency).
     pub concurrency_max: usize,
+    /// The function's memory, which its processes read in `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`
+    /// (nothing limits them to it).
+    pub memory_mb: u32,
+    /// Where its processes start (Lambda starts them in `LAMBDA_TASK_ROOT`); here if none.
+    pub working_dir: Option<PathBuf>,
     /// Where every line the processes print is appended, prefixed with the sandbox.
     pub log: PathBuf,
 }
 
 impl FunctionSpec {
     /// A Python function: `handler` (`module.function`) of the code in `code`, run by `python`
-    /// under the real runtime interface client (`python -m awslambdaric`), with a 30 s timeout
-    /// and two sandboxes at once unless the caller changes them.
+    /// under the real runtime interface client (`python -m awslambdaric`), with a 30 s timeout,
+    /// 256 MB and two sandboxes at once unless the caller changes them.
     pub fn python(name: &str, region: &str, python: &Path, code: &Path, handler: &str, log: PathBuf) -> Self {
         Self {
             name: name.to_owned(),
@@ -74,6 +79,8 @@ impl FunctionSpec {
             env: BTreeMap::from([("PYTHONPATH".to_owned(), code.display().to_string())]),
             timeout_ms: 30_000,
             concurrency_max: 2,
+            memory_mb: 256,
+            working_dir: None,
             log,
         }
     }
@@ -360,10 +367,14 @@ impl LocalFunction {
         });
         let mut command = Command::new(&self.spec.command);
         command.args(&self.spec.args).env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        if let Some(working_dir) = &self.spec.working_dir {
+            command.current_dir(working_dir);
+        }
+        let memory_mb = self.spec.memory_mb.to_string();
         for (name, value) in [
             ("AWS_LAMBDA_RUNTIME_API", address.as_str()),
             ("AWS_LAMBDA_FUNCTION_NAME", self.spec.name.as_str()),
-            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256"),
+            ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory_mb.as_str()),
             ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
             ("AWS_REGION", self.spec.region.as_str()),
             ("AWS_DEFAULT_REGION", self.spec.region.as_str()),

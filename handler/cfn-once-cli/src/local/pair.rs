@@ -16,6 +16,11 @@ use cfn_once::app::{App, Observer};
 /// timeout.
 pub const ESM_SETTINGS: EsmSettings = EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 };
 
+/// Batches the local event source mapping hands each region's handler at once: the regional
+/// template's `MaximumConcurrency` default (the handler's reserved concurrency), so one slow
+/// request holds back only its own batch, as in Lambda.
+pub const ESM_CONCURRENCY_MAX: usize = 10;
+
 /// The local queues' visibility timeout, as `infra/regional.yaml` maps it from the function
 /// timeout: one minute over it.
 pub const LOCAL_VISIBILITY_TIMEOUT_S: u32 = (ESM_SETTINGS.function_timeout_ms / 1_000) as u32 + 60;
@@ -49,7 +54,7 @@ impl RegionPair {
         Self::start_serving(env, overrides, observer, None).await
     }
 
-    /// Like [`RegionPair::start`], each region also serving the example functions' types
+    /// Like [`RegionPair::start`], each region also serving the functions file's types
     /// (`CFN_ONCE_FUNCTIONS`) from its own copies of `functions`, as a deployment does.
     pub async fn start_serving(
         env: &LocalEnvironment,
@@ -115,8 +120,9 @@ impl RegionPair {
         if let Some(observer) = observer {
             app = app.observed(observer);
         }
-        let esm =
-            LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, ESM_SETTINGS).await?;
+        let esm = LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, ESM_SETTINGS)
+            .await?
+            .with_concurrency(ESM_CONCURRENCY_MAX);
         Ok(RegionalWorker::new(app, esm))
     }
 

@@ -151,6 +151,8 @@ impl Fleet {
                 env,
                 timeout_ms: timeout.timeout_s * 1000,
                 concurrency_max: concurrency,
+                memory_mb: 256,
+                working_dir: None,
                 log: log.clone(),
             })?);
             let sqs = aws_sdk_sqs::Client::new(&environment.sdk(&name).await);
