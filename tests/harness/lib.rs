@@ -48,13 +48,12 @@ pub struct ReadmeDoctests;
 mod fake_arc;
 mod fake_runtime;
 mod lambda_process;
-mod tls_front;
 mod two_regions;
 pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match, waited_for};
+pub use cfn_once_cli::local::tls_front::TlsFront;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use lambda_process::LambdaProcess;
-pub use tls_front::TlsFront;
 pub use two_regions::{Observed, TwoRegions};
 
 /// The account moto uses.
