@@ -70,6 +70,18 @@ pub fn moto() -> &'static str {
         .endpoint()
 }
 
+/// The shared TLS front before [`moto`], started on first use: the HTTPS face of the local
+/// environments the tests provision, with a CA of its own whose PEM is in a folder of this test
+/// process.
+pub fn moto_front() -> &'static TlsFront {
+    static FRONT: OnceLock<TlsFront> = OnceLock::new();
+    FRONT.get_or_init(|| {
+        let dir = std::env::temp_dir().join(unique("moto-front"));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
+        TlsFront::start(moto(), &dir).unwrap_or_else(|error| panic!("could not start the TLS front: {error:#}"))
+    })
+}
+
 /// The project's Python (`make venv`'s, or `CFN_ONCE_PYTHON`): moto, and functions run locally.
 pub fn python() -> PathBuf {
     std::env::var_os("CFN_ONCE_PYTHON").map(PathBuf::from).unwrap_or_else(|| workspace_root().join(".venv/bin/python"))

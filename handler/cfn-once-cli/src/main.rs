@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use cfn_once::config::ArcEndpoint;
@@ -15,6 +16,7 @@ use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnviron
 use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
+use cfn_once_cli::local::tls_front::TlsFront;
 use cfn_once_cli::ops::OpsTarget;
 use cfn_once_cli::ops::inspect::InspectOptions;
 use cfn_once_cli::ops::redrive::RedriveOptions;
@@ -42,7 +44,10 @@ enum Command {
     /// Python functions in --functions (examples/functions: a CDK-style onEvent/isComplete pair
     /// and a cfn-response one, under awslambdaric behind a local Lambda Invoke API); and writes
     /// the environment to --env-file so tests, `cfn-once drill` or the AWS CLI can send events.
-    /// Stop it with Ctrl-C.
+    /// S3 is also served over HTTPS (https_endpoint_url in the env file) with a CA generated at
+    /// start, whose certificate is written beside --env-file (ca_file): the answer URLs the
+    /// functions PUT to are https:// URLs there, and the functions trust the CA through
+    /// SSL_CERT_FILE, REQUESTS_CA_BUNDLE and AWS_CA_BUNDLE. Stop it with Ctrl-C.
     Local(LocalArgs),
     /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
     /// primary outage
@@ -120,7 +125,7 @@ struct MotoArgs {
 struct LocalArgs {
     #[command(flatten)]
     moto: MotoArgs,
-    /// Where to write the environment's description.
+    /// Where to write the environment's description; the local CA's certificate goes beside it.
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
     env_file: PathBuf,
     /// The example functions: cdk-provider/app.py (on_event, is_complete) and
@@ -344,7 +349,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
         raw_delivery: false,
     };
-    let env = LocalEnvironment::provision(&endpoint, &options).await?;
+    // S3 over HTTPS with a CA of this environment's own, its PEM beside the env file.
+    let state = args.env_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(state).with_context(|| format!("cannot create {}", state.display()))?;
+    let front = TlsFront::start(&endpoint, state)?;
+    let env = LocalEnvironment::provision(&endpoint, &front, &options).await?;
     env.file.write(&args.env_file)?;
     let logs = std::path::absolute(".local/functions")?;
     let python = std::path::absolute(&args.moto.python)?;
@@ -368,6 +377,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         file.secondary_region, file.queues.secondary, env.secondary_delay_s
     );
     println!("  lease table {}, response bucket {}", file.table_name, file.response_bucket);
+    println!(
+        "  S3 over HTTPS at {} (answer URLs, ResponseURLs), trusting the CA in {}",
+        file.https_endpoint_url,
+        file.ca_file.display()
+    );
     println!(
         "  functions: CFN_ONCE_FUNCTIONS={} from {} in each region; their logs in {}",
         cfn_once_cli::local::functions::ROUTES,

@@ -2,7 +2,12 @@
 //! and served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource
 //! types to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies
 //! through a Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local
-//! Invoke API; everything else stays on moto.
+//! Invoke API, and its S3 client reaches the answer buckets through the environment's HTTPS
+//! endpoint (what `AWS_ENDPOINT_URL_S3` would do), so the answer URLs it presigns are `https://`
+//! URLs, as in AWS; everything else stays on moto. The functions' processes trust the
+//! environment's CA as a Lambda runtime finds its trust store: `SSL_CERT_FILE` (OpenSSL, so
+//! Python's `ssl`, `urllib`, `http.client` and urllib3), `REQUESTS_CA_BUNDLE` (requests) and
+//! `AWS_CA_BUNDLE` (botocore, the AWS CLI).
 //!
 //! * `Custom::Reservation`: `examples/functions/cdk-provider` (the CDK Provider framework's
 //!   contract), `on-event` and `is-complete`.
@@ -10,6 +15,7 @@
 //!   does), `greeter`, PUTting to the region's answer bucket on moto.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use aws_config::SdkConfig;
@@ -27,6 +33,21 @@ pub const GREETING_TYPE: &str = "Custom::Greeting";
 /// `CFN_ONCE_FUNCTIONS` for the examples, as the regional template's `Functions` would say it.
 pub const ROUTES: &str = "Custom::Reservation=on-event|is-complete,Custom::Greeting=cfn-response:greeter";
 
+/// The variables that make a function's process trust a CA file, each for the clients that
+/// read it: OpenSSL (`SSL_CERT_FILE`: Python's `ssl` and everything on it, Node.js with
+/// `--use-openssl-ca`, curl), requests (`REQUESTS_CA_BUNDLE`) and the AWS SDKs and CLI
+/// (`AWS_CA_BUNDLE`).
+pub const CA_VARIABLES: [&str; 3] = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE"];
+
+/// `spec` with its processes trusting the certificates of `ca_file` (and only those: the
+/// variables replace the default trust store) through [`CA_VARIABLES`].
+pub fn trusting(mut spec: FunctionSpec, ca_file: &Path) -> FunctionSpec {
+    for name in CA_VARIABLES {
+        spec.env.insert(name.to_owned(), ca_file.display().to_string());
+    }
+    spec
+}
+
 /// One region's copies of the example functions.
 struct Region {
     region: String,
@@ -38,6 +59,10 @@ struct Region {
 pub struct LocalFunctions {
     regions: Vec<Region>,
     logs: PathBuf,
+    /// The environment's HTTPS endpoint, for the handlers' S3 client.
+    https_endpoint_url: String,
+    /// The handlers' TLS configuration, trusting the environment's CA.
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for LocalFunctions {
@@ -63,14 +88,15 @@ impl LocalFunctions {
         let mut regions = Vec::new();
         for region in [&file.primary_region, &file.secondary_region] {
             let function = |name: &str, code: &str, handler: &str| {
-                LocalFunction::new(FunctionSpec::python(
+                let spec = FunctionSpec::python(
                     name,
                     region,
                     python,
                     &examples.join(code),
                     handler,
                     logs.join(format!("{region}-{name}.log")),
-                ))
+                );
+                LocalFunction::new(trusting(spec, &file.ca_file))
             };
             let api = InvokeApi::start(vec![
                 function("on-event", "cdk-provider", "app.on_event")?,
@@ -83,7 +109,12 @@ impl LocalFunctions {
             crate::local::provision::create_bucket_in(&s3, &answer_bucket, region).await?;
             regions.push(Region { region: region.clone(), api, answer_bucket });
         }
-        Ok(Self { regions, logs: logs.to_path_buf() })
+        Ok(Self {
+            regions,
+            logs: logs.to_path_buf(),
+            https_endpoint_url: file.https_endpoint_url.clone(),
+            tls: env.tls()?,
+        })
     }
 
     fn region(&self, region: &str) -> &Region {
@@ -110,28 +141,42 @@ impl LocalFunctions {
         [("CFN_ONCE_FUNCTIONS", ROUTES.to_owned()), ("CFN_ONCE_ANSWER_BUCKET", self.answer_bucket(region).to_owned())]
     }
 
-    /// `sdk` with Lambda calls sent to `region`'s Invoke API, every other service where it was.
+    /// `sdk` with Lambda calls sent to `region`'s Invoke API and S3 calls to the environment's
+    /// HTTPS endpoint, every other service where it was, on the handler's own HTTP client
+    /// (`cfn_once::adapters::https`) trusting the environment's CA.
     pub fn sdk(&self, region: &str, sdk: &SdkConfig) -> SdkConfig {
-        lambda_at(sdk, self.api(region).endpoint())
+        let sdk = services_at(sdk, self.api(region).endpoint(), &self.https_endpoint_url);
+        sdk.to_builder().http_client(cfn_once::adapters::https::sdk_http_client(Arc::clone(&self.tls))).build()
     }
 }
 
-/// `sdk` with the Lambda endpoint `endpoint`, as `AWS_ENDPOINT_URL_LAMBDA` sets it: a
-/// service-specific endpoint, which the SDK reads only when the shared endpoint does not come
-/// from code, so the shared one is marked as coming from the environment (it does, in AWS).
-pub fn lambda_at(sdk: &SdkConfig, endpoint: &str) -> SdkConfig {
+/// `sdk` with the Lambda endpoint `lambda` and the S3 endpoint `s3`, as
+/// `AWS_ENDPOINT_URL_LAMBDA` and `AWS_ENDPOINT_URL_S3` set them: service-specific endpoints,
+/// which the SDK reads only when the shared endpoint does not come from code, so the shared one
+/// is marked as coming from the environment (it does, in AWS).
+pub fn services_at(sdk: &SdkConfig, lambda: &str, s3: &str) -> SdkConfig {
     let mut builder = sdk.to_builder();
-    builder.set_service_config(Some(LambdaEndpoint(endpoint.to_owned())));
+    builder.set_service_config(Some(ServiceEndpoints { lambda: lambda.to_owned(), s3: s3.to_owned() }));
     builder.insert_origin("endpoint_url", Origin::shared_environment_variable());
     builder.build()
 }
 
-/// A Lambda-only endpoint.
+/// Endpoints for Lambda and S3.
 #[derive(Debug)]
-struct LambdaEndpoint(String);
+struct ServiceEndpoints {
+    lambda: String,
+    s3: String,
+}
 
-impl LoadServiceConfig for LambdaEndpoint {
+impl LoadServiceConfig for ServiceEndpoints {
     fn load_config(&self, key: ServiceConfigKey<'_>) -> Option<String> {
-        (key.service_id() == "Lambda" && key.env() == "AWS_ENDPOINT_URL").then(|| self.0.clone())
+        if key.env() != "AWS_ENDPOINT_URL" {
+            return None;
+        }
+        match key.service_id() {
+            "Lambda" => Some(self.lambda.clone()),
+            "S3" => Some(self.s3.clone()),
+            _ => None,
+        }
     }
 }
