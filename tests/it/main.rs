@@ -20,6 +20,7 @@ mod lambda_service;
 mod lifecycle;
 mod logs;
 mod ops;
+mod pypi_functions;
 mod sweeper;
 mod templates;
 mod tls;
