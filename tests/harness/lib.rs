@@ -48,13 +48,12 @@ pub struct ReadmeDoctests;
 mod fake_arc;
 mod fake_runtime;
 mod lambda_process;
-mod tls_front;
 mod two_regions;
 pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match, waited_for};
+pub use cfn_once_cli::local::tls_front::TlsFront;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use lambda_process::LambdaProcess;
-pub use tls_front::TlsFront;
 pub use two_regions::{Observed, TwoRegions};
 
 /// The account moto uses.
@@ -69,6 +68,18 @@ pub fn moto() -> &'static str {
     static MOTO: OnceLock<MotoServer> = OnceLock::new();
     MOTO.get_or_init(|| MotoServer::start(&python()).unwrap_or_else(|error| panic!("could not start moto: {error:#}")))
         .endpoint()
+}
+
+/// The shared TLS front before [`moto`], started on first use: the HTTPS face of the local
+/// environments the tests provision, with a CA of its own whose PEM is in a folder of this test
+/// process.
+pub fn moto_front() -> &'static TlsFront {
+    static FRONT: OnceLock<TlsFront> = OnceLock::new();
+    FRONT.get_or_init(|| {
+        let dir = std::env::temp_dir().join(unique("moto-front"));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|error| panic!("cannot create {}: {error}", dir.display()));
+        TlsFront::start(moto(), &dir).unwrap_or_else(|error| panic!("could not start the TLS front: {error:#}"))
+    })
 }
 
 /// The project's Python (`make venv`'s, or `CFN_ONCE_PYTHON`): moto, and functions run locally.

@@ -14,7 +14,7 @@ use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::vocabulary::{Disposition, Done, Handled, Role};
 use cfn_once_core::worker::Ports;
 
-use crate::{Sent, live_request, moto, unique};
+use crate::{Sent, live_request, moto, moto_front, unique};
 
 /// What one region's worker did, in order, with when it finished each record.
 #[derive(Debug, Clone, Default)]
@@ -63,6 +63,9 @@ pub struct TwoRegions {
     pub secondary_observed: Observed,
     pub sns: aws_sdk_sns::Client,
     pub s3: aws_sdk_s3::Client,
+    /// Presigns ResponseURLs on the environment's HTTPS endpoint, as CloudFormation's are
+    /// `https://` URLs of S3.
+    pub presigner: aws_sdk_s3::Client,
     pub sqs_primary: aws_sdk_sqs::Client,
     pub sqs_secondary: aws_sdk_sqs::Client,
     pub dynamodb: aws_sdk_dynamodb::Client,
@@ -100,7 +103,7 @@ impl TwoRegions {
             max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         };
-        let env = LocalEnvironment::provision(moto(), &options).await.expect("environment");
+        let env = LocalEnvironment::provision(moto(), moto_front(), &options).await.expect("environment");
         let (primary_observed, secondary_observed) = (Observed::default(), Observed::default());
         let mut primary =
             RegionPair::worker_with(&env, Role::Primary, overrides, Some(primary_observed.observer()), customize)
@@ -121,6 +124,7 @@ impl TwoRegions {
         Self {
             sns: aws_sdk_sns::Client::new(&env.sdk(&file.customer_region).await),
             s3: s3_client(&env.sdk(&file.primary_region).await),
+            presigner: s3_client(&env.https_sdk(&file.primary_region).await.expect("the HTTPS endpoint's client")),
             sqs_primary: aws_sdk_sqs::Client::new(&env.sdk(&file.primary_region).await),
             sqs_secondary: aws_sdk_sqs::Client::new(&env.sdk(&file.secondary_region).await),
             dynamodb: aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await),
@@ -141,7 +145,7 @@ impl TwoRegions {
     /// A fixture made live for this environment.
     pub async fn request(&self, fixture_name: &str) -> Sent {
         let file = &self.env.file;
-        live_request(fixture_name, &file.topic_arn, &self.s3, &file.response_bucket, &self.env.item_table).await
+        live_request(fixture_name, &file.topic_arn, &self.presigner, &file.response_bucket, &self.env.item_table).await
     }
 
     /// Publishes to the ServiceToken topic.
@@ -159,7 +163,7 @@ impl TwoRegions {
     pub async fn request_in(&self, fixture_name: &str, region: &str) -> Sent {
         let file = &self.env.file;
         let topic = file.customer_topics.get(region).unwrap_or_else(|| panic!("no topic in {region}"));
-        live_request(fixture_name, topic, &self.s3, &file.response_bucket, &self.env.item_table).await
+        live_request(fixture_name, topic, &self.presigner, &file.response_bucket, &self.env.item_table).await
     }
 
     /// Publishes `sent` to its own ServiceToken topic, from the topic's region.

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use cfn_once::adapters::s3_answers::S3AnswerDrop;
 use cfn_once::providers::function::{FunctionInvoker, FunctionProvider, LambdaInvoker};
-use cfn_once_cli::local::environment::s3_client;
+use cfn_once_cli::local::environment::{https_sdk_config, s3_client};
+use cfn_once_cli::local::functions::trusting;
 use cfn_once_cli::local::invoke_api::InvokeApi;
 use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
 use cfn_once_core::aws_names::FunctionRef;
@@ -98,7 +99,7 @@ async fn reservation(regions: &TwoRegions, fixture: &str, properties: Value) -> 
     sent
 }
 
-fn logs(dir: &std::path::Path) -> String {
+pub(crate) fn logs(dir: &std::path::Path) -> String {
     let mut all = String::new();
     for entry in std::fs::read_dir(dir).expect("the log folder") {
         all.push_str(&std::fs::read_to_string(entry.expect("an entry").path()).unwrap_or_default());
@@ -106,7 +107,7 @@ fn logs(dir: &std::path::Path) -> String {
     all
 }
 
-fn signature(sent: &Sent) -> String {
+pub(crate) fn signature(sent: &Sent) -> String {
     let url = sent.request["ResponseURL"].as_str().expect("a ResponseURL");
     url.split("X-Amz-Signature=").nth(1).expect("a presigned URL").split('&').next().unwrap_or_default().to_owned()
 }
@@ -269,7 +270,7 @@ const GREETING: &str = "Custom::Greeting";
 
 /// Both regions on moto, each routing `Custom::Greeting` to its own region's copy of a function
 /// that answers by itself (`handler` of the code in `code`), with an answer bucket per region.
-async fn two_regions_with_a_responder(
+pub(crate) async fn two_regions_with_a_responder(
     label: &str,
     code: &std::path::Path,
     handler: &str,
@@ -293,18 +294,24 @@ async fn two_regions_with_a_responder_where(
 ) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let front = cfn_once_tests::moto_front();
     let mut regions = Vec::new();
     let mut routers = Vec::new();
     for region in ["us-east-1", "us-west-2"] {
         let log = dir.join(format!("{region}-responder.log"));
         let spec = FunctionSpec::python("responder", region, &cfn_once_tests::python(), code, handler, log);
-        let function = LocalFunction::new(FunctionSpec { timeout_ms: 30_000, ..spec }).expect("the log opens");
+        // The function trusts the local CA, as `cfn-once local` makes its functions do.
+        let spec = trusting(FunctionSpec { timeout_ms: 30_000, ..spec }, front.ca_file());
+        let function = LocalFunction::new(spec).expect("the log opens");
         let api = InvokeApi::start(vec![function]).await.expect("the Invoke API starts");
         let bucket = cfn_once_tests::unique("answers").to_lowercase();
         let moto = cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await;
         cfn_once_cli::local::provision::create_bucket_in(&s3_client(&moto), &bucket, region)
             .await
             .expect("the answer bucket");
+        // The answer bucket is reached over HTTPS, so the URLs presigned for the function are
+        // `https://` URLs, as in AWS.
+        let https = https_sdk_config(&front.url(), front.ca_file(), region).await.expect("the HTTPS client");
         let invoker: Arc<dyn FunctionInvoker> =
             Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(api.endpoint(), region).await));
         let route = FunctionRoute {
@@ -313,7 +320,7 @@ async fn two_regions_with_a_responder_where(
             is_complete: None,
             answers_itself: true,
         };
-        let mut answers = S3AnswerDrop::new(&moto, &bucket, 3_000).expect("the answer bucket's client");
+        let mut answers = S3AnswerDrop::new(&https, &bucket, 3_000).expect("the answer bucket's client");
         if region == "us-west-2" && reach == Reach::PrimaryRegionOut {
             let out = cfn_once_cli::local::provision::sdk_config(&refusing_endpoint().await, "us-east-1").await;
             answers = answers.with_region("us-east-1", &out);
@@ -345,7 +352,7 @@ async fn answers_in(region: &str, bucket: &str) -> Vec<(String, Value)> {
     objects
 }
 
-async fn greeting(regions: &TwoRegions, fixture: &str, properties: Value) -> Sent {
+pub(crate) async fn greeting(regions: &TwoRegions, fixture: &str, properties: Value) -> Sent {
     let mut sent = regions.request(fixture).await;
     sent.request["ResourceType"] = json!(GREETING);
     sent.request["ResourceProperties"] = properties;

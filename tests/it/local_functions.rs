@@ -119,7 +119,9 @@ async fn local(
         max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
         raw_delivery: false,
     };
-    let mut env = LocalEnvironment::provision(cfn_once_tests::moto(), &options).await.expect("provisioned");
+    let mut env = LocalEnvironment::provision(cfn_once_tests::moto(), cfn_once_tests::moto_front(), &options)
+        .await
+        .expect("provisioned");
     let progress = Mutex::new(Vec::new());
     let report = |line: &str| progress.lock().expect("the progress").push(line.to_owned());
     let functions = LocalFunctions::start(

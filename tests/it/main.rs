@@ -21,6 +21,7 @@ mod lifecycle;
 mod local_functions;
 mod logs;
 mod ops;
+mod pypi_functions;
 mod sweeper;
 mod templates;
 mod tls;

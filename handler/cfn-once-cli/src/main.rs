@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use cfn_once::config::ArcEndpoint;
@@ -16,6 +17,7 @@ use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::functions_file::FunctionsFile;
 use cfn_once_cli::local::moto::MotoServer;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
+use cfn_once_cli::local::tls_front::TlsFront;
 use cfn_once_cli::ops::OpsTarget;
 use cfn_once_cli::ops::inspect::InspectOptions;
 use cfn_once_cli::ops::redrive::RedriveOptions;
@@ -44,8 +46,11 @@ enum Command {
     /// region's copies of the Python functions there (under awslambdaric behind a local Lambda
     /// Invoke API, each folder's requirements.txt installed into a build copy under
     /// .local/build); and writes the environment to --env-file so tests, `cfn-once drill` or
-    /// the AWS CLI can send events. The functions' logs go to .local/functions. Stop it with
-    /// Ctrl-C.
+    /// the AWS CLI can send events. The functions' logs go to .local/functions. S3 is also
+    /// served over HTTPS (https_endpoint_url in the env file) with a CA generated at start,
+    /// whose certificate is written beside --env-file (ca_file): the answer URLs the functions
+    /// PUT to are https:// URLs there, and the functions trust the CA through SSL_CERT_FILE,
+    /// REQUESTS_CA_BUNDLE and AWS_CA_BUNDLE. Stop it with Ctrl-C.
     Local(LocalArgs),
     /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
     /// primary outage
@@ -123,7 +128,7 @@ struct MotoArgs {
 struct LocalArgs {
     #[command(flatten)]
     moto: MotoArgs,
-    /// Where to write the environment's description.
+    /// Where to write the environment's description; the local CA's certificate goes beside it.
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
     env_file: PathBuf,
     /// The functions file: each Custom:: type to its functions by kind (on-event, is-complete,
@@ -351,7 +356,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
         raw_delivery: false,
     };
-    let mut env = LocalEnvironment::provision(&endpoint, &options).await?;
+    // S3 over HTTPS with a CA of this environment's own, its PEM beside the env file.
+    let state = args.env_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(state).with_context(|| format!("cannot create {}", state.display()))?;
+    let front = TlsFront::start(&endpoint, state)?;
+    let mut env = LocalEnvironment::provision(&endpoint, &front, &options).await?;
     let logs = std::path::absolute(".local/functions")?;
     let builds = std::path::absolute(".local/build")?;
     let python = std::path::absolute(&args.moto.python)?;
@@ -403,6 +412,11 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         println!("  answer bucket {bucket} ({region})");
     }
     println!("  function logs in {}", logs.display());
+    println!(
+        "  S3 over HTTPS at {} (answer URLs, ResponseURLs), trusting the CA in {}",
+        file.https_endpoint_url,
+        file.ca_file.display()
+    );
     println!(
         "  environment written to {}; try `cfn-once drill --env {}`",
         args.env_file.display(),

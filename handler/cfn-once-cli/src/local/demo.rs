@@ -33,6 +33,7 @@ use crate::local::moto::MotoServer;
 use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
 use crate::local::provision;
 use crate::local::report::status_name;
+use crate::local::tls_front::TlsFront;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::random_seed;
 
@@ -99,8 +100,13 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     };
     let suffix = format!("{:06x}", random_seed() & 0xff_ffff);
     step(&format!("provisioning two regions on {endpoint} (secondary queue delay {} s)", options.secondary_delay_s));
+    // S3 over HTTPS, as in AWS, with a CA of the demo's own (held until the demo ends).
+    let state = std::env::temp_dir().join(format!("cfn-once-demo-{suffix}"));
+    std::fs::create_dir_all(&state).with_context(|| format!("cannot create {}", state.display()))?;
+    let front = TlsFront::start(&endpoint, &state)?;
     let env = LocalEnvironment::provision(
         &endpoint,
+        &front,
         &EnvironmentOptions {
             name: format!("cfn-once-demo-{suffix}"),
             secondary_delay_s: options.secondary_delay_s,
@@ -117,7 +123,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     );
     // Each region's copies of the example functions, behind a local Lambda Invoke API.
     let examples = FunctionsFile::read(&options.events_dir.join("..").join(EXAMPLES_FILE))?;
-    let logs = std::env::temp_dir().join(format!("cfn-once-demo-{suffix}-functions"));
+    let logs = state.join("functions");
     let builds = logs.join("build");
     let functions = LocalFunctions::start(
         &env,
@@ -202,6 +208,8 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
     let file = &env.file;
     let sns = aws_sdk_sns::Client::new(&env.sdk(&file.customer_region).await);
     let s3 = s3_client(&env.sdk(&file.primary_region).await);
+    // ResponseURLs are presigned on the HTTPS endpoint, as CloudFormation's are on S3's.
+    let presigner = s3_client(&env.https_sdk(&file.primary_region).await?);
     let store =
         DynamoLeaseStore::new(aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await), &file.table_name);
     let stack_id = format!("arn:aws:cloudformation:{}:123456789012:stack/cfn-once-demo/{suffix}", file.customer_region);
@@ -221,7 +229,7 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
             request["ResourceProperties"]["TableName"] = Value::String(env.item_table.clone());
         }
         request["ResponseURL"] =
-            Value::String(provision::presigned_put_url(&s3, &file.response_bucket, &key, 7_200).await?);
+            Value::String(provision::presigned_put_url(&presigner, &file.response_bucket, &key, 7_200).await?);
         if request.get("PhysicalResourceId").is_some()
             && let Some(id) = physical_ids.get(&logical)
         {

@@ -4,12 +4,22 @@
 //! so any client (tests, the drill, the operator tools, a person with the AWS CLI) can send
 //! events to it.
 //!
+//! S3 is also served over HTTPS, as in AWS, by a [`TlsFront`] before moto with a CA of its own,
+//! generated per environment: the presigned answer URLs functions PUT to and the ResponseURLs
+//! the environment plays CloudFormation with are `https://` URLs on it (functions such as
+//! crhelper's open an HTTPS connection whatever the URL says). The CA's certificate is a PEM
+//! file (`ca_file`; `.local/` for `cfn-once local`) that the functions' processes and the
+//! in-process handlers trust. Every other call (SQS, SNS, DynamoDB, and the operator tools)
+//! stays on moto's plain-HTTP endpoint (`endpoint_url`), which is also allowed for ResponseURLs
+//! so that tools presigning there (the drill, the soak) keep working.
+//!
 //! moto does not replicate global tables, so both regional handlers use the one lease table in
 //! the primary region (`CFN_ONCE_TABLE_REGION`): a single strongly consistent copy, which is the
 //! behaviour an MRSC table provides.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use aws_config::SdkConfig;
@@ -18,6 +28,8 @@ use cfn_once_core::vocabulary::Role;
 use serde::{Deserialize, Serialize};
 
 use crate::local::provision::{self, QueuePair, QueueSettings};
+use crate::local::tls_front::TlsFront;
+use cfn_once::adapters::https::{Roots, client_config_with};
 use cfn_once::config::Config;
 
 /// Where the customer's stacks (and the ServiceToken topics) live: one topic per region, all
@@ -31,7 +43,14 @@ pub const SECONDARY_REGION: &str = "us-west-2";
 /// `.local/env.json`: everything a client needs to talk to the environment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvFile {
+    /// moto's own endpoint, plain HTTP: every service, for the handlers and the operator tools.
     pub endpoint_url: String,
+    /// The TLS front before moto: where the environment's S3 URLs (answer URLs, ResponseURLs)
+    /// point.
+    pub https_endpoint_url: String,
+    /// The PEM file of the CA that signed the front's certificate: what a client trusts for
+    /// `https_endpoint_url` (`SSL_CERT_FILE`, `AWS_CA_BUNDLE`, `REQUESTS_CA_BUNDLE`).
+    pub ca_file: PathBuf,
     pub customer_region: String,
     pub primary_region: String,
     pub secondary_region: String,
@@ -117,8 +136,9 @@ pub struct LocalEnvironment {
 
 impl LocalEnvironment {
     /// Creates the topic, both regions' queues and DLQs (the secondary's delayed), the lease
-    /// table, an item table and a versioned response bucket.
-    pub async fn provision(endpoint_url: &str, options: &EnvironmentOptions) -> anyhow::Result<Self> {
+    /// table, an item table and a versioned response bucket on moto at `endpoint_url`, whose
+    /// HTTPS face is `front` (a [`TlsFront`] before it, which the caller keeps running).
+    pub async fn provision(endpoint_url: &str, front: &TlsFront, options: &EnvironmentOptions) -> anyhow::Result<Self> {
         let name = &options.name;
         let primary_sdk = provision::sdk_config(endpoint_url, PRIMARY_REGION).await;
         let secondary_sdk = provision::sdk_config(endpoint_url, SECONDARY_REGION).await;
@@ -161,6 +181,8 @@ impl LocalEnvironment {
         let topic_arn = customer_topics[CUSTOMER_REGION].clone();
         let file = EnvFile {
             endpoint_url: endpoint_url.to_owned(),
+            https_endpoint_url: front.url(),
+            ca_file: front.ca_file().to_path_buf(),
             customer_region: CUSTOMER_REGION.into(),
             primary_region: PRIMARY_REGION.into(),
             secondary_region: SECONDARY_REGION.into(),
@@ -211,9 +233,16 @@ impl LocalEnvironment {
             ("CFN_ONCE_TABLE".into(), self.file.table_name.clone()),
             ("CFN_ONCE_TABLE_REGION".into(), self.file.primary_region.clone()),
             ("CFN_ONCE_TOPIC_ARNS".into(), self.file.topic_arns().join(",")),
+            // The response bucket over HTTPS (what the environment presigns, as CloudFormation
+            // does) and on moto's plain endpoint (what the drill and the soak presign).
             (
                 "CFN_ONCE_RESPONSE_URL_ALLOW".into(),
-                format!("{}/{}/", self.file.endpoint_url, self.file.response_bucket),
+                format!(
+                    "{https}/{bucket}/,{plain}/{bucket}/",
+                    https = self.file.https_endpoint_url,
+                    plain = self.file.endpoint_url,
+                    bucket = self.file.response_bucket
+                ),
             ),
             ("CFN_ONCE_ITEM_TABLES".into(), self.item_table.clone()),
             // What the regional template tells the function about its queues.
@@ -230,6 +259,32 @@ impl LocalEnvironment {
     pub async fn sdk(&self, region: &str) -> SdkConfig {
         provision::sdk_config(&self.file.endpoint_url, region).await
     }
+
+    /// SDK configuration for `region` on the HTTPS endpoint, trusting the environment's CA:
+    /// for S3 URLs as AWS makes them (`https://`) and the calls behind them.
+    pub async fn https_sdk(&self, region: &str) -> anyhow::Result<SdkConfig> {
+        https_sdk_config(&self.file.https_endpoint_url, &self.file.ca_file, region).await
+    }
+
+    /// The TLS client configuration the handlers use here (see [`tls_trusting`]).
+    pub fn tls(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        tls_trusting(&self.file.ca_file)
+    }
+}
+
+/// The handler's TLS client configuration with the compiled-in roots replaced by the
+/// certificates of `ca_file`, as `SSL_CERT_FILE` replaces them in the deployed function
+/// (`cfn_once::adapters::https`): in-process handlers share this process's environment, so they
+/// are given the configuration rather than the variable.
+pub fn tls_trusting(ca_file: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    client_config_with(&Roots::File(ca_file.to_path_buf())).map_err(anyhow::Error::msg)
+}
+
+/// SDK configuration for `region` on the HTTPS endpoint `endpoint_url`, on the handler's HTTP
+/// client trusting `ca_file`.
+pub async fn https_sdk_config(endpoint_url: &str, ca_file: &Path, region: &str) -> anyhow::Result<SdkConfig> {
+    let sdk = provision::sdk_config(endpoint_url, region).await;
+    Ok(sdk.to_builder().http_client(cfn_once::adapters::https::sdk_http_client(tls_trusting(ca_file)?)).build())
 }
 
 /// An S3 client for a local endpoint: path-style, since bucket subdomains of 127.0.0.1 do not

@@ -3,7 +3,9 @@
 //! served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource types
 //! to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies through a
 //! Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local Invoke
-//! API; everything else stays on moto.
+//! API, and its S3 client reaches the answer buckets through the environment's HTTPS endpoint
+//! (what `AWS_ENDPOINT_URL_S3` would do), so the answer URLs it presigns are `https://` URLs, as
+//! in AWS; everything else stays on moto.
 //!
 //! Each function's folder is built once (`local/function_build.rs`: its requirements installed
 //! beside a copy of its files, as a Lambda zip) and run in both regions, each region's copies
@@ -13,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 use aws_config::SdkConfig;
@@ -38,6 +41,21 @@ const TEST_ACCESS_KEY_ID: &str = "test";
 const TEST_SECRET_ACCESS_KEY: &str = "test";
 const TEST_SESSION_TOKEN: &str = "test";
 
+/// The variables that make a function's process trust a CA file, each for the clients that
+/// read it: OpenSSL (`SSL_CERT_FILE`: Python's `ssl` and everything on it, Node.js with
+/// `--use-openssl-ca`, curl), requests (`REQUESTS_CA_BUNDLE`) and the AWS SDKs and CLI
+/// (`AWS_CA_BUNDLE`).
+pub const CA_VARIABLES: [&str; 3] = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE"];
+
+/// `spec` with its processes trusting the certificates of `ca_file` (and only those: the
+/// variables replace the default trust store) through [`CA_VARIABLES`].
+pub fn trusting(mut spec: FunctionSpec, ca_file: &Path) -> FunctionSpec {
+    for name in CA_VARIABLES {
+        spec.env.insert(name.to_owned(), ca_file.display().to_string());
+    }
+    spec
+}
+
 /// One region's copies of the functions.
 struct Region {
     region: String,
@@ -50,6 +68,10 @@ pub struct LocalFunctions {
     regions: Vec<Region>,
     file: FunctionsFile,
     logs: PathBuf,
+    /// The environment's HTTPS endpoint, for the handlers' S3 client.
+    https_endpoint_url: String,
+    /// The handlers' TLS configuration, trusting the environment's CA.
+    tls: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for LocalFunctions {
@@ -63,7 +85,12 @@ impl std::fmt::Debug for LocalFunctions {
 /// (`AWS_LAMBDA_RUNTIME_API`, `AWS_REGION`, ..., which `local/lambda_service.rs` sets): the one
 /// place a function's environment is assembled. The file's variables come last, so they win
 /// over the defaults here (an `AWS_ENDPOINT_URL` of the user's, say).
-pub fn function_environment(function: &Function, build: &Path, endpoint_url: &str) -> BTreeMap<String, String> {
+pub fn function_environment(
+    function: &Function,
+    build: &Path,
+    endpoint_url: &str,
+    ca_file: &Path,
+) -> BTreeMap<String, String> {
     let build = build.display().to_string();
     let mut environment = BTreeMap::from([
         ("LAMBDA_TASK_ROOT".to_owned(), build.clone()),
@@ -75,6 +102,11 @@ pub fn function_environment(function: &Function, build: &Path, endpoint_url: &st
         // Every AWS SDK (boto3 1.28+, the JS and Rust SDKs) sends its calls here.
         ("AWS_ENDPOINT_URL".to_owned(), endpoint_url.to_owned()),
     ]);
+    // The local CA, where each kind of client looks for its trust store (the answer URLs are
+    // https, signed by it).
+    for name in CA_VARIABLES {
+        environment.insert(name.to_owned(), ca_file.display().to_string());
+    }
     environment.extend(function.environment.clone());
     environment
 }
@@ -109,7 +141,7 @@ impl LocalFunctions {
                 let log = logs.join(format!("{region}-{}.log", function.name));
                 let spec = FunctionSpec::python(&function.name, region, python, build, &function.handler, log);
                 local.push(LocalFunction::new(FunctionSpec {
-                    env: function_environment(function, build, endpoint_url),
+                    env: function_environment(function, build, endpoint_url, &env.file.ca_file),
                     timeout_ms: u64::from(function.timeout_s) * 1_000,
                     memory_mb: function.memory_mb,
                     concurrency_max: FUNCTION_CONCURRENCY_MAX,
@@ -123,7 +155,13 @@ impl LocalFunctions {
             crate::local::provision::create_bucket_in(&s3, &answer_bucket, region).await?;
             regions.push(Region { region: region.clone(), api, answer_bucket });
         }
-        Ok(Self { regions, file: file.clone(), logs: logs.to_path_buf() })
+        Ok(Self {
+            regions,
+            file: file.clone(),
+            logs: logs.to_path_buf(),
+            https_endpoint_url: env.file.https_endpoint_url.clone(),
+            tls: env.tls()?,
+        })
     }
 
     /// The functions file served.
@@ -168,28 +206,42 @@ impl LocalFunctions {
         ]
     }
 
-    /// `sdk` with Lambda calls sent to `region`'s Invoke API, every other service where it was.
+    /// `sdk` with Lambda calls sent to `region`'s Invoke API and S3 calls to the environment's
+    /// HTTPS endpoint, every other service where it was, on the handler's own HTTP client
+    /// (`cfn_once::adapters::https`) trusting the environment's CA.
     pub fn sdk(&self, region: &str, sdk: &SdkConfig) -> SdkConfig {
-        lambda_at(sdk, self.api(region).endpoint())
+        let sdk = services_at(sdk, self.api(region).endpoint(), &self.https_endpoint_url);
+        sdk.to_builder().http_client(cfn_once::adapters::https::sdk_http_client(Arc::clone(&self.tls))).build()
     }
 }
 
-/// `sdk` with the Lambda endpoint `endpoint`, as `AWS_ENDPOINT_URL_LAMBDA` sets it: a
-/// service-specific endpoint, which the SDK reads only when the shared endpoint does not come
-/// from code, so the shared one is marked as coming from the environment (it does, in AWS).
-pub fn lambda_at(sdk: &SdkConfig, endpoint: &str) -> SdkConfig {
+/// `sdk` with the Lambda endpoint `lambda` and the S3 endpoint `s3`, as
+/// `AWS_ENDPOINT_URL_LAMBDA` and `AWS_ENDPOINT_URL_S3` set them: service-specific endpoints,
+/// which the SDK reads only when the shared endpoint does not come from code, so the shared one
+/// is marked as coming from the environment (it does, in AWS).
+pub fn services_at(sdk: &SdkConfig, lambda: &str, s3: &str) -> SdkConfig {
     let mut builder = sdk.to_builder();
-    builder.set_service_config(Some(LambdaEndpoint(endpoint.to_owned())));
+    builder.set_service_config(Some(ServiceEndpoints { lambda: lambda.to_owned(), s3: s3.to_owned() }));
     builder.insert_origin("endpoint_url", Origin::shared_environment_variable());
     builder.build()
 }
 
-/// A Lambda-only endpoint.
+/// Endpoints for Lambda and S3.
 #[derive(Debug)]
-struct LambdaEndpoint(String);
+struct ServiceEndpoints {
+    lambda: String,
+    s3: String,
+}
 
-impl LoadServiceConfig for LambdaEndpoint {
+impl LoadServiceConfig for ServiceEndpoints {
     fn load_config(&self, key: ServiceConfigKey<'_>) -> Option<String> {
-        (key.service_id() == "Lambda" && key.env() == "AWS_ENDPOINT_URL").then(|| self.0.clone())
+        if key.env() != "AWS_ENDPOINT_URL" {
+            return None;
+        }
+        match key.service_id() {
+            "Lambda" => Some(self.lambda.clone()),
+            "S3" => Some(self.s3.clone()),
+            _ => None,
+        }
     }
 }

@@ -86,6 +86,13 @@ impl FunctionSpec {
     }
 }
 
+/// A log stream's name as Lambda makes one for a sandbox started at `now_ms`:
+/// `YYYY/MM/DD/[$LATEST]` and 32 hex digits, here drawn from `seed` and the sandbox's `id`.
+fn log_stream_name(now_ms: u64, seed: u64, id: u64) -> String {
+    let (year, month, day) = cfn_once_core::timestamp::civil_from_days(now_ms / 86_400_000);
+    format!("{year:04}/{month:02}/{day:02}/[$LATEST]{seed:016x}{id:016x}")
+}
+
 /// How one invocation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invoked {
@@ -371,7 +378,13 @@ impl LocalFunction {
             command.current_dir(working_dir);
         }
         let memory_mb = self.spec.memory_mb.to_string();
+        // Lambda names each sandbox's log stream; functions use it (cfnresponse's default
+        // PhysicalResourceId is the context's log_stream_name, which runtimes read from here).
+        let log_group = format!("/aws/lambda/{}", self.spec.name);
+        let log_stream = log_stream_name(SystemClock.now_ms(), cfn_once::clock::random_seed(), id);
         for (name, value) in [
+            ("AWS_LAMBDA_LOG_GROUP_NAME", log_group.as_str()),
+            ("AWS_LAMBDA_LOG_STREAM_NAME", log_stream.as_str()),
             ("AWS_LAMBDA_RUNTIME_API", address.as_str()),
             ("AWS_LAMBDA_FUNCTION_NAME", self.spec.name.as_str()),
             ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", memory_mb.as_str()),
@@ -628,5 +641,18 @@ async fn read_chunked<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>
         body.extend(read_exact(reader, size).await?);
         let mut crlf = [0; 2];
         reader.read_exact(&mut crlf).await.ok()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_stream_name;
+
+    #[test]
+    fn a_log_stream_is_named_as_lambda_names_it() {
+        // 2026-11-29T08:10:00Z
+        let name = log_stream_name(1_795_939_800_000, 0xabc, 2);
+        assert_eq!(name, "2026/11/29/[$LATEST]0000000000000abc0000000000000002");
+        assert_eq!(name.len(), "YYYY/MM/DD/[$LATEST]".len() + 32);
     }
 }

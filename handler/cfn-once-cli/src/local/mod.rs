@@ -15,4 +15,5 @@ pub mod moto;
 pub mod pair;
 pub mod provision;
 pub mod report;
+pub mod tls_front;
 pub mod worker;

@@ -10,6 +10,7 @@ use crate::local::environment::LocalEnvironment;
 use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
 use crate::local::functions::LocalFunctions;
 use crate::local::worker::RegionalWorker;
+use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::{App, Observer};
 
 /// The local event source mapping's settings: batches of 10, a 1 s long poll, a 60 s function
@@ -116,7 +117,10 @@ impl RegionPair {
         let config = env.config(role, &settings)?;
         // What the stock function serves (handler/cfn-once/src/main.rs).
         let router = cfn_once::providers::standard_router(&config, &sdk);
-        let mut app = App::from_config_with(&config, &sdk, router, customize)?;
+        // The ResponseURL sink trusts the environment's CA, for ResponseURLs on its HTTPS face.
+        let tls = env.tls()?;
+        let sink = Arc::new(HttpResponseSink::with_tls(config.put_timeout_ms, &tls)?);
+        let mut app = App::from_config_with(&config, &sdk, router, |ports| customize(Ports { sink, ..ports }))?;
         if let Some(observer) = observer {
             app = app.observed(observer);
         }

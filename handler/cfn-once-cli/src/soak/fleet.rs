@@ -25,6 +25,7 @@ use crate::local::environment::{CUSTOMER_REGIONS, EnvironmentOptions, LocalEnvir
 use crate::local::fault_proxy::{FaultProxy, LogMode};
 use crate::local::lambda_service::{FunctionSpec, LocalFunction};
 use crate::local::provision;
+use crate::local::tls_front::TlsFront;
 use crate::soak::SoakOptions;
 use crate::soak::mapping::SoakMapping;
 
@@ -71,6 +72,8 @@ pub struct Fleet {
     /// The handler's lease, in ms, from the template's environment.
     pub lease_ms: u64,
     pub binary: PathBuf,
+    /// Kept running for the environment (`EnvFile::https_endpoint_url`).
+    _front: TlsFront,
 }
 
 impl Fleet {
@@ -90,8 +93,12 @@ impl Fleet {
         };
         let raw_delivery = template_env(Role::Primary).get("CFN_ONCE_RAW_DELIVERY").is_some_and(|v| v == "true");
         println!("==> provisioning both regions on {endpoint} ({})", deployed.summary());
+        // The environment's HTTPS face; the soak presigns its ResponseURLs for the PUT proxy.
+        std::fs::create_dir_all(&options.out).with_context(|| format!("cannot create {}", options.out.display()))?;
+        let front = TlsFront::start(endpoint, &options.out)?;
         let environment = LocalEnvironment::provision(
             endpoint,
+            &front,
             &EnvironmentOptions {
                 name: format!("soak-{seed}"),
                 secondary_delay_s: u32::try_from(deployed.secondary_delay_s)?,
@@ -193,6 +200,7 @@ impl Fleet {
             control,
             lease_ms,
             binary,
+            _front: front,
         })
     }
 

@@ -1,7 +1,11 @@
-//! A TLS front for tests and the benchmark: HTTPS on the wire in front of a plain-HTTP upstream
-//! (a [`FaultProxy`](crate::FaultProxy) before moto), so a client under test pays for what it
-//! pays for in production (the handshake, seeding its random generator, verifying a
-//! certificate chain) while the proxy behind the front still sees, counts and times plaintext.
+//! A TLS front: HTTPS on the wire in front of a plain-HTTP upstream (moto, or a
+//! [`FaultProxy`](crate::local::fault_proxy::FaultProxy) before moto). The local environment
+//! serves its S3 URLs through one (`cfn-once local`: the presigned answer URLs functions PUT to
+//! and the ResponseURLs it plays CloudFormation with are `https://`, as in AWS, so a function
+//! that opens an HTTPS connection whatever the scheme, as crhelper does, can answer). Tests and
+//! the benchmark put one before a proxy, so a client under test pays for what it pays for in
+//! production (the handshake, seeding its random generator, verifying a certificate chain)
+//! while the proxy behind the front still sees, counts and times plaintext.
 //!
 //! Each front has its own certificate authority, generated when it starts and never reused: a
 //! self-signed CA and a leaf certificate for `127.0.0.1` and `localhost` signed by it. Only the
@@ -251,7 +255,9 @@ mod tests {
     }
 
     fn scratch_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(crate::unique("tls-front"));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("tls-front-{}-{unique}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch dir");
         dir
     }
