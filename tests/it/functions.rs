@@ -549,6 +549,51 @@ fn polls_of(regions: &TwoRegions, sent: &Sent, since: Instant) -> String {
         .collect()
 }
 
+/// The request's answer, once it comes, and its record then; prints who polled what, where and
+/// under which fence (`case` says what happened to the primary; `first_fence` is the fence the
+/// primary's execution held).
+async fn answered_after(
+    regions: &TwoRegions,
+    sent: &Sent,
+    published: Instant,
+    case: &str,
+    first_fence: u64,
+) -> (ResponseBody, cfn_once_core::lease::LeaseRecord) {
+    let (body, took) = regions.wait_for_answer(sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    let record = regions.record(sent).await.expect("a record");
+    println!(
+        "{case}: us-east-1 invoked the function under fence {first_fence}, which returned; answered {:?} \
+         (AnsweredIn {}) by {} under fence {} after {took:?}; what each region did:{}",
+        answer.status,
+        answer.data.get("AnsweredIn").unwrap_or(&Value::Null),
+        record.owner.split('/').next().unwrap_or_default(),
+        record.fence,
+        polls_of(regions, sent, published)
+    );
+    (answer, record)
+}
+
+/// With both workers running again: the queues drain, CloudFormation got one PUT, the function
+/// ran `invokes` times (primary's copy, secondary's), nothing is dead-lettered, and no function
+/// saw the ResponseURL.
+async fn one_put_after(
+    regions: &TwoRegions,
+    sent: &Sent,
+    apis: [&InvokeApi; 2],
+    invokes: (u32, u32),
+    log_dir: &std::path::Path,
+) -> ResponseBody {
+    regions.drain(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let puts = regions.responses(sent).await;
+    assert_eq!(puts.len(), 1, "one PUT");
+    assert_eq!((apis[0].invokes("responder"), apis[1].invokes("responder")), invokes, "the function's runs");
+    assert_eq!(regions.dead_letters().await, 0);
+    assert!(!logs(log_dir).contains(&signature(sent)), "a function saw CloudFormation's ResponseURL");
+    ResponseBody::parse(&puts[0]).expect("body")
+}
+
 #[tokio::test]
 async fn a_self_answer_pending_when_the_primary_is_drained_is_read_from_the_secondary() {
     let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
@@ -557,29 +602,14 @@ async fn a_self_answer_pending_when_the_primary_is_drained_is_read_from_the_seco
     // A drill: the secondary becomes active; every later poll is the secondary's.
     regions.set_active("us-west-2").await;
 
-    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
-    let answer = ResponseBody::parse(&body).expect("body");
-    let record = regions.record(&sent).await.expect("a record");
-    println!(
-        "drained: us-east-1 invoked under fence {} and returned; the answer landed in us-east-1's bucket; \
-         answered {:?} by {} under fence {} after {took:?}; polls: {}",
-        waiting.fence,
-        answer.status,
-        record.owner.split('/').next().unwrap_or_default(),
-        record.fence,
-        polls_of(&regions, &sent, published)
-    );
+    let (answer, record) = answered_after(&regions, &sent, published, "primary drained", waiting.fence).await;
     assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
     assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"), "the primary's execution's answer");
     assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
     assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
 
     regions.set_active("us-east-1").await;
-    regions.drain(Duration::from_secs(60)).await;
-    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
-    assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 0), "the function ran once");
-    assert_eq!(regions.dead_letters().await, 0);
-    assert!(!logs(&log_dir).contains(&signature(&sent)), "a function saw CloudFormation's ResponseURL");
+    one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 0), &log_dir).await;
     regions.stop().await;
 }
 
@@ -591,28 +621,14 @@ async fn a_self_answer_in_the_primarys_bucket_is_found_by_a_poll_the_secondary_h
     // The primary's Lambda stops; its region's S3 is fine.
     regions.kill_primary().await;
 
-    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
-    let answer = ResponseBody::parse(&body).expect("body");
-    let record = regions.record(&sent).await.expect("a record");
-    println!(
-        "primary's Lambda down: us-east-1 invoked under fence {}; answered {:?} by {} under fence {} after {took:?}; polls: {}",
-        waiting.fence,
-        answer.status,
-        record.owner.split('/').next().unwrap_or_default(),
-        record.fence,
-        polls_of(&regions, &sent, published)
-    );
+    let (answer, record) = answered_after(&regions, &sent, published, "primary's Lambda down", waiting.fence).await;
     assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
     assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"));
     assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
     assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
 
     regions.primary.start();
-    regions.drain(Duration::from_secs(60)).await;
-    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
-    assert_eq!((primary_api.invokes("responder"), secondary_api.invokes("responder")), (1, 0));
-    assert_eq!(regions.dead_letters().await, 0);
-    assert!(!logs(&log_dir).contains(&signature(&sent)));
+    one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 0), &log_dir).await;
     regions.stop().await;
 }
 
@@ -625,17 +641,7 @@ async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_e
     // connections.
     regions.kill_primary().await;
 
-    let (body, took) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
-    let answer = ResponseBody::parse(&body).expect("body");
-    let record = regions.record(&sent).await.expect("a record");
-    println!(
-        "primary's region out: us-east-1 invoked under fence {}; answered {:?} by {} under fence {} after {took:?}; polls: {}",
-        waiting.fence,
-        answer.status,
-        record.owner.split('/').next().unwrap_or_default(),
-        record.fence,
-        polls_of(&regions, &sent, published)
-    );
+    let (answer, record) = answered_after(&regions, &sent, published, "primary's region out", waiting.fence).await;
     assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
     assert_eq!(answer.data["AnsweredIn"], json!("us-west-2"), "the new execution's answer");
     assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
@@ -649,13 +655,7 @@ async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_e
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     regions.primary.start();
-    regions.drain(Duration::from_secs(60)).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let puts = regions.responses(&sent).await;
-    assert_eq!(puts.len(), 1, "one PUT");
-    assert_eq!(ResponseBody::parse(&puts[0]).expect("body").data["AnsweredIn"], json!("us-west-2"));
-    assert_eq!(primary_api.invokes("responder"), 1);
-    assert_eq!(regions.dead_letters().await, 0);
-    assert!(!logs(&log_dir).contains(&signature(&sent)));
+    let put = one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 1), &log_dir).await;
+    assert_eq!(put.data["AnsweredIn"], json!("us-west-2"));
     regions.stop().await;
 }
