@@ -252,8 +252,9 @@ async fn a_slow_request_does_not_hold_back_a_fast_one_in_the_same_region() {
     let fast = answer(&output);
     println!("fast answered in {fast_took:?} while the slow one ran for {:?}: {fast}", sent.elapsed());
     assert_eq!((fast["Status"].as_str(), fast["Data"]["Greeting"].as_str()), (Some("SUCCESS"), Some("hello, fast")));
-    assert!(!slow_done, "the fast request was answered only after the slow one");
-    assert!(fast_took < Duration::from_secs(slow_s / 2), "{fast_took:?}");
+    // With one batch at a time the fast request waits for the slow one's whole run (it took
+    // 10.56 s so); here it is answered while the slow one's function still sleeps.
+    assert!(!slow_done, "the fast request was answered only after the slow one ({fast_took:?})");
 
     let slow =
         tokio::task::spawn_blocking(move || slow.wait_with_output().expect("the slow send.py")).await.expect("join");

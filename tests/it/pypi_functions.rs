@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use cfn_once_cli::local::function_build;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::{Value, json};
@@ -32,7 +33,12 @@ async fn answer(regions: &TwoRegions, sent: &Sent) -> ResponseBody {
 /// exactly once and run once, and the function's logs free of every CloudFormation ResponseURL.
 /// Returns the function's logs.
 async fn greets_and_fails(label: &str, folder: &str, failing: &[(Value, &str)]) -> String {
-    let code = cfn_once_tests::workspace_root().join("tests/functions").join(folder);
+    // Built as a Lambda zip is: the folder's requirements.txt installed from PyPI into a copy.
+    let source = cfn_once_tests::workspace_root().join("tests/functions").join(folder);
+    let builds = cfn_once_tests::workspace_root().join("target/function-builds");
+    let code = function_build::build(&source, folder, &cfn_once_tests::python(), &builds, &|line| println!("{line}"))
+        .await
+        .expect("the function's build");
     let (dir, [(primary_api, _), _], mut regions) = two_regions_with_a_responder(label, &code, "app.handler").await;
     let started = Instant::now();
 
@@ -89,6 +95,12 @@ async fn greets_and_fails(label: &str, folder: &str, failing: &[(Value, &str)]) 
     for request in &sent {
         assert!(!logged.contains(&signature(request)), "the function saw CloudFormation's ResponseURL:\n{logged}");
     }
+    // The library came from the folder's requirements.txt, installed into the build, not from
+    // the interpreter's own packages.
+    let library = folder.split('-').next().unwrap_or_default();
+    let build = std::fs::canonicalize(&code).expect("the build's folder");
+    let from_build = format!("{library} from {}", build.display());
+    assert!(logged.contains(&from_build), "{library} was not imported from the build:\n{logged}");
     println!("{} requests answered in {:?}", sent.len(), started.elapsed());
     regions.stop().await;
     logged

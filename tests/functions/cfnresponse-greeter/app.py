@@ -12,6 +12,8 @@ Properties:
 """
 import cfnresponse
 
+print(f"cfnresponse from {cfnresponse.__file__}", flush=True)
+
 
 def handler(event, context):
     props = event["ResourceProperties"]

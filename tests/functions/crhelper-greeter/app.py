@@ -11,6 +11,9 @@ Properties:
   FailWith  Create and Update raise this message, which crhelper answers FAILED with
 """
 from crhelper import CfnResource
+import crhelper
+
+print(f"crhelper from {crhelper.__file__}", flush=True)
 
 helper = CfnResource()
 

@@ -56,7 +56,8 @@ impl RegionPair {
     }
 
     /// Like [`RegionPair::start`], each region also serving the functions file's types
-    /// (`CFN_ONCE_FUNCTIONS`) from its own copies of `functions`, as a deployment does.
+    /// (`CFN_ONCE_FUNCTIONS`) from its own copies of `functions`, as a deployment does. Each
+    /// region's mapping hands its handler up to [`ESM_CONCURRENCY_MAX`] batches at once.
     pub async fn start_serving(
         env: &LocalEnvironment,
         overrides: &[(&str, &str)],
@@ -65,7 +66,10 @@ impl RegionPair {
     ) -> anyhow::Result<Self> {
         let mut workers = Vec::new();
         for role in [Role::Primary, Role::Secondary] {
-            workers.push(Self::build(env, role, overrides, observer(role), |ports| ports, functions).await?);
+            workers.push(
+                Self::build(env, role, overrides, observer(role), |ports| ports, functions, ESM_CONCURRENCY_MAX)
+                    .await?,
+            );
         }
         let (mut primary, mut secondary) = {
             let mut workers = workers.into_iter();
@@ -94,7 +98,9 @@ impl RegionPair {
         observer: Option<Observer>,
         customize: impl FnOnce(Ports) -> Ports,
     ) -> anyhow::Result<RegionalWorker> {
-        Self::build(env, role, overrides, observer, customize, None).await
+        // One batch at a time: the tests' many workers share one moto, which ten batches per
+        // region at once (the storm test's 200 requests) would overload.
+        Self::build(env, role, overrides, observer, customize, None, 1).await
     }
 
     async fn build(
@@ -104,6 +110,7 @@ impl RegionPair {
         observer: Option<Observer>,
         customize: impl FnOnce(Ports) -> Ports,
         functions: Option<&LocalFunctions>,
+        concurrency_max: usize,
     ) -> anyhow::Result<RegionalWorker> {
         let region = env.region(role);
         let mut sdk = env.sdk(region).await;
@@ -126,7 +133,7 @@ impl RegionPair {
         }
         let esm = LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, ESM_SETTINGS)
             .await?
-            .with_concurrency(ESM_CONCURRENCY_MAX);
+            .with_concurrency(concurrency_max);
         Ok(RegionalWorker::new(app, esm))
     }
 
