@@ -90,25 +90,22 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     assert_eq!(item["SsoEnabled"].as_bool().ok(), Some(&true));
     assert_eq!(item["cfn_once_fence"].as_n().ok().map(String::as_str), Some("1"), "the write carries its fence");
 
-    let mut delete = region.request("delete-dynamodb-item.json").await;
-    delete.request["PhysicalResourceId"] = json!(body.physical_resource_id);
-    assert_eq!(answer(&region, &delete).await.status, Status::Success);
-    assert!(tenant_item(&region).await.is_none(), "Delete removed the item");
-    let tombstone = stored_tenant_item(&region).await.expect("the delete's tombstone");
-    let mut names: Vec<&str> = tombstone.keys().map(String::as_str).collect();
+    // What the application's own reader finds on a live item: its attributes, and cfn-once's
+    // owner and fence (README, "Shipped providers").
+    let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
     names.sort_unstable();
     assert_eq!(
         names,
-        [
-            "cfn_once_deleted_ms",
-            "cfn_once_expires_at",
-            "cfn_once_fence",
-            "cfn_once_fence_scope",
-            "cfn_once_owner",
-            "pk"
-        ],
-        "only the key, the fence and the owner remain, until TTL or the next write of the key"
+        ["Plan", "Regions", "Seats", "SsoEnabled", "cfn_once_fence", "cfn_once_fence_scope", "cfn_once_owner", "pk"],
+        "{item:?}"
     );
+
+    let mut delete = region.request("delete-dynamodb-item.json").await;
+    delete.request["PhysicalResourceId"] = json!(body.physical_resource_id);
+    assert_eq!(answer(&region, &delete).await.status, Status::Success);
+    // Read as the application reads it: a plain GetItem and a Scan find nothing, no tombstone.
+    assert_eq!(tenant_item(&region).await, None, "Delete removed the item, leaving nothing");
+    assert_eq!(scanned_items(&region).await, Vec::<HashMap<String, AttributeValue>>::new(), "a Scan finds nothing");
 }
 
 #[tokio::test]
@@ -126,14 +123,9 @@ async fn the_rollback_delete_of_an_abandoned_create_removes_what_it_wrote() {
     assert!(tenant_item(&region).await.is_none(), "the rollback Delete removed the item");
 }
 
-/// The item the fixture's `Custom::DynamoDBItem` writes, read consistently; a deleted item's
-/// tombstone (`cfn_once::fenced`) is no item.
+/// The item the fixture's `Custom::DynamoDBItem` writes, read as the application would: a plain,
+/// consistent GetItem.
 async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
-    stored_tenant_item(region).await.filter(|item| !item.contains_key(cfn_once::fenced::DELETED_ATTRIBUTE))
-}
-
-/// Whatever is stored at the fixture's key, tombstones included.
-async fn stored_tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
     let output = region
         .customer_dynamodb
         .get_item()
@@ -156,4 +148,125 @@ async fn a_delete_for_an_id_cloudformation_generated_succeeds() {
         (body.status, body.physical_resource_id.as_str()),
         (Status::Success, "cfn-once-example-TenantSettings-1XK9P2Q7ZL3M")
     );
+}
+
+/// Every item of the item table, as a plain Scan reads it.
+async fn scanned_items(region: &LocalRegion) -> Vec<HashMap<String, AttributeValue>> {
+    let output = region
+        .customer_dynamodb
+        .scan()
+        .table_name(&region.item_table)
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("scan");
+    output.items.unwrap_or_default()
+}
+
+/// The rule that makes tombstones unnecessary for the shipped `Custom::DynamoDBItem` (README,
+/// "Write your own provider"; ARCHITECTURE.md, S2): no request of it both writes and deletes one
+/// key. Played through a resource's whole life on the wire: a Create, an Update in place, an
+/// Update that changes the key (a replacement: CloudFormation deletes the old key with a Delete
+/// of its own), that Delete, the final Delete, and a failed Create's rollback Delete (an id the
+/// provider never returned). Every write to the item table is read off the wire (the proxy in
+/// front of moto keeps each request's body) with its request's fence scope and its key.
+#[tokio::test]
+async fn a_shipped_provider_request_never_writes_a_key_it_deleted() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::sync::Arc;
+
+    use cfn_once_tests::{FaultProxy, Match};
+    use serde_json::Value;
+
+    let region = LocalRegion::new(Options::default()).await;
+    let proxy = FaultProxy::start(cfn_once_tests::moto());
+    let config = region.config(&[]);
+    let sdk = cfn_once_cli::local::provision::sdk_config(&proxy.url(), cfn_once_tests::REGION).await;
+    let sink = Arc::new(cfn_once::adapters::http_sink::HttpResponseSink::new(config.put_timeout_ms).expect("sink"));
+    let app = region.app_with_router(
+        &config,
+        region.lease_store(),
+        sink,
+        cfn_once::providers::standard_router(&config, &sdk),
+    );
+    let answer = |sent: Sent| {
+        let app = &app;
+        let region = &region;
+        async move {
+            let esm = region.esm(10).await;
+            region.publish(&sent).await;
+            let bytes = region.serve_until_answered(&esm, app, &sent, ANSWER_TIMEOUT).await;
+            region.drain(&esm, app, ANSWER_TIMEOUT).await;
+            ResponseBody::parse(&bytes).expect("a response body")
+        }
+    };
+    let request = |kind: &str, id: Option<&str>, key: &str, old_key: Option<&str>| {
+        let region = &region;
+        let (kind, id, key, old_key) =
+            (kind.to_owned(), id.map(str::to_owned), key.to_owned(), old_key.map(str::to_owned));
+        async move {
+            let mut sent = region.request("create-dynamodb-item.json").await;
+            sent.request["RequestType"] = json!(kind);
+            sent.request["ResourceProperties"]["Key"] = json!({"pk": key});
+            if let Some(id) = id {
+                sent.request["PhysicalResourceId"] = json!(id);
+            }
+            if let Some(old_key) = old_key {
+                let mut old = sent.request["ResourceProperties"].clone();
+                old["Key"] = json!({"pk": old_key});
+                sent.request["OldResourceProperties"] = old;
+            }
+            sent
+        }
+    };
+
+    let created = answer(request("Create", None, "tenant#42", None).await).await;
+    assert_eq!(created.status, Status::Success, "{created:?}");
+    let first_id = created.physical_resource_id;
+    let updated = answer(request("Update", Some(&first_id), "tenant#42", Some("tenant#42")).await).await;
+    assert_eq!((updated.status, updated.physical_resource_id.as_str()), (Status::Success, first_id.as_str()));
+    let replaced = answer(request("Update", Some(&first_id), "tenant#43", Some("tenant#42")).await).await;
+    assert_eq!(replaced.status, Status::Success, "{replaced:?}");
+    assert_ne!(replaced.physical_resource_id, first_id, "a changed key is a replacement");
+    let cleanup = answer(request("Delete", Some(&first_id), "tenant#42", None).await).await;
+    assert_eq!(cleanup.status, Status::Success);
+    let last = answer(request("Delete", Some(&replaced.physical_resource_id), "tenant#43", None).await).await;
+    assert_eq!(last.status, Status::Success);
+    answer(request("Create", None, "tenant#44", None).await).await;
+    let rollback = answer(request("Delete", Some("TenantSettings-0123456789abcdef"), "tenant#44", None).await).await;
+    assert_eq!(rollback.status, Status::Success);
+
+    // Each request's writes and deletes of the item table, by its fence scope.
+    let mut by_scope: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    let mut operations = 0;
+    for operation in ["PutItem", "UpdateItem", "DeleteItem"] {
+        for body in proxy.bodies(&Match::Operation(operation.to_owned())) {
+            let body: Value = serde_json::from_slice(&body).expect("a JSON request");
+            if body["TableName"] != json!(region.item_table) {
+                continue;
+            }
+            operations += 1;
+            let scope = body["ExpressionAttributeValues"][":cfn_once_scope"]["S"].as_str().expect("a fenced write");
+            let key = match operation {
+                "PutItem" => &body["Item"]["pk"]["S"],
+                _ => &body["Key"]["pk"]["S"],
+            };
+            let key = key.as_str().expect("the key").to_owned();
+            let entry = by_scope.entry(scope.to_owned()).or_default();
+            if operation == "DeleteItem" {
+                entry.1.insert(key)
+            } else {
+                entry.0.insert(key)
+            };
+        }
+    }
+    println!("{operations} writes of the item table, by request: {by_scope:?}");
+    assert_eq!(by_scope.len(), 7, "every request wrote or deleted under its own scope: {by_scope:?}");
+    let deletes: usize = by_scope.values().map(|(_, deleted)| deleted.len()).sum();
+    assert_eq!(deletes, 3, "three Deletes, each of one key: {by_scope:?}");
+    for (scope, (written, deleted)) in &by_scope {
+        assert!(written.is_disjoint(deleted), "request {scope} wrote and deleted {:?}", written.intersection(deleted));
+    }
+    // And the application's own reader finds nothing left of the deleted items.
+    assert_eq!(scanned_items(&region).await, Vec::<HashMap<String, AttributeValue>>::new());
 }

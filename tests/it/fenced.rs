@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use cfn_once::fenced::{FencedTable, FencedWriteError};
+use cfn_once::fenced::{Deleted, FencedTable, FencedWriteError, WriteRules};
 use cfn_once_core::ownership::Fence;
 use cfn_once_tests::{LocalRegion, Options};
 
@@ -61,27 +61,18 @@ async fn s2_a_stale_fence_is_refused_and_a_newer_one_accepted() {
     table.put_item(&fence("request-b", 1), item("three")).await.expect("another request writes");
     assert_eq!(plan(&region).await.as_deref(), Some("three"));
     table.delete_item(&fence("request-c", 1), key()).await.expect("delete");
-    assert_eq!(plan(&region).await, None);
-    assert_eq!(table.get_item(key()).await, Ok(None), "a tombstone reads as no item");
+    assert_eq!(stored(&region).await, None, "a delete leaves nothing, as a plain GetItem reads it");
+    assert_eq!(table.get_item(key()).await, Ok(None));
     table.delete_item(&fence("request-c", 1), key()).await.expect("deleting what is gone succeeds");
+    // The price of leaving nothing: with no item there is no fence, so a stale write of the
+    // deleting request would be accepted. Only a request that both writes and deletes one key can
+    // be caught so; such a provider opts in to tombstones (the next test).
+    table.put_item(&fence("request-c", 0), item("stale")).await.expect("no fence is left to refuse it");
 }
 
-/// S2 holds for deletes too: a stale write that arrives after a newer execution of the same
-/// request deleted the item must not bring it back (a plain DeleteItem leaves no fence behind).
-#[tokio::test]
-async fn s2_a_stale_write_after_a_newer_delete_is_refused() {
-    let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
-    table.put_item(&fence("request-a", 1), item("one")).await.expect("fence 1 writes");
-    table.delete_item(&fence("request-a", 2), key()).await.expect("fence 2 deletes");
-    assert_eq!(
-        table.put_item(&fence("request-a", 1), item("resurrected")).await,
-        Err(FencedWriteError::FencedOut { fence: 1 }),
-        "the stale put under fence 1 is refused by the tombstone of fence 2"
-    );
-    assert_eq!(plan(&region).await, None, "the item stays deleted");
-    assert_eq!(table.get_item(key()).await, Ok(None));
-    let tombstone = region
+/// Whatever a plain, consistent GetItem finds at the key: the application's view.
+async fn stored(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
+    region
         .customer_dynamodb
         .get_item()
         .table_name(&region.item_table)
@@ -91,7 +82,27 @@ async fn s2_a_stale_write_after_a_newer_delete_is_refused() {
         .await
         .expect("get item")
         .item
-        .expect("a tombstone is kept");
+}
+
+/// S2 for a provider whose requests both write and delete one key: with a tombstone (opt-in,
+/// `Write::leaving_tombstone`), a stale write that arrives after a newer execution of the same
+/// request deleted the item is refused instead of bringing it back.
+#[tokio::test]
+async fn s2_an_opt_in_tombstone_refuses_a_stale_write_after_a_newer_delete() {
+    let region = LocalRegion::new(Options::default()).await;
+    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+    table.put_item(&fence("request-a", 1), item("one")).await.expect("fence 1 writes");
+    let deleted = table.write(WriteRules::fenced(&fence("request-a", 2))).leaving_tombstone().delete(key()).await;
+    assert_eq!(deleted, Ok(Deleted::Deleted), "fence 2 deletes, leaving a tombstone");
+    assert_eq!(
+        table.put_item(&fence("request-a", 1), item("resurrected")).await,
+        Err(FencedWriteError::FencedOut { fence: 1 }),
+        "the stale put under fence 1 is refused by the tombstone of fence 2"
+    );
+    assert_eq!(plan(&region).await, None, "the item stays deleted");
+    assert_eq!(table.get_item(key()).await, Ok(None), "FencedTable reads a tombstone as no item");
+    let tombstone = stored(&region).await.expect("a plain reader sees the tombstone: it must skip it");
+    assert!(tombstone.contains_key(cfn_once::fenced::DELETED_ATTRIBUTE), "{tombstone:?}");
     let expires_at: u64 = tombstone[cfn_once::fenced::EXPIRES_ATTRIBUTE].as_n().expect("a number").parse().expect("n");
     let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
     assert!((now_s + 86_000..=now_s + 86_500).contains(&expires_at), "kept for a day: {expires_at} vs {now_s}");
@@ -115,12 +126,12 @@ async fn a_missing_table_is_named() {
 }
 
 mod owned {
-    //! Owned writes on a real table: a resource writes where nothing is, where a tombstone is, or
-    //! where its own item is; another resource's item, or one cfn-once did not write, is refused
+    //! Owned writes on a real table: a resource writes where nothing is, where an opt-in
+    //! tombstone is, or where its own item is; another resource's item, or one cfn-once did not write, is refused
     //! unless adopted; a delete removes only the resource's own item. One condition per write.
 
     use super::*;
-    use cfn_once::fenced::{Condition, Deleted, Owner, Update, WriteRules, Written};
+    use cfn_once::fenced::{Condition, Owner, Update, Written};
 
     fn rules(stack: &str, logical: &str, scope: &str, fence_value: u64) -> WriteRules {
         WriteRules { fence: fence(scope, fence_value), owner: Some(Owner::new(stack, logical)), adopt: false }
@@ -179,9 +190,9 @@ mod owned {
         let first_deletes = rules("stack-a", "Tenant", "delete-1", 1);
         assert!(matches!(table.write(first_deletes).delete(key()).await, Ok(Deleted::NotOwned { .. })));
         assert_eq!(plan(&region).await.as_deref(), Some("adopted"));
-        // The adopter's own Delete removes it, leaving a tombstone anyone may write over.
+        // The adopter's own Delete removes it, leaving nothing.
         assert_eq!(table.write(rules("stack-a", "Other", "delete-2", 1)).delete(key()).await, Ok(Deleted::Deleted));
-        assert_eq!(plan(&region).await, None);
+        assert_eq!(raw(&region).await, None);
         assert_eq!(table.write(rules("stack-a", "Other", "delete-3", 1)).delete(key()).await, Ok(Deleted::Absent));
         assert_eq!(
             table.write(rules("stack-b", "New", "create-3", 1)).put(key(), attributes("new")).await,

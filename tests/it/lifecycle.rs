@@ -92,8 +92,9 @@ impl Stack {
         ResponseBody::parse(&bytes).expect("a response body")
     }
 
-    /// Every live item of the table, by partition key, without cfn-once's own attributes (the
-    /// owner is kept, as `owner`): tombstones are no items.
+    /// Every item of the table as a plain Scan reads it (the application's view: a deleted item
+    /// must be gone, not marked), by partition key, without cfn-once's fence attributes (the
+    /// owner is kept, as `owner`).
     async fn items(&self) -> BTreeMap<String, BTreeMap<String, String>> {
         let scan = self
             .region
@@ -106,9 +107,6 @@ impl Stack {
             .expect("scan");
         let mut items = BTreeMap::new();
         for item in scan.items.unwrap_or_default() {
-            if item.contains_key(cfn_once::fenced::DELETED_ATTRIBUTE) {
-                continue;
-            }
             let key = text(&item[self.key_attribute]);
             let mut attributes = BTreeMap::new();
             for (name, value) in &item {

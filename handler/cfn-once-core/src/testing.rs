@@ -711,9 +711,21 @@ impl FencedMap {
         Ok(written)
     }
 
-    /// Deletes `key` under `rules`, leaving a tombstone with the fence. An owned delete leaves an
-    /// item of another owner alone ([`Deleted::NotOwned`]); deleting what is not there succeeds.
+    /// Deletes `key` under `rules`, leaving nothing, as `FencedTable`'s delete does. An owned
+    /// delete leaves an item of another owner alone ([`Deleted::NotOwned`]); deleting what is not
+    /// there succeeds.
     pub fn delete(&self, rules: &WriteRules, key: &str) -> Result<Deleted, WriteRefused> {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let deleted = rules.admits_delete(&Stored::found(items.get(key)))?;
+        if deleted == Deleted::Deleted || rules.owner.is_none() {
+            items.remove(key);
+        }
+        Ok(deleted)
+    }
+
+    /// [`FencedMap::delete`], leaving a tombstone with the fence (`Write::leaving_tombstone`):
+    /// a later stale write of the same request is still refused.
+    pub fn delete_leaving_tombstone(&self, rules: &WriteRules, key: &str) -> Result<Deleted, WriteRefused> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let deleted = rules.admits_delete(&Stored::found(items.get(key)))?;
         if deleted == Deleted::Deleted || rules.owner.is_none() {
@@ -842,6 +854,26 @@ mod tests {
             (pending.status(), pending.physical_resource_id(), pending.data().len()),
             (None, "", 0),
             "no panic while pending"
+        );
+    }
+
+    #[test]
+    fn the_maps_delete_leaves_nothing_and_an_opt_in_tombstone_refuses_a_stale_write_of_the_request() {
+        let owner = Owner::new("arn:aws:cloudformation:us-east-1:123456789012:stack/s/1", "Item");
+        let rules = |value| WriteRules::owned(&Fence { scope: "request-a".into(), value }, owner.clone());
+        let map = FencedMap::new();
+        map.put(&rules(1), "k", json!("one")).expect("fence 1 writes");
+        assert_eq!(map.delete(&rules(2), "k"), Ok(Deleted::Deleted));
+        assert_eq!((map.get("k"), map.written_by("k")), (None, None), "nothing left, not even a fence");
+
+        let map = FencedMap::new();
+        map.put(&rules(1), "k", json!("one")).expect("fence 1 writes");
+        assert_eq!(map.delete_leaving_tombstone(&rules(2), "k"), Ok(Deleted::Deleted));
+        assert_eq!(map.get("k"), None, "a tombstone is no item");
+        assert_eq!(
+            map.put(&rules(1), "k", json!("resurrected")),
+            Err(WriteRefused::FencedOut { fence: 1, newer: 2 }),
+            "the tombstone refuses the stale write of the same request"
         );
     }
 }

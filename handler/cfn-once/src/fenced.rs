@@ -29,24 +29,34 @@
 //!     .condition(Condition::new("#plan <> :frozen").name("#plan", "Plan").value(":frozen", AttributeValue::S("frozen".into())))
 //!     .update(key.clone(), Update::new().add_to("#seats :one").name("#seats", "Seats").value(":one", AttributeValue::N("1".into())))
 //!     .await?;
-//! // Delete it, if it is still this resource's: succeeds whatever is there.
+//! // Delete it, if it is still this resource's: succeeds whatever is there, leaves nothing.
 //! let deleted = table.write(ctx.owned()).delete(key).await?;
 //! # let _ = (written, counted, deleted);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! **A delete leaves a tombstone.** An item that is simply gone has no fence, so a stale write
-//! arriving after a newer execution's delete would pass the condition and bring the item back.
-//! A delete therefore replaces the item with a tombstone: its key, the fence and owner
-//! attributes, [`DELETED_ATTRIBUTE`] (when) and [`EXPIRES_ATTRIBUTE`] (epoch seconds,
-//! [`TOMBSTONE_RETENTION_S`] later). [`FencedTable::get_item`] reads a tombstone as no item, and
-//! any resource may write where a tombstone is. Clean-up: enable DynamoDB TTL on
-//! [`EXPIRES_ATTRIBUTE`] and tombstones go by themselves (a day is far longer than any straggler
-//! can live: a Lambda is killed at its function timeout, at most 15 minutes); without TTL (an
-//! MRSC table has none) each stays until its key is written again, which replaces it, and costs
-//! one small item. Readers of the table that do not go through [`FencedTable::get_item`] should
-//! skip items carrying [`DELETED_ATTRIBUTE`].
+//! **A delete deletes.** [`Write::delete`] is one conditional `DeleteItem`: the item goes, and
+//! nothing of cfn-once's is left for the table's other readers (the application, a `Scan`, a
+//! stream consumer, an export) to see. What it gives up: a key with no item has no fence, so the
+//! fence condition admits any later write there, a stale execution's included. That matters only
+//! where one request both writes and deletes the same key, so that a stale execution of the
+//! request could write it back after a newer execution of the *same* request deleted it; writes
+//! of other requests are never refused by a fence (their scope differs), tombstone or not (the
+//! residual case in ARCHITECTURE.md, S2). The shipped providers' requests never write a key they
+//! delete (`tests/it/e2e.rs` `a_shipped_provider_request_never_writes_a_key_it_deleted`).
+//!
+//! **Tombstones, for providers that need them.** [`Write::leaving_tombstone`] makes a delete
+//! replace the item with a tombstone instead: its key, the fence and owner attributes,
+//! [`DELETED_ATTRIBUTE`] (when) and [`EXPIRES_ATTRIBUTE`] (epoch seconds,
+//! [`TOMBSTONE_RETENTION_S`] later), which refuses a stale write of the same request as an item
+//! would. [`FencedTable::get_item`] reads a tombstone as no item, and any resource may write
+//! where a tombstone is. Every other reader of the table must skip items carrying
+//! [`DELETED_ATTRIBUTE`]. Clean-up: enable DynamoDB TTL on [`EXPIRES_ATTRIBUTE`] and tombstones
+//! go by themselves (a day is far longer than any straggler can live: a Lambda is killed at its
+//! function timeout, at most 15 minutes); without TTL (an MRSC table has none) each stays until
+//! its key is written again. Choose it per table, for every delete there: a plain delete of a
+//! tombstoned key removes the tombstone.
 //!
 //! Placeholders of your own conditions and updates must not start with `#cfn_once` or
 //! `:cfn_once`, which these writes use. Fences order executions of one request; different
@@ -59,6 +69,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
@@ -83,7 +94,7 @@ pub const FENCE_ATTRIBUTE: &str = "cfn_once_fence";
 pub const SCOPE_ATTRIBUTE: &str = "cfn_once_fence_scope";
 /// The attribute holding the item's owner (`<StackId>/<LogicalResourceId>`), on owned writes.
 pub const OWNER_ATTRIBUTE: &str = "cfn_once_owner";
-/// On a tombstone: when the item was deleted, epoch ms.
+/// On a tombstone ([`Write::leaving_tombstone`]): when the item was deleted, epoch ms.
 pub const DELETED_ATTRIBUTE: &str = "cfn_once_deleted_ms";
 /// On a tombstone: when it may go, epoch seconds (DynamoDB TTL's unit).
 pub const EXPIRES_ATTRIBUTE: &str = "cfn_once_expires_at";
@@ -261,6 +272,7 @@ pub struct Write<'t> {
     table: &'t FencedTable,
     rules: WriteRules,
     condition: Option<Condition>,
+    tombstone: bool,
 }
 
 impl FencedTable {
@@ -277,7 +289,7 @@ impl FencedTable {
     /// A write under `rules`: fenced and owned (`ctx.owned()`, the rule to follow) or
     /// [`WriteRules::fenced`].
     pub fn write(&self, rules: WriteRules) -> Write<'_> {
-        Write { table: self, rules, condition: None }
+        Write { table: self, rules, condition: None, tombstone: false }
     }
 
     /// Puts `item` (replacing any previous version), stamped with `fence`: fenced only.
@@ -288,8 +300,8 @@ impl FencedTable {
         self.write(WriteRules::fenced(fence)).put(key, item).await.map(|_| ())
     }
 
-    /// Deletes the item at `key` unless a newer execution of the same request wrote it, leaving
-    /// a tombstone with `fence`: fenced only (prefer an owned [`Write::delete`]).
+    /// Deletes the item at `key` unless a newer execution of the same request wrote it: fenced
+    /// only (prefer an owned [`Write::delete`]).
     pub async fn delete_item(&self, fence: &Fence, key: Item) -> Result<(), FencedWriteError> {
         self.write(WriteRules::fenced(fence)).delete(key).await.map(|_| ())
     }
@@ -485,10 +497,52 @@ impl Write<'_> {
         }
     }
 
-    /// Deletes the item at `key`, leaving a tombstone with the fence. An owned delete removes
-    /// only the resource's own item and otherwise does nothing; every outcome but a refusal by
-    /// the fence (or your own condition) is a success.
+    /// A delete of this write replaces the item with a tombstone instead of removing it (the
+    /// [module](self)'s "Tombstones"): for a provider whose requests both write and delete the
+    /// same key, so that a stale write of the request after its delete is still refused. Every
+    /// reader of the table other than [`FencedTable::get_item`] must then skip items carrying
+    /// [`DELETED_ATTRIBUTE`].
+    pub fn leaving_tombstone(mut self) -> Self {
+        self.tombstone = true;
+        self
+    }
+
+    /// Deletes the item at `key` with one conditional `DeleteItem`, leaving nothing (or, with
+    /// [`Write::leaving_tombstone`], a tombstone with the fence). An owned delete removes only
+    /// the resource's own item and otherwise does nothing; every outcome but a refusal by the
+    /// fence (or your own condition) is a success.
     pub async fn delete(self, key: Item) -> Result<Deleted, FencedWriteError> {
+        if self.tombstone {
+            return self.delete_to_tombstone(key).await;
+        }
+        let rules = &self.rules;
+        let expression = Expression::for_write(rules, &key, false, self.condition.as_ref());
+        let result = self
+            .table
+            .client
+            .delete_item()
+            .table_name(&self.table.table_name)
+            .set_key(Some(key))
+            .condition_expression(&expression.text)
+            .set_expression_attribute_names(Some(expression.names))
+            .set_expression_attribute_values(Some(expression.values))
+            .return_values(ReturnValue::AllOld)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            // A fenced-only delete of a key with no item (or a tombstone) succeeds: say so.
+            Ok(output) => Ok(match found(output.attributes.as_ref()) {
+                Found::Item { .. } => Deleted::Deleted,
+                Found::Absent | Found::Tombstone { .. } => Deleted::Absent,
+            }),
+            Err(error) => self.delete_refused(delete_refused_by(&error), || self.table.error(&error)),
+        }
+    }
+
+    /// [`Write::delete`] with a tombstone: a conditional put of the key, the fence and owner,
+    /// and when it was deleted.
+    async fn delete_to_tombstone(self, key: Item) -> Result<Deleted, FencedWriteError> {
         let rules = &self.rules;
         let expression = Expression::for_write(rules, &key, false, self.condition.as_ref());
         let now_ms = crate::clock::SystemClock.now_ms();
@@ -511,15 +565,26 @@ impl Write<'_> {
             .await;
         match result {
             Ok(_) => Ok(Deleted::Deleted),
-            Err(error) => match put_refused_by(&error) {
-                Some(old) => match rules.admits_delete(&found(old)) {
-                    // The rules would have deleted it: the author's own condition refused.
-                    Ok(Deleted::Deleted) => Err(FencedWriteError::ConditionFailed),
-                    Ok(other) => Ok(other),
-                    Err(refused) => Err(refused.into()),
-                },
-                None => Err(self.table.error(&error)),
+            Err(error) => self.delete_refused(put_refused_by(&error), || self.table.error(&error)),
+        }
+    }
+
+    /// A refused delete's outcome: a condition failure (`old` holds the item that refused it) is
+    /// what the rules say of that item, or else the author's own condition; any other failure is
+    /// `otherwise`.
+    fn delete_refused(
+        &self,
+        old: Option<Option<&Item>>,
+        otherwise: impl FnOnce() -> FencedWriteError,
+    ) -> Result<Deleted, FencedWriteError> {
+        match old {
+            Some(old) => match self.rules.admits_delete(&found(old)) {
+                // The rules would have deleted it: the author's own condition refused.
+                Ok(Deleted::Deleted) => Err(FencedWriteError::ConditionFailed),
+                Ok(other) => Ok(other),
+                Err(refused) => Err(refused.into()),
             },
+            None => Err(otherwise()),
         }
     }
 
@@ -561,6 +626,17 @@ fn put_refused_by<R>(error: &SdkError<PutItemError, R>) -> Option<Option<&Item>>
     match error {
         SdkError::ServiceError(service) => match service.err() {
             PutItemError::ConditionalCheckFailedException(failed) => Some(failed.item.as_ref()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// As [`put_refused_by`], for a delete.
+fn delete_refused_by<R>(error: &SdkError<DeleteItemError, R>) -> Option<Option<&Item>> {
+    match error {
+        SdkError::ServiceError(service) => match service.err() {
+            DeleteItemError::ConditionalCheckFailedException(failed) => Some(failed.item.as_ref()),
             _ => None,
         },
         _ => None,

@@ -62,6 +62,10 @@ pub struct EnvFile {
     pub queues: QueueUrls,
     pub table_name: String,
     pub response_bucket: String,
+    /// The table `Custom::DynamoDBItem` may write (`CFN_ONCE_ITEM_TABLES`), in the customer
+    /// region: read it with a plain GetItem or Scan to see what the provider left.
+    #[serde(default)]
+    pub item_table: String,
     /// Each handler region's answer bucket, by region: where functions that answer by
     /// themselves PUT (through presigned URLs), when functions are served.
     #[serde(default)]
@@ -196,6 +200,7 @@ impl LocalEnvironment {
             },
             table_name,
             response_bucket,
+            item_table: item_table.clone(),
             answer_buckets: BTreeMap::new(),
             routes: BTreeMap::new(),
         };

@@ -264,6 +264,16 @@ impl FaultProxy {
         lock(&self.inner.log).iter().skip(seen).map(|record| record.exchange.clone()).collect()
     }
 
+    /// The bodies of the logged requests that matched `matcher`, in arrival order (empty
+    /// unless the proxy logs bodies, [`LogMode::Full`]).
+    pub fn bodies(&self, matcher: &Match) -> Vec<Vec<u8>> {
+        let log = lock(&self.inner.log);
+        log.iter()
+            .filter(|r| matcher.matches(&r.exchange.method, r.exchange.operation.as_deref(), &r.body, None))
+            .map(|r| r.body.clone())
+            .collect()
+    }
+
     /// How many logged requests matched `matcher` (whatever was done with them).
     pub fn count(&self, matcher: &Match) -> usize {
         let log = lock(&self.inner.log);

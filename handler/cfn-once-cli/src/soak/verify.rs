@@ -335,9 +335,12 @@ async fn check_items(
         let owner = format!("{}/{}", request.stack_id, request.logical_id);
         let string = |name: &str| item.as_ref().and_then(|i| i.get(name)).and_then(|v| v.as_s().ok()).cloned();
         let problem = match (request.step, status.as_str()) {
-            (Step::Delete, "SUCCESS") => (string(cfn_once::fenced::OWNER_ATTRIBUTE).as_deref() == Some(owner.as_str())
-                && item.as_ref().is_some_and(|i| !i.contains_key(cfn_once::fenced::DELETED_ATTRIBUTE)))
-            .then(|| format!("item {key}: deleted, but the table still holds it")),
+            // As the application reads it: after a Delete, nothing at all (no tombstone either).
+            (Step::Delete, "SUCCESS") => item.as_ref().map(|item| {
+                let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
+                names.sort_unstable();
+                format!("item {key}: deleted, but a plain GetItem still finds an item ({})", names.join(", "))
+            }),
             (Step::Create | Step::Update, "SUCCESS") => {
                 let value = string("Value");
                 let found_owner = string(cfn_once::fenced::OWNER_ATTRIBUTE);

@@ -32,9 +32,11 @@
 //! Delete for an id of another shape is the rollback of a Create that failed, was abandoned at its
 //! deadline, or never answered (CloudFormation then makes up an id): the item its properties
 //! name is deleted if this resource owns it (that Create may have written it before it stopped),
-//! and the Delete succeeds whether or not there was anything to delete. A deleted item leaves a
-//! tombstone (its key and `cfn_once_*` attributes) that goes with DynamoDB TTL on
-//! `cfn_once_expires_at`, or when the key is written again.
+//! and the Delete succeeds whether or not there was anything to delete. A Delete deletes (one
+//! conditional `DeleteItem`): nothing of cfn-once's is left for the table's readers. No request of
+//! this provider both writes and deletes one key (a changed key is a replacement, which
+//! CloudFormation deletes with a request of its own), so it needs no tombstone (`cfn_once::fenced`,
+//! "A delete deletes").
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
