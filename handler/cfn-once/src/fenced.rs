@@ -512,11 +512,10 @@ impl Write<'_> {
     /// the resource's own item and otherwise does nothing; every outcome but a refusal by the
     /// fence (or your own condition) is a success.
     pub async fn delete(self, key: Item) -> Result<Deleted, FencedWriteError> {
+        let expression = Expression::for_write(&self.rules, &key, false, self.condition.as_ref());
         if self.tombstone {
-            return self.delete_to_tombstone(key).await;
+            return self.delete_to_tombstone(key, expression).await;
         }
-        let rules = &self.rules;
-        let expression = Expression::for_write(rules, &key, false, self.condition.as_ref());
         let result = self
             .table
             .client
@@ -540,14 +539,12 @@ impl Write<'_> {
         }
     }
 
-    /// [`Write::delete`] with a tombstone: a conditional put of the key, the fence and owner,
-    /// and when it was deleted.
-    async fn delete_to_tombstone(self, key: Item) -> Result<Deleted, FencedWriteError> {
-        let rules = &self.rules;
-        let expression = Expression::for_write(rules, &key, false, self.condition.as_ref());
+    /// [`Write::delete`] with a tombstone: a put of the key, the fence and owner, and when it
+    /// was deleted, under the delete's condition `expression`.
+    async fn delete_to_tombstone(self, key: Item, expression: Expression) -> Result<Deleted, FencedWriteError> {
         let now_ms = crate::clock::SystemClock.now_ms();
         let mut tombstone = key;
-        stamp(&mut tombstone, rules);
+        stamp(&mut tombstone, &self.rules);
         tombstone.insert(DELETED_ATTRIBUTE.into(), AttributeValue::N(now_ms.to_string()));
         tombstone
             .insert(EXPIRES_ATTRIBUTE.into(), AttributeValue::N((now_ms / 1000 + TOMBSTONE_RETENTION_S).to_string()));
