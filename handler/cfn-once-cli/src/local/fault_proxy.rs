@@ -267,20 +267,22 @@ impl FaultProxy {
     /// The bodies of the logged requests that matched `matcher`, in arrival order (empty
     /// unless the proxy logs bodies, [`LogMode::Full`]).
     pub fn bodies(&self, matcher: &Match) -> Vec<Vec<u8>> {
-        let log = lock(&self.inner.log);
-        log.iter()
-            .filter(|r| matcher.matches(&r.exchange.method, r.exchange.operation.as_deref(), &r.body, None))
-            .map(|r| r.body.clone())
-            .collect()
+        self.matching(matcher, |record| record.body.clone())
     }
 
     /// How many logged requests matched `matcher` (whatever was done with them).
     pub fn count(&self, matcher: &Match) -> usize {
+        self.matching(matcher, |_| ()).len()
+    }
+
+    /// `each` of the logged requests that match `matcher`, in arrival order. The log keeps no
+    /// headers: a `SignedOutside` matcher matches nothing here.
+    fn matching<T>(&self, matcher: &Match, each: impl Fn(&Record) -> T) -> Vec<T> {
         let log = lock(&self.inner.log);
-        // The log keeps no headers: a `SignedOutside` matcher counts nothing here.
         log.iter()
             .filter(|r| matcher.matches(&r.exchange.method, r.exchange.operation.as_deref(), &r.body, None))
-            .count()
+            .map(each)
+            .collect()
     }
 }
 

@@ -47,12 +47,15 @@ const TEST_SESSION_TOKEN: &str = "test";
 /// (`AWS_CA_BUNDLE`).
 pub const CA_VARIABLES: [&str; 3] = ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_CA_BUNDLE"];
 
+/// [`CA_VARIABLES`], each naming `ca_file`.
+fn ca_environment(ca_file: &Path) -> impl Iterator<Item = (String, String)> + '_ {
+    CA_VARIABLES.into_iter().map(move |name| (name.to_owned(), ca_file.display().to_string()))
+}
+
 /// `spec` with its processes trusting the certificates of `ca_file` (and only those: the
 /// variables replace the default trust store) through [`CA_VARIABLES`].
 pub fn trusting(mut spec: FunctionSpec, ca_file: &Path) -> FunctionSpec {
-    for name in CA_VARIABLES {
-        spec.env.insert(name.to_owned(), ca_file.display().to_string());
-    }
+    spec.env.extend(ca_environment(ca_file));
     spec
 }
 
@@ -104,9 +107,7 @@ pub fn function_environment(
     ]);
     // The local CA, where each kind of client looks for its trust store (the answer URLs are
     // https, signed by it).
-    for name in CA_VARIABLES {
-        environment.insert(name.to_owned(), ca_file.display().to_string());
-    }
+    environment.extend(ca_environment(ca_file));
     environment.extend(function.environment.clone());
     environment
 }
