@@ -14,11 +14,15 @@ use serde_json::json;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn answer(region: &LocalRegion, sent: &Sent) -> ResponseBody {
-    let app = region.app(&region.config(&[]));
+    answer_by(region, &region.app(&region.config(&[])), sent).await
+}
+
+/// [`answer`], with the handler `app`.
+async fn answer_by(region: &LocalRegion, app: &cfn_once::app::App, sent: &Sent) -> ResponseBody {
     let esm = region.esm(10).await;
     region.publish(sent).await;
-    let bytes = region.serve_until_answered(&esm, &app, sent, ANSWER_TIMEOUT).await;
-    region.drain(&esm, &app, ANSWER_TIMEOUT).await;
+    let bytes = region.serve_until_answered(&esm, app, sent, ANSWER_TIMEOUT).await;
+    region.drain(&esm, app, ANSWER_TIMEOUT).await;
     let versions = region.responses(sent).await;
     assert_eq!(versions.len(), 1, "exactly one PUT");
     let record = region.record(sent).await.expect("lease record");
@@ -190,15 +194,8 @@ async fn a_shipped_provider_request_never_writes_a_key_it_deleted() {
         cfn_once::providers::standard_router(&config, &sdk),
     );
     let answer = |sent: Sent| {
-        let app = &app;
-        let region = &region;
-        async move {
-            let esm = region.esm(10).await;
-            region.publish(&sent).await;
-            let bytes = region.serve_until_answered(&esm, app, &sent, ANSWER_TIMEOUT).await;
-            region.drain(&esm, app, ANSWER_TIMEOUT).await;
-            ResponseBody::parse(&bytes).expect("a response body")
-        }
+        let (app, region) = (&app, &region);
+        async move { answer_by(region, app, &sent).await }
     };
     let request = |kind: &str, id: Option<&str>, key: &str, old_key: Option<&str>| {
         let region = &region;

@@ -141,19 +141,6 @@ mod owned {
         HashMap::from([("Plan".to_owned(), AttributeValue::S(plan.into()))])
     }
 
-    async fn raw(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
-        region
-            .customer_dynamodb
-            .get_item()
-            .table_name(&region.item_table)
-            .set_key(Some(key()))
-            .consistent_read(true)
-            .send()
-            .await
-            .expect("get item")
-            .item
-    }
-
     #[tokio::test]
     async fn a_resource_writes_what_is_free_or_its_own_and_nothing_else() {
         let region = LocalRegion::new(Options::default()).await;
@@ -161,7 +148,7 @@ mod owned {
         let mine = rules("stack-a", "Tenant", "create-1", 1);
         assert_eq!(table.write(mine.clone()).put(key(), attributes("one")).await, Ok(Written::Created));
         assert_eq!(
-            raw(&region).await.and_then(|item| item.get("cfn_once_owner")?.as_s().ok().cloned()).as_deref(),
+            stored(&region).await.and_then(|item| item.get("cfn_once_owner")?.as_s().ok().cloned()).as_deref(),
             Some("stack-a/Tenant"),
             "the item records its owner"
         );
@@ -192,7 +179,7 @@ mod owned {
         assert_eq!(plan(&region).await.as_deref(), Some("adopted"));
         // The adopter's own Delete removes it, leaving nothing.
         assert_eq!(table.write(rules("stack-a", "Other", "delete-2", 1)).delete(key()).await, Ok(Deleted::Deleted));
-        assert_eq!(raw(&region).await, None);
+        assert_eq!(stored(&region).await, None);
         assert_eq!(table.write(rules("stack-a", "Other", "delete-3", 1)).delete(key()).await, Ok(Deleted::Absent));
         assert_eq!(
             table.write(rules("stack-b", "New", "create-3", 1)).put(key(), attributes("new")).await,
