@@ -284,6 +284,9 @@ enum Reach {
     Both,
     /// The primary's region is out: from the secondary, its S3 refuses connections.
     PrimaryRegionOut,
+    /// The primary's region is out: from the secondary, its S3 takes connections and never
+    /// answers (each read waits out its timeout).
+    PrimaryRegionSilent,
 }
 
 async fn two_regions_with_a_responder_where(
@@ -321,8 +324,13 @@ async fn two_regions_with_a_responder_where(
             answers_itself: true,
         };
         let mut answers = S3AnswerDrop::new(&https, &bucket, 3_000).expect("the answer bucket's client");
-        if region == "us-west-2" && reach == Reach::PrimaryRegionOut {
-            let out = cfn_once_cli::local::provision::sdk_config(&refusing_endpoint().await, "us-east-1").await;
+        let out = match reach {
+            Reach::Both => None,
+            Reach::PrimaryRegionOut => Some(refusing_endpoint().await),
+            Reach::PrimaryRegionSilent => Some(silent_endpoint().await),
+        };
+        if let Some(out) = out.filter(|_| region == "us-west-2") {
+            let out = cfn_once_cli::local::provision::sdk_config(&out, "us-east-1").await;
             answers = answers.with_region("us-east-1", &out);
         }
         let answers = Arc::new(answers);
@@ -339,7 +347,7 @@ async fn two_regions_with_a_responder_where(
 }
 
 /// The objects of `bucket` (in `region`), with their bodies.
-async fn answers_in(region: &str, bucket: &str) -> Vec<(String, Value)> {
+pub(crate) async fn answers_in(region: &str, bucket: &str) -> Vec<(String, Value)> {
     let s3 = s3_client(&cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await);
     let listed = s3.list_objects_v2().bucket(bucket).send().await.expect("ListObjectsV2");
     let mut objects = Vec::new();
@@ -474,6 +482,19 @@ async fn refusing_endpoint() -> String {
     format!("http://{address}")
 }
 
+/// An endpoint that accepts connections and never answers on them, for as long as the test runs.
+async fn silent_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let address = listener.local_addr().expect("its address");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = listener.accept().await {
+            held.push(connection);
+        }
+    });
+    format!("http://{address}")
+}
+
 /// A function that answers by itself as `cfnresponse` does, except that in the region its
 /// `LateIn` property names it returns at once and PUTs its answer `LateByS` seconds later, from
 /// a thread of its process (work finishing after the invocation, as a function that hands its
@@ -594,54 +615,58 @@ async fn one_put_after(
     ResponseBody::parse(&puts[0]).expect("body")
 }
 
-#[tokio::test]
-async fn a_self_answer_pending_when_the_primary_is_drained_is_read_from_the_secondary() {
-    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
-        late_self_answer("drained-self-answer", Reach::Both, 8).await;
-    let waiting = regions.record(&sent).await.expect("a record");
-    // A drill: the secondary becomes active; every later poll is the secondary's.
-    regions.set_active("us-west-2").await;
+/// How the primary stops polling while its function's answer is pending in its bucket.
+#[derive(Debug, Clone, Copy)]
+enum PrimaryStops {
+    /// A drill: the secondary becomes active (the primary's Lambda and S3 are fine).
+    Drained,
+    /// The primary's Lambda stops; its region's S3 is fine.
+    LambdaDown,
+}
 
-    let (answer, record) = answered_after(&regions, &sent, published, "primary drained", waiting.fence).await;
+/// The secondary's polls read the answer the primary's function PUT into the primary's bucket.
+async fn the_secondary_reads_the_primarys_pending_answer(label: &str, stops: PrimaryStops) {
+    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
+        late_self_answer(label, Reach::Both, 8).await;
+    let waiting = regions.record(&sent).await.expect("a record");
+    match stops {
+        PrimaryStops::Drained => regions.set_active("us-west-2").await,
+        PrimaryStops::LambdaDown => regions.kill_primary().await,
+    }
+
+    let (answer, record) = answered_after(&regions, &sent, published, &format!("{stops:?}"), waiting.fence).await;
     assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
     assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"), "the primary's execution's answer");
     assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
     assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
 
-    regions.set_active("us-east-1").await;
+    match stops {
+        PrimaryStops::Drained => regions.set_active("us-east-1").await,
+        PrimaryStops::LambdaDown => regions.primary.start(),
+    }
     one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 0), &log_dir).await;
     regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_self_answer_pending_when_the_primary_is_drained_is_read_from_the_secondary() {
+    the_secondary_reads_the_primarys_pending_answer("drained-self-answer", PrimaryStops::Drained).await;
 }
 
 #[tokio::test]
 async fn a_self_answer_in_the_primarys_bucket_is_found_by_a_poll_the_secondary_holds() {
-    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
-        late_self_answer("secondary-poll-self-answer", Reach::Both, 8).await;
-    let waiting = regions.record(&sent).await.expect("a record");
-    // The primary's Lambda stops; its region's S3 is fine.
-    regions.kill_primary().await;
-
-    let (answer, record) = answered_after(&regions, &sent, published, "primary's Lambda down", waiting.fence).await;
-    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
-    assert_eq!(answer.data["AnsweredIn"], json!("us-east-1"));
-    assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
-    assert_eq!(answers_in("us-east-1", &primary_bucket).await.len(), 1);
-
-    regions.primary.start();
-    one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 0), &log_dir).await;
-    regions.stop().await;
+    the_secondary_reads_the_primarys_pending_answer("secondary-poll-self-answer", PrimaryStops::LambdaDown).await;
 }
 
-#[tokio::test]
-async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_execution() {
+/// With the primary's region out (its Lambda stopped, its S3 unreadable from the secondary as
+/// `reach` says), the secondary runs the function again, once, and that answer is the one PUT.
+async fn a_pending_answer_in_a_region_out_is_redone_once(label: &str, reach: Reach) {
     let (log_dir, [(primary_api, primary_bucket), (secondary_api, secondary_bucket)], mut regions, sent, published) =
-        late_self_answer("region-out-self-answer", Reach::PrimaryRegionOut, 20).await;
+        late_self_answer(label, reach, 20).await;
     let waiting = regions.record(&sent).await.expect("a record");
-    // The primary's region goes out: its Lambda stops, and from the secondary its S3 refuses
-    // connections.
     regions.kill_primary().await;
 
-    let (answer, record) = answered_after(&regions, &sent, published, "primary's region out", waiting.fence).await;
+    let (answer, record) = answered_after(&regions, &sent, published, &format!("{reach:?}"), waiting.fence).await;
     assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
     assert_eq!(answer.data["AnsweredIn"], json!("us-west-2"), "the new execution's answer");
     assert!(record.owner.starts_with("us-west-2") && record.fence > waiting.fence, "{record:?}");
@@ -658,4 +683,16 @@ async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_e
     let put = one_put_after(&regions, &sent, [&primary_api, &secondary_api], (1, 1), &log_dir).await;
     assert_eq!(put.data["AnsweredIn"], json!("us-west-2"));
     regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_self_answer_pending_in_a_region_that_is_out_is_redone_once_by_a_new_execution() {
+    a_pending_answer_in_a_region_out_is_redone_once("region-out-self-answer", Reach::PrimaryRegionOut).await;
+}
+
+/// The same outage as the deployed read meets a silent region: every read waits out its
+/// timeout (3 s, the deployed `CFN_ONCE_STORE_TIMEOUT_MS`) instead of being refused.
+#[tokio::test]
+async fn a_self_answer_pending_in_a_silent_region_is_redone_once_by_a_new_execution() {
+    a_pending_answer_in_a_region_out_is_redone_once("silent-region-self-answer", Reach::PrimaryRegionSilent).await;
 }

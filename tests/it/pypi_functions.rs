@@ -14,7 +14,7 @@ use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::{Value, json};
 
-use crate::functions::{greeting, logs, signature, two_regions_with_a_responder};
+use crate::functions::{answers_in, greeting, logs, signature, two_regions_with_a_responder};
 
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -39,7 +39,8 @@ async fn greets_and_fails(label: &str, folder: &str, failing: &[(Value, &str)]) 
     let code = function_build::build(&source, folder, &cfn_once_tests::python(), &builds, &|line| println!("{line}"))
         .await
         .expect("the function's build");
-    let (dir, [(primary_api, _), _], mut regions) = two_regions_with_a_responder(label, &code, "app.handler").await;
+    let (dir, [(primary_api, primary_bucket), _], mut regions) =
+        two_regions_with_a_responder(label, &code, "app.handler").await;
     let started = Instant::now();
 
     let create = greeting(&regions, "create-echo.json", json!({"Name": "ada"})).await;
@@ -91,6 +92,18 @@ async fn greets_and_fails(label: &str, folder: &str, failing: &[(Value, &str)]) 
         assert_eq!(regions.responses(request).await.len(), 1, "answered once: {:?}", request.request["RequestType"]);
     }
     assert_eq!(primary_api.invokes("responder") as usize, sent.len(), "each request ran the function once");
+    // What the library PUT: one object of cfn-once's per execution, each for its own request
+    // (the FAILED of a function that raised before answering excepted: it PUT nothing).
+    let objects = answers_in("us-east-1", &primary_bucket).await;
+    let mut answered: Vec<&str> = objects.iter().filter_map(|(_, answer)| answer["RequestId"].as_str()).collect();
+    answered.sort_unstable();
+    let mut put_for: Vec<&str> = sent
+        .iter()
+        .filter(|request| !request.request["ResourceProperties"].get("RaiseWith").is_some_and(Value::is_string))
+        .map(|request| request.request_key.request_id.as_str())
+        .collect();
+    put_for.sort_unstable();
+    assert_eq!(answered, put_for, "{objects:?}");
     let logged = logs(&dir);
     for request in &sent {
         assert!(!logged.contains(&signature(request)), "the function saw CloudFormation's ResponseURL:\n{logged}");
