@@ -651,8 +651,9 @@ impl<P: Provider> Provider for Counted<P> {
 /// sends to DynamoDB as one condition ([`WriteRules`]): a write is refused when a newer fence of
 /// the same request already wrote the item, and an owned write when the item belongs to another
 /// resource (or cfn-once did not write it) unless it adopts; an owned delete removes only the
-/// resource's own item. A delete leaves a tombstone holding its fence, as `FencedTable` does,
-/// so a stale write cannot bring the item back. Use it behind your provider's storage trait in
+/// resource's own item. A delete leaves nothing, as `FencedTable`'s does;
+/// [`FencedMap::delete_leaving_tombstone`] plays its opt-in tombstone, which still refuses a
+/// stale write of the same request. Use it behind your provider's storage trait in
 /// tests; [`FencedMap::insert_unowned`] plays a record that existed before the stack.
 ///
 /// ```
