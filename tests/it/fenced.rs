@@ -23,17 +23,9 @@ fn fence(scope: &str, value: u64) -> Fence {
     Fence { scope: scope.into(), value }
 }
 
+/// The item's `Plan`, as a plain GetItem reads it.
 async fn plan(region: &LocalRegion) -> Option<String> {
-    let output = region
-        .customer_dynamodb
-        .get_item()
-        .table_name(&region.item_table)
-        .set_key(Some(key()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get item");
-    output.item.and_then(|item| item.get("Plan")?.as_s().ok().cloned())
+    stored(region).await.and_then(|item| item.get("Plan")?.as_s().ok().cloned())
 }
 
 #[tokio::test]
