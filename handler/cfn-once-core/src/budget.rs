@@ -215,6 +215,8 @@ pub(crate) struct Budget<'a> {
     pub(crate) deadline: RequestDeadline,
     /// When the invocation is killed, epoch ms.
     invocation_deadline_ms: u64,
+    /// The shortest backoff of this delivery's message, in seconds (see [`Budget::for_work`]).
+    floor_s: u32,
 }
 
 /// How long a provider may run, and which deadline ends it.
@@ -254,7 +256,26 @@ impl<'a> Budget<'a> {
     /// The budget of a delivery of a request due at `deadline`, in an invocation killed at
     /// `invocation_deadline_ms`.
     pub(crate) fn new(settings: &'a Settings, deadline: RequestDeadline, invocation_deadline_ms: u64) -> Self {
-        Self { settings, deadline, invocation_deadline_ms }
+        Self { settings, deadline, invocation_deadline_ms, floor_s: settings.applied_backoff_floor_s() }
+    }
+
+    /// The budget of a delivery of a work (see `wait_condition`), due at `deadline` up to 12
+    /// hours after it was sent: its backoff floor is long enough that the receives its message
+    /// has left (it has had `receive_count`) last until the deadline, so a work's message never
+    /// reaches the queue's `maxReceiveCount` (and the DLQ) before its work's timeout. With the
+    /// template's 1000 receives, 12 hours of polls come at least 44 s apart.
+    pub(crate) fn for_work(
+        settings: &'a Settings,
+        deadline: RequestDeadline,
+        invocation_deadline_ms: u64,
+        receive_count: u32,
+        now_ms: u64,
+    ) -> Self {
+        let left = settings.max_receive_count.saturating_sub(receive_count).saturating_sub(RECEIVES_SPARE).max(1);
+        let spread_s = deadline.at_ms.saturating_sub(now_ms).div_ceil(1000).div_ceil(u64::from(left));
+        let cap_s = settings.backoff_cap_s();
+        let floor_s = u32::try_from(spread_s).unwrap_or(cap_s).max(settings.applied_backoff_floor_s()).min(cap_s);
+        Self { settings, deadline, invocation_deadline_ms, floor_s }
     }
 
     /// When this delivery's own calls must have ended: the invocation's deadline less the
@@ -346,7 +367,7 @@ impl<'a> Budget<'a> {
     /// after `poll_after_ms` at `now_ms`: no sooner than the backoff floor, and no later than
     /// [`LAST_POLL_RUN_MS`] before the lease cap, so the last poll still has time to run.
     pub(crate) fn poll_at_ms(&self, now_ms: u64, poll_after_ms: u64) -> u64 {
-        let floor_ms = u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        let floor_ms = u64::from(self.floor_s) * 1000;
         let after_ms = poll_after_ms.max(floor_ms);
         let last_poll_ms = self.lease_cap_ms().saturating_sub(LAST_POLL_RUN_MS);
         now_ms.saturating_add(after_ms).min(last_poll_ms)
@@ -355,7 +376,7 @@ impl<'a> Budget<'a> {
     /// Whether a poll at `poll_at_ms` ([`Budget::poll_at_ms`]) is still a backoff floor away
     /// from `now_ms`; if not, no further poll fits before the deadline margin.
     pub(crate) fn poll_fits(&self, poll_at_ms: u64, now_ms: u64) -> bool {
-        let floor_ms = u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        let floor_ms = u64::from(self.floor_s) * 1000;
         poll_at_ms >= now_ms + floor_ms
     }
 
@@ -367,7 +388,7 @@ impl<'a> Budget<'a> {
     pub(crate) fn backoff_s(&self, until_ms: u64, now_ms: u64) -> u32 {
         let settings = self.settings;
         let cap_s = settings.backoff_cap_s();
-        let floor_s = settings.applied_backoff_floor_s();
+        let floor_s = self.floor_s;
         let seconds = |ms: u64| u32::try_from(ms.div_ceil(1000)).unwrap_or(cap_s);
         let latest_wake_ms = self.deadline.latest_wake_ms(settings.deadline_margin_ms);
         if now_ms < latest_wake_ms {
@@ -378,7 +399,10 @@ impl<'a> Budget<'a> {
         // Inside the margin: look again at the floor, or when asked if that is sooner than the
         // deadline's end; the next look past the deadline dead-letters an unresolved message.
         let to_deadline_s = seconds(self.deadline.at_ms.saturating_sub(now_ms)).max(1);
-        seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(floor_s, cap_s)
+        // (A work's longer floor spreads its receives over hours; in the margin, the few looks
+        // left come at the ordinary floor, which the receives' spare covers.)
+        let margin_floor_s = floor_s.min(settings.applied_backoff_floor_s());
+        seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(margin_floor_s, cap_s)
     }
 
     /// Whether a primary's request sent at `attempt_sent_ms` has no failover: its deadline

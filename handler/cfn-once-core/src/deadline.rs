@@ -16,6 +16,11 @@ pub enum DeadlineSource {
     PresignedUrlExpiry,
     /// The configured ceiling (`CFN_ONCE_DEADLINE_CEILING_S`), when nothing earlier applies.
     Ceiling,
+    /// A work's wait condition `Timeout` (`CfnOnceWaitTimeout`), counted from when the request
+    /// that started it was sent.
+    WaitTimeout,
+    /// The expiry written into a presigned wait condition handle.
+    HandleExpiry,
 }
 
 /// The deadline of one request.
@@ -46,6 +51,17 @@ impl RequestDeadline {
         deadline
     }
 
+    /// A work's deadline: the earliest of `sent_ms` + the wait condition's timeout and the
+    /// handle's expiry.
+    pub fn of_work(sent_ms: u64, timeout_s: u64, handle_expiry_ms: Option<u64>) -> Self {
+        let timeout =
+            Self { at_ms: sent_ms.saturating_add(timeout_s.saturating_mul(1000)), source: DeadlineSource::WaitTimeout };
+        match handle_expiry_ms {
+            Some(at_ms) if at_ms < timeout.at_ms => Self { at_ms, source: DeadlineSource::HandleExpiry },
+            _ => timeout,
+        }
+    }
+
     /// True once less than `margin_ms` is left.
     pub fn is_near(&self, now_ms: u64, margin_ms: u64) -> bool {
         now_ms.saturating_add(margin_ms) >= self.at_ms
@@ -63,6 +79,8 @@ impl RequestDeadline {
             DeadlineSource::ServiceTimeout => "the resource's ServiceTimeout",
             DeadlineSource::PresignedUrlExpiry => "the expiry of CloudFormation's presigned ResponseURL",
             DeadlineSource::Ceiling => "the handler's deadline ceiling (CFN_ONCE_DEADLINE_CEILING_S)",
+            DeadlineSource::WaitTimeout => "the wait condition's timeout (CfnOnceWaitTimeout)",
+            DeadlineSource::HandleExpiry => "the expiry of the wait condition handle's presigned URL",
         }
     }
 }

@@ -49,6 +49,9 @@ pub enum Op {
 /// What goes wrong on one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
+    /// No fault: the call is applied and answered as usual (queued before others, it lets a
+    /// call through so that a later one suffers them).
+    Pass,
     /// Not applied; reported as throttling.
     Transient,
     /// Not applied; reported as an unknown outcome.
@@ -90,7 +93,7 @@ impl FaultyStore {
         *lock(&self.calls).entry(op).or_default() += 1;
         let fault = lock(&self.faults).get_mut(&op).and_then(VecDeque::pop_front);
         match fault {
-            None => apply.await,
+            None | Some(Fault::Pass) => apply.await,
             Some(Fault::Transient) => Err(StoreError::Transient(format!("injected throttling on {op:?}"))),
             Some(Fault::LostRequest) => Err(StoreError::Ambiguous(format!("injected lost request on {op:?}"))),
             Some(Fault::LostReply) => {

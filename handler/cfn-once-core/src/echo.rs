@@ -8,7 +8,8 @@
 //! CloudFormation to mask the Data), and `InProgressForS` with `PollIntervalS` (answer in
 //! progress until this many seconds after the request was first processed, polled every
 //! `PollIntervalS` seconds, default 5; then answer with the usual Data plus `Polls`, the number
-//! of polls it took). The waiting applies to Delete too.
+//! of polls it took). The waiting applies to Delete too, unless `DeleteInProgressForS` says how
+//! long a Delete waits instead (`0`: a Delete of a long work's resource that answers at once).
 
 use std::time::Duration;
 
@@ -39,6 +40,7 @@ struct EchoOptions {
     no_echo: bool,
     #[serde(default)]
     in_progress_for_s: u64,
+    delete_in_progress_for_s: Option<u64>,
     poll_interval_s: Option<u64>,
 }
 
@@ -63,7 +65,12 @@ impl EchoWait {
 
 impl Echo {
     async fn echo(ctx: &ProviderContext, properties: PropertyMap) -> Result<Step, ProviderError> {
-        let options: EchoOptions = from_properties(&Value::Object(properties.clone()))?;
+        let mut options: EchoOptions = from_properties(&Value::Object(properties.clone()))?;
+        if ctx.request_type == crate::request::RequestKind::Delete
+            && let Some(seconds) = options.delete_in_progress_for_s
+        {
+            options.in_progress_for_s = seconds;
+        }
         if let Some(delay_ms) = options.delay_ms {
             ctx.sleep_ms(delay_ms).await;
         }

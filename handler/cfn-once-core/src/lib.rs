@@ -25,7 +25,8 @@
 //!   holds the rules of a provider's writes (fenced and owned), and [`echo`] is the built-in
 //!   `Custom::Echo`;
 //! * the answer: [`response`] builds the body and [`put`] PUTs it to the ResponseURL, with
-//!   retries;
+//!   retries; [`wait_condition`] reads a resource's wait condition handle, and [`work`] keys the
+//!   work handed past the answer and shapes its signal;
 //! * the protocol: [`worker`] ties them together for one delivery, [`batch`] for one
 //!   invocation's records; [`control`] says whether this region is active, [`metrics`] counts
 //!   what happened, and [`clock`] and [`random`] are the injected time and randomness;
@@ -68,6 +69,8 @@ pub mod settings;
 pub mod testing;
 pub mod timestamp;
 pub mod vocabulary;
+pub mod wait_condition;
+pub mod work;
 pub mod worker;
 
 #[cfg(test)]

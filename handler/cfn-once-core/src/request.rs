@@ -28,9 +28,11 @@ use serde_json::{Map, Value};
 use crate::aws_names::is_region;
 use crate::fingerprint::Fingerprint;
 use crate::response_url::{ResponseUrl, UrlPolicy, UrlRefused};
+use crate::wait_condition::{self, WaitDeclared, WaitSpec};
 
 /// The properties CloudFormation itself adds to every custom resource; providers never see them.
-const RESERVED_PROPERTIES: [&str; 2] = ["ServiceToken", "ServiceTimeout"];
+const RESERVED_PROPERTIES: [&str; 4] =
+    ["ServiceToken", "ServiceTimeout", wait_condition::HANDLE_PROPERTY, wait_condition::TIMEOUT_PROPERTY];
 
 /// Upper bounds on identifiers, as serialized JSON, so any answer fits in 4096 bytes.
 const STACK_ID_BYTES_MAX: usize = 512;
@@ -229,6 +231,13 @@ pub struct Request {
     /// every queue's copy, and never later than any copy's SentTimestamp. `None` for a bare
     /// request (raw delivery) or an envelope without a readable Timestamp.
     pub published_ms: Option<u64>,
+    /// The wait condition its (new) properties declare, taken out of them: a Create or Update
+    /// with a valid one hands its provider's work past the answer, a Delete closes that work
+    /// (see `wait_condition`).
+    pub wait: WaitDeclared,
+    /// The wait condition an Update's old properties declared, if valid: its work is closed
+    /// when the Update names another handle.
+    pub old_wait: Option<WaitSpec>,
 }
 
 /// The request itself, or why it could not be parsed (answered FAILED with that reason).
@@ -333,12 +342,16 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
 
     let object = request.as_object_mut().ok_or(Undeliverable::Unrecognised)?;
     let Address { key, logical_resource_id, response_url, kind, physical_resource_id } = address(object, policy)?;
+    // The handles are secrets like the ResponseURL: out of the properties before anything
+    // parses or prints them.
+    let wait = wait_condition::take(object.get_mut("ResourceProperties"), &policy.urls);
+    let old_wait = wait_condition::take(object.get_mut("OldResourceProperties"), &policy.urls).spec().cloned();
 
     let body = match parse_request(request) {
         Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
         Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
     };
-    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms })
+    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms, wait, old_wait })
 }
 
 /// Where a request's answer goes, and what a FAILED answer must echo, read from its top-level
@@ -443,6 +456,8 @@ fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Request, Undelive
         fingerprint: Fingerprint::of_text(text),
         body: RequestBody::Malformed { reason, kind, physical_resource_id },
         published_ms: None,
+        wait: WaitDeclared::None,
+        old_wait: None,
     })
 }
 

@@ -8,18 +8,25 @@
 //! that finds the answer unmarked only PUTs the same bytes again. Each step ends in time for the
 //! next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before the batch's tail.
 
-use super::{Job, Worker};
+use super::{Job, Phase, Worker};
 use crate::lease::{Conditional, LeaseState, StoreError};
 use crate::metrics::MetricEvent;
 use crate::put::{PutError, put_with_retries};
 use crate::request::Request;
 use crate::response::{self, Outcome, Status};
 use crate::vocabulary::{Disposition, Done};
+use crate::wait_condition::SignalStatus;
 
 impl Worker {
     /// Builds the body, commits it under `fence`, and sends what was committed.
     pub(super) async fn commit_and_send(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
-        let (body, status) = response::build_with_status(job.request, outcome);
+        let (body, status) = match job.phase {
+            Phase::Work => {
+                let (body, status) = crate::work::signal_body(job.request, outcome);
+                (body, if status == SignalStatus::Success { Status::Success } else { Status::Failed })
+            }
+            Phase::Answer | Phase::HandOver => response::build_with_status(job.request, outcome),
+        };
         // The commit leaves room for one PUT attempt and the delivery record.
         let commit_end_ms = job.budget.commit_end_ms();
         let committed = match self.commit(job.request, fence, &body, commit_end_ms).await {
@@ -30,7 +37,7 @@ impl Worker {
             }
             Err(error) => return self.retry(job, format!("could not commit the response: {error}")),
         };
-        tracing::info!(bytes = committed.len(), "response committed");
+        tracing::info!(bytes = committed.len(), what = job.phase.answer_name(), "response committed");
         // What the store holds is `body` (a reply lost after the commit reads it back), so its
         // status is the one just built.
         match self.send_answer(job, fence, &committed, status).await {
@@ -96,7 +103,7 @@ impl Worker {
         let now_ms = self.clock.now_ms();
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
-        tracing::info!(attempts, latency_ms, ?status, "response delivered");
+        tracing::info!(attempts, latency_ms, ?status, what = job.phase.answer_name(), "response delivered");
         match self.mark_delivered(&job.request.key, fence, work_end_ms).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),

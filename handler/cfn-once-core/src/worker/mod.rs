@@ -56,8 +56,10 @@ use crate::provider::Router;
 use crate::put::ResponseSink;
 use crate::random::{Random, full_jitter_ms};
 use crate::request::{InputPolicy, Request, RequestKind, Undeliverable, decode};
+use crate::response::Status;
 use crate::settings::Settings;
 use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation, QueueRecord, RequestSummary, Role};
+use crate::wait_condition::{Signal, SignalStatus};
 
 mod answer;
 mod run;
@@ -65,6 +67,7 @@ mod store;
 
 use store::Prior;
 mod wait;
+mod work;
 
 /// Decisions one delivery may take before it gives up and retries later: acquire, see the
 /// record change under it, decide again.
@@ -93,6 +96,8 @@ struct Decoded {
     /// The same, or when the record was received if none was known.
     attempt_sent_ms: u64,
     deadline: RequestDeadline,
+    /// The deadline of the work the request hands past its answer, if it does.
+    work_deadline: Option<RequestDeadline>,
 }
 
 /// Everything the protocol reaches the world through.
@@ -215,7 +220,11 @@ impl Worker {
                 request.response_url.presigned_expiry_ms(),
                 self.settings.deadline_ceiling_s,
             );
-            Box::new(Decoded { request, sent_ms, attempt_sent_ms, deadline })
+            let work_deadline = (Phase::of(&request) == Phase::HandOver)
+                .then(|| request.wait.spec())
+                .flatten()
+                .map(|spec| work_deadline(attempt_sent_ms, spec));
+            Box::new(Decoded { request, sent_ms, attempt_sent_ms, deadline, work_deadline })
         });
         Received { record, decoded }
     }
@@ -226,7 +235,12 @@ impl Worker {
     /// that), `None` for every other (and for a record that could not be decoded).
     pub fn visibility_if_lost_s(&self, received: &Received<'_>, now_ms: u64) -> Option<u32> {
         let decoded = received.decoded.as_ref().ok()?;
-        self.settings.visibility_if_lost_s(&decoded.deadline, now_ms)
+        // A request that hands its work past its answer has two deadlines: whichever is near.
+        [Some(decoded.deadline), decoded.work_deadline]
+            .into_iter()
+            .flatten()
+            .filter_map(|deadline| self.settings.visibility_if_lost_s(&deadline, now_ms))
+            .min()
     }
 
     /// Handles a received record and says which request it was about.
@@ -269,6 +283,8 @@ impl Worker {
         let request = &decoded.request;
         let job = Job {
             request,
+            origin: request,
+            phase: Phase::of(request),
             receive_count: record.receive_count,
             sent_ms: decoded.sent_ms,
             attempt_sent_ms: decoded.attempt_sent_ms,
@@ -280,7 +296,16 @@ impl Worker {
             ),
             budget: Budget::new(settings, decoded.deadline, invocation.deadline_ms),
         };
-        let (activity, mut seen) = match settings.role {
+        // A Delete, or an Update that names a new handle, first closes the work it ends: no
+        // poll of it commits after this, and its handle has its one signal before the answer.
+        if let Some(closing) = work::to_close(request) {
+            let work_request = crate::work::work_request(request, closing.spec);
+            let close = Job { request: &work_request, phase: Phase::Work, ..job.clone() };
+            if let Err(disposition) = self.close_work(&close, closing.why).await {
+                return disposition;
+            }
+        }
+        let (activity, seen) = match settings.role {
             Role::Primary => {
                 if record.receive_count <= 1 {
                     self.warn_if_no_failover(&job);
@@ -310,30 +335,62 @@ impl Worker {
             // A secondary's decisions do not depend on it: see `decision`.
             Role::Secondary => (Activity::Standby, self.first_look(&job, Activity::Standby).await),
         };
+        let acted = self.act(&job, activity, seen).await;
+        // A resource with a wait condition: once its answer (SUCCESS, handed over) is
+        // delivered, every delivery of its message goes on to the work, until the work's signal
+        // is delivered too.
+        match (job.phase, acted.answered, request.wait.spec()) {
+            (Phase::HandOver, Some(Status::Success), Some(spec)) => {
+                let work_request = crate::work::work_request(request, spec);
+                let now_ms = self.clock.now_ms();
+                let deadline = decoded.work_deadline.unwrap_or_else(|| work_deadline(decoded.attempt_sent_ms, spec));
+                let budget = Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms);
+                let work = Job { request: &work_request, phase: Phase::Work, budget, ..job.clone() };
+                let seen = self.first_look(&work, activity).await;
+                self.act(&work, activity, seen).await.disposition
+            }
+            _ => acted.disposition,
+        }
+    }
+
+    /// Decides on `seen` (the record as this delivery first found it) and acts, deciding again
+    /// when the record changed under it.
+    async fn act(&self, job: &Job<'_>, activity: Activity, mut seen: Result<Seen, StoreError>) -> Acted {
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
-                Err(error) => return self.retry(&job, format!("could not reach the lease store: {error}")),
+                Err(error) => return self.retry(job, format!("could not reach the lease store: {error}")).into(),
             };
-            let situation = self.situation(&job, activity);
+            let situation = self.situation(job, activity);
             match decide(&current, &situation) {
-                Action::Acquire => seen = self.acquire(&job).await,
+                Action::Acquire => seen = self.acquire(job).await,
                 Action::Run { fence, took_over, interrupted, poll } => {
                     let took_over_from = interrupted.then(|| fence.saturating_sub(1));
-                    return self.run_and_answer(&job, fence, took_over, took_over_from, poll).await;
+                    return self.run_and_answer(job, fence, took_over, took_over_from, poll).await.into();
                 }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
-                    return self.fail_without_running(&job, fence, took_over, poll).await;
+                    return self.fail_without_running(job, fence, took_over, poll).await.into();
                 }
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);
-                    tracing::info!("found a committed response that was never delivered; sending the stored bytes");
-                    return match self.send_answer(&job, fence, &response, crate::response::status_of(&response)).await {
-                        Ok(_) => Disposition::Done(Done::Replayed { fence }),
-                        Err(error) => self.retry(&job, error.to_string()),
+                    tracing::info!(
+                        what = job.phase.answer_name(),
+                        "found a committed answer that was never delivered; sending the stored bytes"
+                    );
+                    let status = job.status_of(&response);
+                    return match self.send_answer(job, fence, &response, status).await {
+                        Ok(status) => Acted::answered(Disposition::Done(Done::Replayed { fence }), status),
+                        Err(error) => self.retry(job, error.to_string()).into(),
                     };
                 }
-                Action::Drop(redundant) => return Disposition::Done(dropped(redundant)),
+                Action::Drop(Redundant::Duplicate) => {
+                    let status = match &current {
+                        Seen::Committed { response, .. } => job.status_of(response),
+                        _ => Status::Failed,
+                    };
+                    return Acted::answered(Disposition::Done(Done::Duplicate), status);
+                }
+                Action::Drop(redundant) => return Disposition::Done(dropped(redundant)).into(),
                 Action::BackOff { until_ms } => {
                     let why = if matches!(current, Seen::Committed { .. }) {
                         "just committed by another execution, which is sending it"
@@ -341,15 +398,17 @@ impl Worker {
                         self.metrics.record(MetricEvent::LeaseContended);
                         "another execution holds the lease"
                     };
-                    return self.come_back(&job, until_ms + self.jitter_ms(), why);
+                    return self.come_back(job, until_ms + self.jitter_ms(), why).into();
                 }
                 Action::AwaitPoll { until_ms } => {
-                    return self.come_back(&job, until_ms + self.jitter_ms(), "the provider's work is in progress");
+                    return self
+                        .come_back(job, until_ms + self.jitter_ms(), "the provider's work is in progress")
+                        .into();
                 }
-                Action::Leave => return self.leave_message(&job),
+                Action::Leave => return self.leave_message(job).into(),
             }
         }
-        self.retry(&job, "the record kept changing while deciding".into())
+        self.retry(job, "the record kept changing while deciding".into()).into()
     }
 
     /// The table's first step for `activity`: acquire, or read first (a standby primary).
@@ -496,8 +555,16 @@ impl Worker {
 }
 
 /// One delivery being handled: the request and what is known about this delivery of it.
+#[derive(Clone)]
 struct Job<'a> {
+    /// What this job answers: CloudFormation's request, or the work a resource handed past its
+    /// answer (keyed and addressed as its own request, see `wait_condition`).
     request: &'a Request,
+    /// CloudFormation's request, which the provider is told about (the same as `request`
+    /// unless this job is a work).
+    origin: &'a Request,
+    /// Which answer this job gives.
+    phase: Phase,
     receive_count: u32,
     /// When the request was sent, if the record said.
     sent_ms: Option<u64>,
@@ -513,6 +580,71 @@ impl Job<'_> {
     fn viewer(&self) -> Viewer<'_> {
         Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
     }
+
+    /// The status committed `bytes` carry: an answer's, or a signal's (FAILURE as FAILED).
+    fn status_of(&self, bytes: &[u8]) -> Status {
+        match self.phase {
+            Phase::Work => match Signal::parse(bytes).map(|signal| signal.status) {
+                Some(SignalStatus::Success) => Status::Success,
+                _ => Status::Failed,
+            },
+            Phase::Answer | Phase::HandOver => crate::response::status_of(bytes),
+        }
+    }
+}
+
+/// Which answer a job gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// CloudFormation's request, answered with what its provider comes to.
+    Answer,
+    /// A Create or Update of a resource with a wait condition: answered SUCCESS at once,
+    /// without running the provider, which runs under the work instead.
+    HandOver,
+    /// The work of a resource with a wait condition: its provider runs and is polled here, and
+    /// its answer is the signal PUT to the handle.
+    Work,
+}
+
+impl Phase {
+    /// The phase of CloudFormation's `request`.
+    fn of(request: &Request) -> Self {
+        let hands_over = matches!(request.kind(), Some(RequestKind::Create | RequestKind::Update))
+            && !matches!(request.wait, crate::wait_condition::WaitDeclared::None);
+        if hands_over { Self::HandOver } else { Self::Answer }
+    }
+
+    /// What this job's answer is called in log lines.
+    fn answer_name(self) -> &'static str {
+        match self {
+            Self::Work => "signal",
+            Self::Answer | Self::HandOver => "response",
+        }
+    }
+}
+
+/// What acting on a record came to: the disposition, and the status of the answer this
+/// delivery found delivered or delivered itself, if it did.
+struct Acted {
+    disposition: Disposition,
+    answered: Option<Status>,
+}
+
+impl Acted {
+    fn answered(disposition: Disposition, status: Status) -> Self {
+        Self { disposition, answered: Some(status) }
+    }
+}
+
+impl From<Disposition> for Acted {
+    /// An answer this delivery committed and delivered carries its status in the disposition.
+    fn from(disposition: Disposition) -> Self {
+        let answered = match &disposition {
+            Disposition::Done(Done::Answered { status, .. }) => Some(*status),
+            _ => None,
+        };
+        Self { disposition, answered }
+    }
 }
 
 /// What a message the decision table found redundant comes to.
@@ -521,6 +653,13 @@ fn dropped(redundant: Redundant) -> Done {
         Redundant::Duplicate => Done::Duplicate,
         Redundant::Superseded => Done::Superseded,
     }
+}
+
+/// The deadline of the work on `spec`'s handle of a request sent at `sent_ms`: the wait
+/// condition's timeout counted from then (a wait condition that depends on the resource starts
+/// its own count later, so this is the earlier end), or the handle's expiry.
+fn work_deadline(sent_ms: u64, spec: &crate::wait_condition::WaitSpec) -> RequestDeadline {
+    RequestDeadline::of_work(sent_ms, spec.timeout_s, spec.handle.presigned_expiry_ms())
 }
 
 /// What a panic said: its message when it has one (`panic!` with a string or a format).

@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::wait::still_in_progress;
-use super::{Job, Worker, describe, fence_scope, panic_message};
+use super::{Job, Phase, Worker, describe, fence_scope, panic_message};
 use crate::budget::RunBound;
 use crate::clock::within;
 use crate::lease::{Conditional, PollRecord, StoreError};
@@ -33,6 +33,7 @@ use crate::random::full_jitter_ms;
 use crate::request::Request;
 use crate::response::{Outcome, foreign_text};
 use crate::vocabulary::Disposition;
+use crate::wait_condition::WaitDeclared;
 
 /// The longest part of a Reason that comes from a provider (often an SDK's or a downstream
 /// service's error text): enough to say what went wrong, never a page of HTML or HTTP headers.
@@ -57,6 +58,17 @@ impl Worker {
         poll: Option<PollRecord>,
     ) -> Disposition {
         tracing::Span::current().record("fence", fence);
+        if job.phase == Phase::HandOver {
+            // The answer is fixed by the request alone (see `wait_condition`): the provider
+            // runs under the work.
+            let outcome = match &job.request.wait {
+                WaitDeclared::Invalid(reason) => {
+                    Outcome::refused(format!("{} refused: {reason}", describe(job.request)))
+                }
+                WaitDeclared::Valid(_) | WaitDeclared::None => crate::work::handed_over(),
+            };
+            return self.commit_and_send(job, fence, outcome).await;
+        }
         let window = job.budget.run_window();
         let now_ms = self.clock.now_ms();
         if window.closed(now_ms) {
@@ -133,16 +145,18 @@ impl Worker {
         let request = job.request;
         let budget = job.budget;
         let lease_lost = Arc::new(AtomicBool::new(false));
+        // The provider is told about CloudFormation's request; a work's writes are fenced by
+        // the work's own record.
         let context = ProviderContext::new(
             Fence { scope: fence_scope(request), value: fence },
-            request,
+            job.origin,
             request.resource_type().unwrap_or_default(),
             run_deadline_ms,
             Arc::clone(&self.clock),
             Arc::clone(&lease_lost),
         )
         .taking_over_from(took_over_from);
-        let work = self.run_provider(request, &context, poll);
+        let work = self.run_provider(job.origin, &context, poll);
         let mut work = std::pin::pin!(work);
         let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);
         let mut tick = self.clock.sleep_ms(self.settings.heartbeat_ms);

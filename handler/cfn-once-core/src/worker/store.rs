@@ -97,13 +97,16 @@ impl Worker {
 
     /// A consistent read of the record, classified for this delivery.
     pub(super) async fn read(&self, job: &Job<'_>) -> Result<Seen, StoreError> {
+        let record = self.read_record(job).await?;
+        Ok(Seen::of(record.as_ref(), &job.viewer(), self.clock.now_ms(), self.settings.skew_ms))
+    }
+
+    /// A consistent read of the record, as stored.
+    pub(super) async fn read_record(&self, job: &Job<'_>) -> Result<Option<LeaseRecord>, StoreError> {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
             match self.store_call(self.store.read(&job.request.key), job.budget.decide_end_ms()).await {
-                Ok(record) => {
-                    let now_ms = self.clock.now_ms();
-                    return Ok(Seen::of(record.as_ref(), &job.viewer(), now_ms, self.settings.skew_ms));
-                }
+                Ok(record) => return Ok(record),
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
             }

@@ -31,6 +31,9 @@ mod batches;
 #[path = "time_bounds_tests.rs"]
 mod time_bounds;
 
+#[path = "wait_condition_tests.rs"]
+mod wait_conditions;
+
 const START_MS: u64 = 1_800_000_000_000;
 const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";

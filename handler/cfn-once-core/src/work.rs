@@ -1,0 +1,136 @@
+//! A resource's work past its answer (see [`crate::wait_condition`]): its key, the answer its
+//! request gets at once, and the signal its outcome becomes.
+
+use serde_json::{Map, Value};
+
+use crate::fingerprint::short_digest;
+use crate::request::{Request, RequestKey};
+use crate::response::{Outcome, foreign_text};
+use crate::wait_condition::{SIGNAL_BYTES_MAX, Signal, SignalStatus, WORK_DATA_NAME, WORK_ID_PREFIX, WaitSpec};
+
+/// The longest Reason in a signal, in characters.
+const SIGNAL_REASON_CHARS_MAX: usize = 1024;
+
+/// The key of the work of `request`'s resource on `spec`'s handle: one per stack, resource and
+/// handle, so a Delete (sent the properties that named the handle) finds it, and a new handle
+/// is new work.
+pub fn work_key(request: &Request, spec: &WaitSpec) -> RequestKey {
+    let digest = short_digest(&[&request.key.stack_id, &request.logical_resource_id, spec.handle.expose_secret()]);
+    RequestKey { stack_id: request.key.stack_id.clone(), request_id: format!("{WORK_ID_PREFIX}{digest}") }
+}
+
+/// The work of `request`'s resource on `spec`'s handle, as a request of its own: keyed by
+/// [`work_key`], answered by a signal to the handle, the same attempt (fingerprint) and
+/// properties as CloudFormation's request.
+pub fn work_request(request: &Request, spec: &WaitSpec) -> Request {
+    Request { key: work_key(request, spec), response_url: spec.handle.clone(), ..request.clone() }
+}
+
+/// The answer a resource with a wait condition gets at once: SUCCESS, the default
+/// PhysicalResourceId, and Data that says the work continues.
+pub fn handed_over() -> Outcome {
+    let data = std::iter::once((
+        WORK_DATA_NAME.to_owned(),
+        Value::String("continues: its result is signalled to the wait condition handle".into()),
+    ))
+    .collect();
+    Outcome::Success { physical_resource_id: None, data, no_echo: false }
+}
+
+/// Shapes a work's `outcome` into the signal bytes to commit and PUT, within
+/// [`SIGNAL_BYTES_MAX`]: SUCCESS with the provider's Data (and PhysicalResourceId, if it chose
+/// one) as JSON text, or FAILURE with the Reason. Data too large to send is left out and the
+/// Reason says so; the signal stays SUCCESS, since the work itself succeeded.
+pub fn signal_body(request: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatus) {
+    let unique_id = request.logical_resource_id.clone();
+    let signal = match outcome {
+        Outcome::Success { physical_resource_id, data, .. } => {
+            let mut result: Map<String, Value> = data.into_iter().collect();
+            if let Some(id) = physical_resource_id {
+                result.insert("PhysicalResourceId".into(), Value::String(id));
+            }
+            let data = Value::Object(result).to_string();
+            let reason = "the work completed".to_owned();
+            let signal = Signal { status: SignalStatus::Success, reason, unique_id, data };
+            if to_bytes(&signal).len() <= SIGNAL_BYTES_MAX {
+                signal
+            } else {
+                let reason = format!(
+                    "the work completed; its Data ({} bytes of JSON) was left out: a signal carries at most {SIGNAL_BYTES_MAX} bytes",
+                    signal.data.len()
+                );
+                Signal { data: "{}".into(), reason, ..signal }
+            }
+        }
+        Outcome::Failed { reason } | Outcome::Refused { reason } => Signal {
+            status: SignalStatus::Failure,
+            reason: foreign_text(&reason, SIGNAL_REASON_CHARS_MAX),
+            unique_id,
+            data: "{}".into(),
+        },
+    };
+    let status = signal.status;
+    (to_bytes(&signal), status)
+}
+
+fn to_bytes(signal: &Signal) -> Vec<u8> {
+    // A struct of strings always serializes.
+    serde_json::to_vec(signal).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wait_condition::Signal;
+    use serde_json::json;
+
+    fn request() -> Request {
+        let body = json!({
+            "RequestType": "Create",
+            "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=s",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "RequestId": "req-1",
+            "LogicalResourceId": "Database",
+            "ResourceType": "Custom::Echo",
+            "ResourceProperties": {"A": "1"},
+        });
+        let policy = crate::request::InputPolicy { topic_arns: vec![], raw_delivery: true, urls: Default::default() };
+        crate::request::decode(Some(&body.to_string()), &policy).expect("a request")
+    }
+
+    #[test]
+    fn a_signal_is_sent_whole_and_bounded() {
+        let request = request();
+        let success = Outcome::Success {
+            physical_resource_id: Some("db-1".into()),
+            data: [("Endpoint".to_owned(), json!("db.example"))].into_iter().collect(),
+            no_echo: false,
+        };
+        let (bytes, status) = signal_body(&request, success);
+        assert_eq!(status, SignalStatus::Success);
+        let signal = Signal::parse(&bytes).expect("a signal");
+        assert_eq!(signal.unique_id, request.logical_resource_id);
+        assert_eq!(
+            serde_json::from_str::<Value>(&signal.data).expect("JSON"),
+            json!({"Endpoint": "db.example", "PhysicalResourceId": "db-1"})
+        );
+
+        let huge = Outcome::Success {
+            physical_resource_id: None,
+            data: [("Blob".to_owned(), json!("x".repeat(10_000)))].into_iter().collect(),
+            no_echo: false,
+        };
+        let (bytes, status) = signal_body(&request, huge);
+        assert!(bytes.len() <= SIGNAL_BYTES_MAX, "{}", bytes.len());
+        assert_eq!(status, SignalStatus::Success);
+        assert!(Signal::parse(&bytes).expect("a signal").reason.contains("left out"));
+
+        let (bytes, status) = signal_body(&request, Outcome::failed(format!("<html>{}</html>", "e".repeat(5000))));
+        assert_eq!(status, SignalStatus::Failure);
+        assert!(bytes.len() <= SIGNAL_BYTES_MAX);
+        let signal = Signal::parse(&bytes).expect("a signal");
+        assert!(!signal.reason.contains("<html>"));
+        // The same outcome gives the same bytes, wherever it is built.
+        assert_eq!(signal_body(&request, Outcome::failed("x")), signal_body(&request, Outcome::failed("x")));
+    }
+}
