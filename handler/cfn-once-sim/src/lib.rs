@@ -28,7 +28,7 @@ pub mod sink;
 pub mod stores;
 pub mod world;
 
-pub use scenario::{Options, Scenario, StoreMode};
+pub use scenario::{Options, PlantedBug, Scenario, StoreMode};
 pub use world::{Parameters, SeedOutcome, run};
 
 /// Runs `seed` with `options` on the deployed parameters; with `tracing`, the outcome carries
@@ -44,7 +44,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    const MRSC: Options = Options { mode: StoreMode::Mrsc, planted_bug: false };
+    const MRSC: Options = Options { mode: StoreMode::Mrsc, planted_bug: None };
 
     fn violations(options: Options, seeds: std::ops::Range<u64>) -> Vec<(u64, String)> {
         seeds
@@ -139,14 +139,31 @@ mod tests {
 
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
-        let found = violations(Options { mode: StoreMode::Mrsc, planted_bug: true }, 0..1_000);
+        let found =
+            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnfencedCommit) }, 0..1_000);
         assert!(!found.is_empty(), "an unconditional commit went unnoticed for 1000 seeds");
         assert!(found.iter().any(|(_, v)| v.starts_with("S1")), "{found:?}");
     }
 
     #[test]
+    fn the_planted_second_signal_is_caught_within_1000_seeds() {
+        let found = violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::SignalAgain) }, 0..1_000);
+        assert!(
+            found.iter().any(|(_, v)| v.contains("cfn-once-work:") || v.starts_with("SIGNAL")),
+            "a takeover that signalled a handle again went unnoticed for 1000 seeds: {found:?}"
+        );
+        // Every violation it causes is about a work: the bug touches nothing else.
+        assert!(
+            found
+                .iter()
+                .all(|(_, v)| v.contains("cfn-once-work:") || v.contains("waitcondition") || v.starts_with("SIGNAL")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
     fn an_eventually_consistent_table_is_caught() {
-        let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: false }, 0..1_000);
+        let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
     }
 
@@ -209,6 +226,15 @@ mod tests {
             "control read slower than its timeout",
             "delete with a receipt a later receive replaced",
             "L1 excused: no region could answer in time",
+            "scenario: work past the hour, signalled to a wait condition",
+            "long work: the primary down in the middle of it",
+            "long work: the active region flipped in the middle of it",
+            "long work: signalled SUCCESS",
+            "long work: signalled FAILURE as its timeout came near",
+            "long work: signalled after its ServiceTimeout",
+            "long work: signal PUT by the primary",
+            "long work: signal PUT by the secondary",
+            "long work: its Delete answered",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

@@ -5,7 +5,8 @@
 //! cfn-once-sim --seeds 10000 --jobs 1   # the same on one thread (the same result)
 //! cfn-once-sim --seed 4242              # replay one seed, printing its trace
 //! cfn-once-sim --seeds 1000 --mrec      # the same against an MREC (eventually consistent) table
-//! cfn-once-sim --seeds 1000 --planted-bug
+//! cfn-once-sim --seeds 1000 --planted-bug               # a store whose commit ignores its fence
+//! cfn-once-sim --seeds 1000 --planted-bug=signal-again  # a store that forgets a work's signal on a takeover
 //! ```
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
@@ -20,15 +21,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use cfn_once_sim::{Options, Parameters, SeedOutcome, StoreMode, run_seed};
+use cfn_once_sim::{Options, Parameters, PlantedBug, SeedOutcome, StoreMode, run_seed};
 
-const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--seed N] [--mrec] [--planted-bug]
+const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--seed N] [--mrec] [--planted-bug[=BUG]]
 
   --seeds N       run N seeds (default 1000), starting at --first (default 0)
   --jobs J        threads to run seeds on (default: every core); the result does not depend on it
   --seed N        replay one seed and print its trace
   --mrec          use an eventually consistent (MREC) table: replicas with lag, last writer wins
-  --planted-bug   use a lease store whose commit ignores its condition (the self-check)";
+  --planted-bug   the self-check: use a deliberately broken lease store, which must show violations:
+                  =unfenced-commit (the default) commits without its condition (fence, state);
+                  =signal-again forgets a wait condition work's committed signal when another
+                  execution takes its lease, so the takeover signals the handle a second time";
 
 struct Args {
     seeds: u64,
@@ -45,7 +49,7 @@ fn parse() -> Result<Args, String> {
         first: 0,
         jobs: cores,
         replay: None,
-        options: Options { mode: StoreMode::Mrsc, planted_bug: false },
+        options: Options { mode: StoreMode::Mrsc, planted_bug: None },
     };
     let mut items = std::env::args().skip(1);
     let number = |value: Option<String>, flag: &str| -> Result<u64, String> {
@@ -63,7 +67,13 @@ fn parse() -> Result<Args, String> {
             }
             "--seed" => args.replay = Some(number(items.next(), "--seed")?),
             "--mrec" => args.options.mode = StoreMode::Mrec { lag_ms: 1_000 },
-            "--planted-bug" => args.options.planted_bug = true,
+            "--planted-bug" => args.options.planted_bug = Some(PlantedBug::UnfencedCommit),
+            flag if flag.starts_with("--planted-bug=") => {
+                let name = &flag["--planted-bug=".len()..];
+                let bug = PlantedBug::parse(name)
+                    .ok_or_else(|| format!("unknown planted bug {name:?}: use unfenced-commit or signal-again"))?;
+                args.options.planted_bug = Some(bug);
+            }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -233,8 +243,8 @@ fn flags(options: Options) -> String {
     if matches!(options.mode, StoreMode::Mrec { .. }) {
         flags.push_str(" --mrec");
     }
-    if options.planted_bug {
-        flags.push_str(" --planted-bug");
+    if let Some(bug) = options.planted_bug {
+        flags.push_str(&format!(" --planted-bug={}", bug.name()));
     }
     flags
 }

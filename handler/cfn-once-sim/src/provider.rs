@@ -174,6 +174,8 @@ impl Provider for SimProvider {
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
         let mut wait: SimWait = serde_json::from_value(state)?;
+        let elapsed_ms = self.shared.elapsed_ms();
+        self.shared.observed().poll_starts.push((wait.item.clone(), elapsed_ms));
         self.maybe_panic(wait.panic_percent, &wait.item);
         self.shared.cover("poll ran");
         if wait.region != self.region.name() {

@@ -69,8 +69,33 @@ pub enum StoreMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     pub mode: StoreMode,
-    /// Use the store whose commit ignores its condition: the self-check must catch it.
-    pub planted_bug: bool,
+    /// A deliberately broken lease store: the self-check must catch it.
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// The bugs the simulator's self-check plants in the lease store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Commit ignores its condition (fence mine, state RUNNING): two executions both commit.
+    UnfencedCommit,
+    /// A work's committed signal is forgotten when another execution takes its lease (the
+    /// acquire grants it as if the signal were never committed): a takeover signals again.
+    SignalAgain,
+}
+
+impl PlantedBug {
+    /// The command line's spelling (`--planted-bug=<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UnfencedCommit => "unfenced-commit",
+            Self::SignalAgain => "signal-again",
+        }
+    }
+
+    /// Parses [`PlantedBug::name`].
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::UnfencedCommit, Self::SignalAgain].into_iter().find(|bug| bug.name() == name)
+    }
 }
 
 /// Which story a seed tells besides the random weather of its fault window.
@@ -106,6 +131,12 @@ pub enum Kind {
     /// The primary is drained from the start and the control is often slower than its
     /// timeout: a slow read must keep the last known answer, never make the primary active.
     DrainedSlowControl,
+    /// A resource with a wait condition (up to 12 hours): answered at once, its work polled for
+    /// hours under failovers (the primary down for a while or for good), drills (the active
+    /// region flipped), Lambdas killed at any moment and late copies; some outlive their
+    /// timeout, some are ended by a Delete mid-work. One signal, before the timeout, never
+    /// after the Delete's answer.
+    LongWork,
 }
 
 impl Kind {
@@ -121,6 +152,7 @@ impl Kind {
             Self::SlowBatchMates => "scenario: long-running requests batched with a slow one",
             Self::LateCopy => "scenario: primary down, the secondary's copy delivered minutes late",
             Self::DrainedSlowControl => "scenario: drained primary, control slower than its timeout",
+            Self::LongWork => "scenario: work past the hour, signalled to a wait condition",
         }
     }
 }
@@ -141,6 +173,29 @@ pub struct RequestPlan {
     pub panic_percent: u64,
     /// SNS delivers this region's copy this long after the publish (its SentTimestamp too).
     pub late: Option<(Region, u64)>,
+    /// The resource names a wait condition handle with this timeout, in seconds: its provider's
+    /// work is signalled to the handle.
+    pub wait_condition_s: Option<u64>,
+    /// This request is the Delete of that request's resource (the same handle in its
+    /// properties), sent while its work may still run.
+    pub delete_of: Option<usize>,
+}
+
+impl RequestPlan {
+    /// When the request's answer is due, ms after the start.
+    pub fn deadline_ms(&self) -> u64 {
+        self.sent_at_ms + self.service_timeout_s * 1_000
+    }
+
+    /// When the work's signal is due (the wait condition's timeout), if it hands work over.
+    pub fn work_deadline_ms(&self) -> Option<u64> {
+        self.wait_condition_s.filter(|_| self.delete_of.is_none()).map(|s| self.sent_at_ms + s * 1_000)
+    }
+
+    /// Until when a copy of the request is owed an answer or a signal.
+    pub fn owed_until_ms(&self) -> u64 {
+        self.work_deadline_ms().map_or(self.deadline_ms(), |work_ms| work_ms.max(self.deadline_ms()))
+    }
 }
 
 /// How a long-running provider waits.
@@ -245,6 +300,7 @@ impl Scenario {
             24..30 => Kind::SlowBatchMates,
             30..34 => Kind::LateCopy,
             34..38 => Kind::DrainedSlowControl,
+            38..44 => Kind::LongWork,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -280,6 +336,8 @@ impl Scenario {
                 }),
                 panic_percent: if draw.chance(0.1) { draw.between(10, 100) } else { 0 },
                 late: draw.chance(0.15).then(|| (draw.region(), draw.between(5_000, 600_000))),
+                wait_condition_s: None,
+                delete_of: None,
             });
         }
         if draw.chance(0.25) {
@@ -294,6 +352,8 @@ impl Scenario {
                 wait: None,
                 panic_percent: 0,
                 late: None,
+                wait_condition_s: None,
+                delete_of: None,
             });
         }
         let mut faults = Faults {
@@ -449,6 +509,8 @@ impl Scenario {
                         wait: Some(WaitPlan { in_progress_ms: 3_600_000, poll_interval_s: 2, poll_work_ms: 0 }),
                         panic_percent: 0,
                         late: None,
+                        wait_condition_s: None,
+                        delete_of: None,
                     });
                 }
                 outages.retain(|(region, _, _)| *region == Region::Primary);
@@ -477,6 +539,62 @@ impl Scenario {
                 flips.clear();
                 flips.push((0, Region::Secondary));
                 faults.control_slow = 0.6;
+            }
+            Kind::LongWork => {
+                requests.retain(|plan| plan.retry_of.is_none());
+                let first = &mut requests[0];
+                // Sent in the fault window or just after it.
+                first.sent_at_ms = draw.below(window_end_ms + 60_000);
+                let timeout_s = if draw.chance(0.5) { draw.between(3_600, 43_200) } else { draw.between(300, 3_600) };
+                first.wait_condition_s = Some(timeout_s);
+                first.late = draw.chance(0.15).then(|| (Region::Secondary, draw.between(5_000, 600_000)));
+                let in_progress_ms = if draw.chance(0.25) {
+                    // Outlives its timeout: signalled FAILURE before it.
+                    timeout_s * 1_000 + draw.below(3_600_000)
+                } else {
+                    draw.between(1_000, timeout_s * 1_000 * 9 / 10)
+                };
+                first.wait = Some(WaitPlan {
+                    in_progress_ms,
+                    poll_interval_s: draw.between(1, 900),
+                    poll_work_ms: if draw.chance(0.2) { draw.between(5_000, 40_000) } else { draw.below(2_000) },
+                });
+                let (sent_ms, work_end_ms) =
+                    (first.sent_at_ms, first.sent_at_ms + in_progress_ms.min(timeout_s * 1_000));
+                let mid_work = |draw: &Draw| draw.between(sent_ms + 1_000, work_end_ms.max(sent_ms + 2_000));
+                // Failovers: the primary down for a while, or for good, in the middle of the work.
+                if draw.chance(0.5) {
+                    let down_ms = mid_work(&draw);
+                    let up_ms = if draw.chance(0.5) { u64::MAX / 4 } else { down_ms + draw.between(60_000, 7_200_000) };
+                    outages.push((Region::Primary, down_ms, up_ms));
+                }
+                if draw.chance(0.2) {
+                    let down_ms = mid_work(&draw);
+                    outages.push((Region::Secondary, down_ms, down_ms + draw.between(60_000, 3_600_000)));
+                }
+                // Drills: the active region flipped (and maybe back) while the work runs.
+                for _ in 0..draw.below(4) {
+                    flips.push((mid_work(&draw), draw.region()));
+                }
+                // Lambdas killed at any moment of the work.
+                for _ in 0..draw.below(5) {
+                    crashes.push((mid_work(&draw), draw.region()));
+                }
+                // A Delete (a rollback, a stack deletion) while the work may still run.
+                if draw.chance(0.3) {
+                    let plan = requests[0].clone();
+                    requests.push(RequestPlan {
+                        sent_at_ms: mid_work(&draw),
+                        work_ms: draw.below(2_000),
+                        service_timeout_s: draw.between(300, 3_600),
+                        retry_of: None,
+                        wait: None,
+                        panic_percent: 0,
+                        late: None,
+                        delete_of: Some(0),
+                        ..plan
+                    });
+                }
             }
         }
         Self {

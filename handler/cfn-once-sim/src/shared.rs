@@ -28,6 +28,8 @@ pub struct Observed {
     /// The last work in progress stored per key: its attempt and poll count.
     pub waits: BTreeMap<RequestKey, (Fingerprint, u32)>,
     /// Bodies PUT per ResponseURL, with when.
+    /// When each poll of a provider's work began, by item (elapsed ms).
+    pub poll_starts: Vec<(String, u64)>,
     pub puts: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
     /// The fenced downstream store: item to (scope, fence) of the last accepted write.
     pub fenced: BTreeMap<String, (String, u64)>,
@@ -44,6 +46,9 @@ pub struct Observed {
     pub invocations_started: BTreeMap<String, u64>,
     /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
     pub deadlines: BTreeMap<Fingerprint, u64>,
+    /// The wait condition timeout of each attempt that hands work to one, elapsed ms: the
+    /// deadline of its work's record.
+    pub work_deadlines: BTreeMap<Fingerprint, u64>,
     /// Leases a drained primary took for new work before its control answered, by key.
     pub to_give_back: BTreeMap<RequestKey, GiveBack>,
     /// When the control told the primary "active" (elapsed ms), every time: a record that asks

@@ -37,6 +37,12 @@ impl SimSink {
         if reason.is_some_and(|reason| reason.contains("was still in progress when the request's deadline")) {
             self.shared.cover("deadline reached while waiting: answered FAILED");
         }
+        if url.contains("cloudformation-waitcondition") {
+            self.shared.cover(match self.region {
+                Region::Primary => "long work: signal PUT by the primary",
+                Region::Secondary => "long work: signal PUT by the secondary",
+            });
+        }
         self.shared.trace(Some(self.region), || format!("PUT {} bytes to {}", body.len(), short(&url)));
     }
 }

@@ -12,8 +12,9 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::memory_store::MemoryLeaseStore;
 use cfn_once_core::request::RequestKey;
+use cfn_once_core::wait_condition::is_work_id;
 
-use crate::scenario::{Region, StoreMode};
+use crate::scenario::{PlantedBug, Region, StoreMode};
 use crate::shared::{GiveBack, Shared};
 
 /// The table: one copy, or one per region.
@@ -21,18 +22,25 @@ use crate::shared::{GiveBack, Shared};
 pub struct Table {
     mode: StoreMode,
     replicas: [Arc<MemoryLeaseStore>; 2],
+    /// The self-check's planted bug that forgets a work's committed signal on a takeover.
+    forgets_signals: bool,
 }
 
 impl Table {
-    pub fn new(mode: StoreMode, planted_bug: bool) -> Self {
-        let store =
-            || Arc::new(if planted_bug { MemoryLeaseStore::planted_commit_bug() } else { MemoryLeaseStore::new() });
+    pub fn new(mode: StoreMode, planted_bug: Option<PlantedBug>) -> Self {
+        let store = || {
+            Arc::new(if planted_bug == Some(PlantedBug::UnfencedCommit) {
+                MemoryLeaseStore::planted_commit_bug()
+            } else {
+                MemoryLeaseStore::new()
+            })
+        };
         let first = store();
         let replicas = match mode {
             StoreMode::Mrsc => [Arc::clone(&first), first],
             StoreMode::Mrec { .. } => [first, store()],
         };
-        Self { mode, replicas }
+        Self { mode, replicas, forgets_signals: planted_bug == Some(PlantedBug::SignalAgain) }
     }
 
     /// Whether any request's provider is waiting for a poll right now.
@@ -215,7 +223,10 @@ impl RegionStore {
         }
         // The deadline of the attempt the lease was taken for: the record may hold a newer
         // attempt of the same RequestId by now, whose deadline says nothing about this one.
-        let deadline_ms = observed.deadlines.get(fingerprint).copied();
+        // A work's record is due at its wait condition's timeout (a Delete closing it, at the
+        // Delete's deadline).
+        let work_deadline_ms = is_work_id(&key.request_id).then(|| observed.work_deadlines.get(fingerprint)).flatten();
+        let deadline_ms = work_deadline_ms.or_else(|| observed.deadlines.get(fingerprint)).copied();
         drop(observed);
         // Near the deadline by the primary's own clock (which may be stepped), a drained primary
         // answers too.
@@ -239,6 +250,26 @@ impl RegionStore {
         }
     }
 
+    /// The planted [`PlantedBug::SignalAgain`]: an acquire by another execution finds a work's
+    /// committed signal forgotten, its lease expired, as if nothing had been committed.
+    fn forget_signal(&self, request: &AcquireRequest) {
+        let Some(record) = self.local().get(&request.key) else { return };
+        if is_work_id(&request.key.request_id)
+            && record.state == LeaseState::Committed
+            && record.owner != request.owner
+            && record.fingerprint == request.fingerprint
+        {
+            self.local().replicate(LeaseRecord {
+                state: LeaseState::Running,
+                response: None,
+                delivered: false,
+                lease_until_ms: 0,
+                updated_ms: record.updated_ms + 1,
+                ..record
+            });
+        }
+    }
+
     /// MREC: the write replicates to the other region after the lag.
     fn replicate_later(&self, key: &RequestKey) {
         if let StoreMode::Mrec { lag_ms } = self.table.mode
@@ -254,6 +285,9 @@ impl RegionStore {
 impl LeaseStore for RegionStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.call("acquire", async {
+            if self.table.forgets_signals {
+                self.forget_signal(request);
+            }
             let before = self.local().get(&request.key);
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
@@ -463,7 +497,7 @@ mod tests {
     /// when `retried` says so. Returns the violations.
     fn commit_after_drain(deadline_of_taken_ms: u64, commit_at_ms: u64, retried: bool) -> Vec<String> {
         let shared = Arc::new(Shared::new(1, calm(), None, MARGIN_MS, false));
-        let table = Arc::new(Table::new(StoreMode::Mrsc, false));
+        let table = Arc::new(Table::new(StoreMode::Mrsc, None));
         let primary = RegionStore::new(Region::Primary, Arc::clone(&table), Arc::clone(&shared));
         {
             let mut observed = shared.observed();

@@ -46,12 +46,13 @@ use crate::deployed::Deployed;
 use crate::provider::{PANIC_PREFIX, SIM_TYPE, SimProvider};
 use crate::queues::{Copy, Queues, Receipt, SimQueue};
 use crate::region::{SimControl, SkewedClock};
-use crate::scenario::{Kind, Region, Scenario};
+use crate::scenario::{Kind, Region, RequestPlan, Scenario};
 use crate::shared::{Shared, T0_MS};
 use crate::sink::{SimSink, short};
 use crate::stores::{RegionStore, Table};
 
-/// The simulation gives up after this much virtual time.
+/// The simulation gives up after this much virtual time, unless a wait condition's timeout
+/// comes later (`World::end_ms`).
 const END_MS: u64 = 4 * 3_600_000;
 
 /// The ServiceToken topic the simulated requests are published to.
@@ -184,6 +185,8 @@ struct World {
     active: Arc<Mutex<Region>>,
     bodies: Vec<String>,
     urls: Vec<String>,
+    /// Each request's wait condition handle, if its resource names one.
+    handles: Vec<Option<String>>,
     tasks: BTreeMap<u64, Task>,
     next_task: u64,
     up: [bool; 2],
@@ -200,6 +203,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     world.run();
     world.check_liveness();
     world.check_wait_survived();
+    world.check_signals();
     let mut observed = world.shared.observed();
     SeedOutcome {
         seed: scenario.seed,
@@ -247,6 +251,18 @@ impl World {
                 scenario.concurrency,
             )
         });
+        if scenario.kind == Kind::LongWork {
+            if scenario
+                .outages
+                .iter()
+                .any(|(region, from, _)| *region == Region::Primary && *from > scenario.requests[0].sent_at_ms)
+            {
+                shared.cover("long work: the primary down in the middle of it");
+            }
+            if scenario.flips.iter().any(|(at, _)| *at > scenario.requests[0].sent_at_ms) {
+                shared.cover("long work: the active region flipped in the middle of it");
+            }
+        }
         if scenario.function_timeout.timeout_s >= 900 {
             shared.cover("function timeout 900 s");
         }
@@ -281,7 +297,7 @@ impl World {
             .clone();
             Worker::new(ports, input, settings)
         });
-        let (bodies, urls) = Self::requests(&scenario);
+        let (bodies, urls, handles) = Self::requests(&scenario);
         {
             let mut observed = shared.observed();
             for (index, plan) in scenario.requests.iter().enumerate() {
@@ -289,8 +305,10 @@ impl World {
                     .ok()
                     .and_then(|envelope| serde_json::from_str(envelope["Message"].as_str()?).ok());
                 if let Some(request) = message {
-                    let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1_000;
-                    observed.deadlines.insert(Fingerprint::of(&request), deadline_ms);
+                    observed.deadlines.insert(Fingerprint::of(&request), plan.deadline_ms());
+                    if let Some(work_ms) = plan.work_deadline_ms() {
+                        observed.work_deadlines.insert(Fingerprint::of(&request), work_ms);
+                    }
                 }
             }
         }
@@ -328,6 +346,7 @@ impl World {
             active,
             bodies,
             urls,
+            handles,
             tasks: BTreeMap::new(),
             next_task: 0,
             up: [true, true],
@@ -338,21 +357,31 @@ impl World {
     }
 
     /// The CloudFormation requests of the scenario as SNS envelopes (published at their send
-    /// time), and their ResponseURLs.
-    fn requests(scenario: &Scenario) -> (Vec<String>, Vec<String>) {
+    /// time), their ResponseURLs, and their wait condition handles.
+    fn requests(scenario: &Scenario) -> (Vec<String>, Vec<String>, Vec<Option<String>>) {
         let mut bodies = Vec::new();
         let mut urls = Vec::new();
+        let mut handles = Vec::new();
+        let seed = scenario.seed;
+        let handle_of = |index: usize| {
+            format!(
+                "https://cloudformation-waitcondition-us-east-2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?X-Amz-Signature=h{index}"
+            )
+        };
         for (index, plan) in scenario.requests.iter().enumerate() {
-            let original = plan.retry_of.unwrap_or(index);
+            let original = plan.delete_of.or(plan.retry_of).unwrap_or(index);
             let url = format!(
-                "https://cloudformation-custom-resource-response-useast2.s3.us-east-2.amazonaws.com/sim/{}/{index}?X-Amz-Signature=s{index}",
-                scenario.seed
+                "https://cloudformation-custom-resource-response-useast2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?X-Amz-Signature=s{index}"
             );
+            let (kind, request_id) = match plan.delete_of {
+                Some(_) => ("Delete", format!("delete-{index}")),
+                None => ("Create", format!("request-{original}")),
+            };
             let mut request = json!({
-                "RequestType": "Create",
+                "RequestType": kind,
                 "ResponseURL": url,
-                "StackId": format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{}", scenario.seed),
-                "RequestId": format!("request-{original}"),
+                "StackId": format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{seed}"),
+                "RequestId": request_id,
                 "LogicalResourceId": format!("Resource{original}"),
                 "ResourceType": SIM_TYPE,
                 "ResourceProperties": {
@@ -361,6 +390,9 @@ impl World {
                     "ServiceTimeout": plan.service_timeout_s.to_string(),
                 },
             });
+            if plan.delete_of.is_some() {
+                request["PhysicalResourceId"] = json!(format!("item-{original}"));
+            }
             if let Some(wait) = plan.wait {
                 let properties = &mut request["ResourceProperties"];
                 properties["WaitMs"] = json!(wait.in_progress_ms.to_string());
@@ -370,9 +402,15 @@ impl World {
             if plan.panic_percent > 0 {
                 request["ResourceProperties"]["PanicPercent"] = json!(plan.panic_percent.to_string());
             }
+            let handle = plan.wait_condition_s.map(|timeout_s| {
+                let properties = &mut request["ResourceProperties"];
+                properties[cfn_once_core::wait_condition::HANDLE_PROPERTY] = json!(handle_of(original));
+                properties[cfn_once_core::wait_condition::TIMEOUT_PROPERTY] = json!(timeout_s.to_string());
+                handle_of(original)
+            });
             let envelope = json!({
                 "Type": "Notification",
-                "MessageId": format!("sim-{}-{index}", scenario.seed),
+                "MessageId": format!("sim-{seed}-{index}"),
                 "TopicArn": TOPIC_ARN,
                 "Message": request.to_string(),
                 "Timestamp": cfn_once_core::timestamp::format_ms(T0_MS + plan.sent_at_ms),
@@ -380,8 +418,15 @@ impl World {
             });
             bodies.push(envelope.to_string());
             urls.push(url);
+            handles.push(handle.filter(|_| plan.delete_of.is_none()));
         }
-        (bodies, urls)
+        (bodies, urls, handles)
+    }
+
+    /// When the simulation gives up: four hours, or two after the last wait condition's timeout.
+    fn end_ms(&self) -> u64 {
+        let works = self.scenario.requests.iter().filter_map(|plan| plan.work_deadline_ms());
+        works.map(|at_ms| at_ms + 2 * 3_600_000).fold(END_MS, u64::max)
     }
 
     fn now_ms(&self) -> u64 {
@@ -402,7 +447,7 @@ impl World {
             let Some(next_ms) = self.next_moment() else {
                 return;
             };
-            if next_ms > T0_MS + END_MS {
+            if next_ms > T0_MS + self.end_ms() {
                 self.shared.trace(None, || "the simulation's time is up".into());
                 return;
             }
@@ -759,8 +804,9 @@ impl World {
     fn dead_lettered(&self, request: usize, by: &str, region: Region) {
         let elapsed_ms = self.shared.elapsed_ms();
         let plan = &self.scenario.requests[request];
-        let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1_000;
-        let answered = self.shared.observed().puts.get(&self.urls[request]).is_some_and(|puts| !puts.is_empty());
+        // A resource with a wait condition is owed its signal too, until its timeout.
+        let deadline_ms = plan.owed_until_ms();
+        let answered = self.done_with(request);
         let superseded = self.scenario.requests.iter().any(|other| other.retry_of == Some(request));
         self.shared.trace(None, || format!("a copy of request {request} moved to the DLQ by {by}"));
         let skew_ms = self.parameters.settings[region.index()].skew_ms;
@@ -773,6 +819,19 @@ impl World {
                 "DLQ: a copy of request {request} was moved to the DLQ by {by} {} s before its deadline, unanswered",
                 (deadline_ms - elapsed_ms) / 1_000
             ));
+        }
+    }
+
+    /// Whether nothing more is owed for `request`: it was answered, and if it handed work to a
+    /// wait condition (its answer SUCCESS), the work was signalled.
+    fn done_with(&self, request: usize) -> bool {
+        let observed = self.shared.observed();
+        let first = |url: &str| observed.puts.get(url).and_then(|puts| puts.first()).map(|(_, body)| body.clone());
+        let Some(answer) = first(&self.urls[request]) else { return false };
+        let handed_over = ResponseBody::parse(&answer).is_ok_and(|body| body.status == Status::Success);
+        match &self.handles[request] {
+            Some(handle) if handed_over => first(handle).is_some(),
+            _ => true,
         }
     }
 
@@ -849,6 +908,72 @@ impl World {
         }
     }
 
+    /// SIGNAL: a work handed to a wait condition gets one signal (one body, however often it is
+    /// PUT), and a Delete of its resource is answered only after that signal: nothing is PUT to
+    /// the handle, and no poll of the work starts, after the Delete's answer. That the signal
+    /// comes before the wait condition's timeout is L1's ([`World::check_liveness`]).
+    fn check_signals(&self) {
+        let observed = self.shared.observed();
+        let mut violations = Vec::new();
+        let mut covered: Vec<&'static str> = Vec::new();
+        for (index, plan) in self.scenario.requests.iter().enumerate() {
+            let Some(handle) = &self.handles[index] else { continue };
+            let signals = observed.puts.get(handle).map(Vec::as_slice).unwrap_or_default();
+            let mut bodies: Vec<&Vec<u8>> = signals.iter().map(|(_, body)| body).collect();
+            bodies.dedup();
+            if bodies.len() > 1 {
+                violations.push(format!(
+                    "SIGNAL: request {index}'s wait condition handle got {} different signals",
+                    bodies.len()
+                ));
+            }
+            if let Some((at_ms, body)) = signals.first() {
+                let signal = cfn_once_core::wait_condition::Signal::parse(body);
+                covered.push(match signal.as_ref().map(|signal| signal.status) {
+                    Some(cfn_once_core::wait_condition::SignalStatus::Success) => "long work: signalled SUCCESS",
+                    _ => "long work: signalled FAILURE",
+                });
+                if signal.is_some_and(|signal| signal.reason.contains("wait condition's timeout")) {
+                    covered.push("long work: signalled FAILURE as its timeout came near");
+                }
+                if *at_ms > plan.deadline_ms() {
+                    covered.push("long work: signalled after its ServiceTimeout");
+                }
+                if at_ms.saturating_sub(plan.sent_at_ms) > 6 * 3_600_000 {
+                    covered.push("long work: signalled more than 6 hours after its request");
+                }
+            }
+            for (delete, _) in self.scenario.requests.iter().enumerate().filter(|(_, d)| d.delete_of == Some(index)) {
+                let Some((answered_ms, _)) = observed.puts.get(&self.urls[delete]).and_then(|puts| puts.first()) else {
+                    continue;
+                };
+                covered.push("long work: its Delete answered");
+                match signals.first() {
+                    None => violations.push(format!(
+                        "SIGNAL: request {delete} (a Delete) was answered before request {index}'s work was signalled"
+                    )),
+                    Some(_) if signals.iter().any(|(at_ms, _)| at_ms > answered_ms) => violations.push(format!(
+                        "SIGNAL: request {index}'s handle was signalled after its Delete (request {delete}) was answered"
+                    )),
+                    Some(_) => {}
+                }
+                let item = format!("item-{index}");
+                if observed.poll_starts.iter().any(|(polled, at_ms)| *polled == item && at_ms > answered_ms) {
+                    violations.push(format!(
+                        "SIGNAL: a poll of request {index}'s work started after its Delete (request {delete}) was answered"
+                    ));
+                }
+            }
+        }
+        drop(observed);
+        for name in covered {
+            self.shared.cover(name);
+        }
+        for violation in violations {
+            self.shared.violation(violation);
+        }
+    }
+
     /// L1: every request that is not superseded by a retry is answered by its deadline, when
     /// some region could still answer it. A region could, for a request due at D, unless:
     ///
@@ -874,13 +999,25 @@ impl World {
         let observed = self.shared.observed();
         let mut missed = Vec::new();
         let mut excused: Vec<&'static str> = Vec::new();
+        // Each request's answer is owed by its deadline; the work of one that handed it to a wait
+        // condition (answered SUCCESS) is owed its signal by the wait condition's timeout.
+        let mut owed: Vec<(usize, &RequestPlan, String, &str, u64)> = Vec::new();
         for (index, plan) in self.scenario.requests.iter().enumerate() {
+            owed.push((index, plan, format!("request {index}"), &self.urls[index], plan.deadline_ms()));
+            let first_answer = observed.puts.get(&self.urls[index]).and_then(|puts| puts.first());
+            let handed_over = first_answer
+                .is_some_and(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success));
+            if let (Some(handle), Some(deadline_ms), true) =
+                (&self.handles[index], plan.work_deadline_ms(), handed_over)
+            {
+                owed.push((index, plan, format!("request {index}'s work"), handle, deadline_ms));
+            }
+        }
+        for (index, plan, what, url, deadline_ms) in owed {
             if superseded.contains(&index) {
                 continue;
             }
-            let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1000;
-            let answered =
-                observed.puts.get(&self.urls[index]).is_some_and(|puts| puts.iter().any(|(at, _)| *at <= deadline_ms));
+            let answered = observed.puts.get(url).is_some_and(|puts| puts.iter().any(|(at, _)| *at <= deadline_ms));
             if answered {
                 continue;
             }
@@ -926,8 +1063,8 @@ impl World {
             let able: Vec<&str> =
                 Region::BOTH.into_iter().zip(&reasons).filter(|(_, r)| r.is_none()).map(|(r, _)| r.name()).collect();
             missed.push(format!(
-                "L1: request {index} ({}) was not answered by its deadline, though {} could have answered it",
-                short(&self.urls[index]),
+                "L1: {what} ({}) was not answered by its deadline, though {} could have answered it",
+                short(url),
                 able.join(" and ")
             ));
         }

@@ -299,6 +299,17 @@ impl Worker {
         // A Delete, or an Update that names a new handle, first closes the work it ends: no
         // poll of it commits after this, and its handle has its one signal before the answer.
         if let Some(closing) = work::to_close(request) {
+            // As for any request: a standby primary leaves it to the active region, unless its
+            // deadline is near.
+            let activity = match (settings.role, self.control.fresh_now()) {
+                (Role::Secondary, _) => Activity::Standby,
+                (Role::Primary, Some(activity)) => activity,
+                (Role::Primary, None) => self.control.activity_within(job.budget.control_timeout_ms(now_ms)).await,
+            };
+            let situation = self.situation(&job, activity);
+            if settings.role == Role::Primary && activity == Activity::Standby && !situation.deadline_near {
+                return self.leave_message(&job);
+            }
             let work_request = crate::work::work_request(request, closing.spec);
             let close = Job { request: &work_request, phase: Phase::Work, ..job.clone() };
             if let Err(disposition) = self.close_work(&close, closing.why).await {

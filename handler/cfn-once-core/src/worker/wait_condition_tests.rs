@@ -277,3 +277,24 @@ fn a_work_message_never_reaches_the_queues_receive_limit_over_twelve_hours() {
     assert!(receives < max, "{receives} receives of at most {max}");
     assert_eq!(signals(&h, HANDLE).len(), 1);
 }
+
+#[test]
+fn a_drained_primary_leaves_a_delete_and_its_work_to_the_active_region() {
+    let h = Harness::new();
+    let body = long_create(5 * 3600, 43_200);
+    let sent_ms = h.clock.now_ms();
+    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    let waiting = work_record(&h);
+    h.clock.advance_ms(60_000);
+    let delete = delete_of(json!({"DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"}));
+    for drained in [h.drained_primary("us-east-1"), h.worker_as("us-east-1", Role::Primary, Activity::Standby)] {
+        let left = deliver(&h, &drained, &delete, h.clock.now_ms(), 1);
+        assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+        assert_eq!(work_record(&h), waiting, "the work is untouched");
+        assert!(h.sink.bodies(HANDLE).is_empty());
+    }
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let (done, _) = follow(&h, |_| secondary.clone(), &delete, h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success);
+    assert_eq!(signals(&h, HANDLE).len(), 1);
+}
