@@ -298,3 +298,25 @@ fn a_drained_primary_leaves_a_delete_and_its_work_to_the_active_region() {
     assert_eq!(answered(&done).1, Status::Success);
     assert_eq!(signals(&h, HANDLE).len(), 1);
 }
+
+#[test]
+fn an_update_whose_new_handle_is_refused_fails_and_leaves_the_old_work_running() {
+    let h = Harness::new();
+    let create = long_create(5 * 3600, 43_200);
+    let sent_ms = h.clock.now_ms();
+    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &create, sent_ms, 1), Disposition::Retry { .. }));
+    let waiting = work_record(&h);
+    let mut update: Value = serde_json::from_str(&request(
+        "Update",
+        ECHO_TYPE,
+        json!({HANDLE_PROPERTY: "https://attacker.example.com/h?sig=x", TIMEOUT_PROPERTY: "43200"}),
+        OTHER_URL,
+    ))
+    .expect("json");
+    update["RequestId"] = json!("req-update");
+    update["OldResourceProperties"] = json!({HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"});
+    let disposition = h.handle(&h.worker("us-east-1"), &update.to_string());
+    assert_eq!(answered(&disposition).1, Status::Failed);
+    assert_eq!(work_record(&h), waiting, "the old work goes on");
+    assert!(h.sink.bodies(HANDLE).is_empty());
+}

@@ -14,7 +14,7 @@ use crate::lease::{LeaseState, Seen};
 use crate::request::{Request, RequestKind};
 use crate::response::Outcome;
 use crate::vocabulary::Disposition;
-use crate::wait_condition::WaitSpec;
+use crate::wait_condition::{WaitDeclared, WaitSpec};
 
 /// A work a request ends, and why.
 pub(super) struct Closing<'a> {
@@ -32,6 +32,9 @@ pub(super) fn to_close(request: &Request) -> Option<Closing<'_>> {
             spec,
             why: "the resource was deleted while its work ran; the work was stopped and is not polled again",
         }),
+        // An Update whose new declaration is refused fails, and leaves the resource (and its
+        // work) as it was.
+        RequestKind::Update if matches!(request.wait, WaitDeclared::Invalid(_)) => None,
         RequestKind::Update => {
             let old = request.old_wait.as_ref()?;
             (request.wait.spec() != Some(old)).then_some(Closing {
@@ -76,7 +79,7 @@ impl Worker {
                 _ => match self.acquire(job).await {
                     Ok(Seen::Mine { fence, .. }) => {
                         tracing::Span::current().record("fence", fence);
-                        let reason = format!("{} {why}", describe(job.origin));
+                        let reason = format!("{}: {why}", describe(job.origin));
                         tracing::warn!(fence, "closing the work: committing FAILURE as its signal");
                         self.close_under(job, fence, reason).await?;
                     }
