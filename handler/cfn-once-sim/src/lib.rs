@@ -137,6 +137,21 @@ mod tests {
         replays_clean(430_635);
     }
 
+    // L1 for a work: a drained primary and a secondary down for twenty minutes left a resource
+    // with a wait condition unanswered until near its ServiceTimeout, long after the wait
+    // condition's timeout counted from the request's sending; the work was then signalled
+    // FAILURE at once. The work's signal is owed only if the answer handed it over in time.
+
+    #[test]
+    fn seed_18377_l1_a_work_handed_over_after_its_timeout_is_failed_at_once() {
+        replays_clean(18_377);
+    }
+
+    #[test]
+    fn seed_43338_l1_a_work_handed_over_after_its_timeout_is_failed_at_once() {
+        replays_clean(43_338);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

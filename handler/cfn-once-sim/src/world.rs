@@ -1000,17 +1000,27 @@ impl World {
         let mut missed = Vec::new();
         let mut excused: Vec<&'static str> = Vec::new();
         // Each request's answer is owed by its deadline; the work of one that handed it to a wait
-        // condition (answered SUCCESS) is owed its signal by the wait condition's timeout.
+        // condition (answered SUCCESS) is owed its signal by the wait condition's timeout. The
+        // work's deadline counts from the request's sending (the handler's conservative end: a
+        // wait condition that depends on the resource starts later), so an answer that came
+        // late (every region that may answer down or drained until the answer's own deadline
+        // came near) leaves the work no time: it is signalled FAILURE at once, which the wait
+        // condition, started only then, reads long before its own timeout.
         let mut owed: Vec<(usize, &RequestPlan, String, &str, u64)> = Vec::new();
         for (index, plan) in self.scenario.requests.iter().enumerate() {
             owed.push((index, plan, format!("request {index}"), &self.urls[index], plan.deadline_ms()));
             let first_answer = observed.puts.get(&self.urls[index]).and_then(|puts| puts.first());
-            let handed_over = first_answer
-                .is_some_and(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success));
-            if let (Some(handle), Some(deadline_ms), true) =
-                (&self.handles[index], plan.work_deadline_ms(), handed_over)
+            let handed_over_at = first_answer
+                .filter(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success))
+                .map(|(at_ms, _)| *at_ms);
+            if let (Some(handle), Some(deadline_ms), Some(at_ms)) =
+                (&self.handles[index], plan.work_deadline_ms(), handed_over_at)
             {
-                owed.push((index, plan, format!("request {index}'s work"), handle, deadline_ms));
+                if at_ms + window_ms <= deadline_ms {
+                    owed.push((index, plan, format!("request {index}'s work"), handle, deadline_ms));
+                } else {
+                    excused.push("L1 excused: the answer came too late for its work's timeout");
+                }
             }
         }
         for (index, plan, what, url, deadline_ms) in owed {
