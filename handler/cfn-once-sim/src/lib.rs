@@ -152,6 +152,22 @@ mod tests {
         replays_clean(43_338);
     }
 
+    // SIGNAL: two copies of a Delete at once; one closed the work and PUT its signal, the other
+    // found the signal committed and PUT it too, then answered the Delete, and the first's
+    // retried PUT came after that answer. The check now asks that the first signal come before
+    // the Delete's answer (later PUTs are the same bytes, S1), and a closer that finds a signal
+    // committed within the delivery grace leaves it to its committer.
+
+    #[test]
+    fn seed_129965_signal_a_duplicate_delete_leaves_a_fresh_signal_to_its_committer() {
+        replays_clean(129_965);
+    }
+
+    #[test]
+    fn seed_175260_signal_a_duplicate_delete_leaves_a_fresh_signal_to_its_committer() {
+        replays_clean(175_260);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

@@ -948,14 +948,20 @@ impl World {
                     continue;
                 };
                 covered.push("long work: its Delete answered");
+                // The signal comes first. A straggler may PUT the same committed bytes again
+                // later (a PUT whose reply was lost, retried): S1 holds them identical.
                 match signals.first() {
+                    Some((first_ms, _)) if first_ms <= answered_ms => {
+                        if signals.iter().any(|(at_ms, _)| at_ms > answered_ms) {
+                            covered.push("long work: the same signal PUT again after its Delete's answer");
+                        }
+                    }
+                    Some(_) => violations.push(format!(
+                        "SIGNAL: request {index}'s handle was first signalled after its Delete (request {delete}) was answered"
+                    )),
                     None => violations.push(format!(
-                        "SIGNAL: request {delete} (a Delete) was answered before request {index}'s work was signalled"
+                        "SIGNAL: request {delete} (a Delete) was answered and request {index}'s work was never signalled"
                     )),
-                    Some(_) if signals.iter().any(|(at_ms, _)| at_ms > answered_ms) => violations.push(format!(
-                        "SIGNAL: request {index}'s handle was signalled after its Delete (request {delete}) was answered"
-                    )),
-                    Some(_) => {}
                 }
                 let item = format!("item-{index}");
                 if observed.poll_starts.iter().any(|(polled, at_ms)| *polled == item && at_ms > answered_ms) {

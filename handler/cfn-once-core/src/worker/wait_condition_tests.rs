@@ -2,6 +2,7 @@
 //! under its own fences from either region, one signal to the handle, the timeout, and the
 //! Delete or Update that ends the work.
 
+use super::waits::{deliver, follow_from as follow};
 use super::*;
 use crate::wait_condition::{HANDLE_PROPERTY, Signal, SignalStatus, TIMEOUT_PROPERTY, WORK_DATA_NAME, is_work_id};
 
@@ -22,21 +23,13 @@ fn long_create(work_s: u64, timeout_s: u64) -> String {
     )
 }
 
-fn deliver(h: &Harness, worker: &Worker, body: &str, sent_ms: u64, receive_count: u32) -> Disposition {
-    let invocation = h.invocation(900_000);
-    drive(&h.clock, worker.handle(QueueRecord { body: Some(body), receive_count, sent_ms: Some(sent_ms) }, &invocation))
-}
-
-/// Follows one message through its comebacks (each `Retry` moves the clock by its delay)
-/// until it is done; `worker_for(receive)` handles each receive. Returns the receives.
-fn follow(h: &Harness, worker_for: impl Fn(u32) -> Worker, body: &str, sent_ms: u64, first: u32) -> (Disposition, u32) {
-    for receive in first..=1_000 {
-        match deliver(h, &worker_for(receive), body, sent_ms, receive) {
-            Disposition::Retry { delay_s, .. } => h.clock.advance_ms(u64::from(delay_s) * 1000),
-            done => return (done, receive),
-        }
-    }
-    panic!("still not done after 1000 receives")
+/// Delivers a Create of a five-hour work on `HANDLE` once: answered, and its work waiting.
+/// Returns the request and when it was sent.
+fn start_five_hour_work(h: &Harness) -> (String, u64) {
+    let body = long_create(5 * 3600, 43_200);
+    let sent_ms = h.clock.now_ms();
+    assert!(matches!(deliver(h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    (body, sent_ms)
 }
 
 fn signals(h: &Harness, handle: &str) -> Vec<Signal> {
@@ -150,6 +143,14 @@ fn a_provider_error_is_signalled_failure_with_its_reason() {
     assert!(signals[0].reason.contains("quota exceeded"), "{}", signals[0].reason);
 }
 
+/// An Update of the resource from properties naming `HANDLE` to `properties`.
+fn update_of(properties: Value) -> String {
+    let mut update: Value = serde_json::from_str(&request("Update", ECHO_TYPE, properties, OTHER_URL)).expect("json");
+    update["RequestId"] = json!("req-update");
+    update["OldResourceProperties"] = json!({HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"});
+    update.to_string()
+}
+
 fn delete_of(properties: Value) -> String {
     let mut delete: Value = serde_json::from_str(&request("Delete", ECHO_TYPE, properties, OTHER_URL)).expect("json");
     delete["RequestId"] = json!("req-delete");
@@ -159,9 +160,7 @@ fn delete_of(properties: Value) -> String {
 #[test]
 fn a_delete_during_the_work_stops_it_signals_failure_and_only_then_is_answered() {
     let h = Harness::new();
-    let body = long_create(5 * 3600, 43_200);
-    let sent_ms = h.clock.now_ms();
-    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    let (body, sent_ms) = start_five_hour_work(&h);
     h.clock.advance_ms(30 * 60 * 1000);
     // A poll is in flight when the Delete comes: the Delete waits for its lease to end.
     let poll = deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 2);
@@ -213,20 +212,11 @@ fn a_delete_before_the_work_began_still_signals_failure_and_no_work_starts_after
 #[test]
 fn an_update_with_a_new_handle_stops_the_old_work_and_starts_the_new() {
     let h = Harness::new();
-    let create = long_create(5 * 3600, 43_200);
-    let sent_ms = h.clock.now_ms();
-    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &create, sent_ms, 1), Disposition::Retry { .. }));
+    let (create, sent_ms) = start_five_hour_work(&h);
     h.clock.advance_ms(60_000);
-    let mut update: Value = serde_json::from_str(&request(
-        "Update",
-        ECHO_TYPE,
+    let update = update_of(
         json!({"InProgressForS": "1200", "PollIntervalS": "600", HANDLE_PROPERTY: NEW_HANDLE, TIMEOUT_PROPERTY: "43200"}),
-        OTHER_URL,
-    ))
-    .expect("json");
-    update["RequestId"] = json!("req-update");
-    update["OldResourceProperties"] = json!({HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"});
-    let update = update.to_string();
+    );
     let (done, _) = follow(&h, |_| h.worker("us-east-1"), &update, h.clock.now_ms(), 1);
     assert_eq!(answered(&done).1, Status::Success);
     let old = signals(&h, HANDLE);
@@ -281,9 +271,7 @@ fn a_work_message_never_reaches_the_queues_receive_limit_over_twelve_hours() {
 #[test]
 fn a_drained_primary_leaves_a_delete_and_its_work_to_the_active_region() {
     let h = Harness::new();
-    let body = long_create(5 * 3600, 43_200);
-    let sent_ms = h.clock.now_ms();
-    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    start_five_hour_work(&h);
     let waiting = work_record(&h);
     h.clock.advance_ms(60_000);
     let delete = delete_of(json!({"DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"}));
@@ -302,20 +290,10 @@ fn a_drained_primary_leaves_a_delete_and_its_work_to_the_active_region() {
 #[test]
 fn an_update_whose_new_handle_is_refused_fails_and_leaves_the_old_work_running() {
     let h = Harness::new();
-    let create = long_create(5 * 3600, 43_200);
-    let sent_ms = h.clock.now_ms();
-    assert!(matches!(deliver(&h, &h.worker("us-east-1"), &create, sent_ms, 1), Disposition::Retry { .. }));
+    start_five_hour_work(&h);
     let waiting = work_record(&h);
-    let mut update: Value = serde_json::from_str(&request(
-        "Update",
-        ECHO_TYPE,
-        json!({HANDLE_PROPERTY: "https://attacker.example.com/h?sig=x", TIMEOUT_PROPERTY: "43200"}),
-        OTHER_URL,
-    ))
-    .expect("json");
-    update["RequestId"] = json!("req-update");
-    update["OldResourceProperties"] = json!({HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"});
-    let disposition = h.handle(&h.worker("us-east-1"), &update.to_string());
+    let update = update_of(json!({HANDLE_PROPERTY: "https://attacker.example.com/h?sig=x", TIMEOUT_PROPERTY: "43200"}));
+    let disposition = h.handle(&h.worker("us-east-1"), &update);
     assert_eq!(answered(&disposition).1, Status::Failed);
     assert_eq!(work_record(&h), waiting, "the old work goes on");
     assert!(h.sink.bodies(HANDLE).is_empty());

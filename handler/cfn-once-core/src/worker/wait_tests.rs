@@ -10,7 +10,7 @@ use crate::lease::PollRecord;
 use crate::provider::{Provider, ProviderError, Step};
 
 /// Delivers `body` to `worker` as receive `receive_count` of a request sent at `sent_ms`.
-fn deliver(h: &Harness, worker: &Worker, body: &str, sent_ms: u64, receive_count: u32) -> Disposition {
+pub(super) fn deliver(h: &Harness, worker: &Worker, body: &str, sent_ms: u64, receive_count: u32) -> Disposition {
     let invocation = h.invocation(900_000);
     let delivery = QueueRecord { body: Some(body), receive_count, sent_ms: Some(sent_ms) };
     drive(&h.clock, worker.handle(delivery, &invocation))
@@ -19,7 +19,18 @@ fn deliver(h: &Harness, worker: &Worker, body: &str, sent_ms: u64, receive_count
 /// Follows one message through its waits: each `Retry` moves the clock by its delay and
 /// delivers again, to `worker_for(receive)`, until the message is done. Returns the receives.
 fn follow(h: &Harness, worker_for: impl Fn(u32) -> Worker, body: &str, sent_ms: u64) -> (Disposition, u32) {
-    for receive in 1..=1_000 {
+    follow_from(h, worker_for, body, sent_ms, 1)
+}
+
+/// [`follow`], from receive `first` on.
+pub(super) fn follow_from(
+    h: &Harness,
+    worker_for: impl Fn(u32) -> Worker,
+    body: &str,
+    sent_ms: u64,
+    first: u32,
+) -> (Disposition, u32) {
+    for receive in first..=1_000 {
         match deliver(h, &worker_for(receive), body, sent_ms, receive) {
             Disposition::Retry { delay_s, .. } => h.clock.advance_ms(u64::from(delay_s) * 1000),
             done => return (done, receive),

@@ -62,6 +62,13 @@ impl Worker {
                         tracing::info!(fence = record.fence, "the work's signal is delivered; going on");
                         return Ok(());
                     }
+                    // As the decision table does for an answer: a signal committed less than the
+                    // delivery grace ago is most likely being PUT by its committer right now.
+                    let grace_end_ms = record.updated_ms.saturating_add(self.settings.put.attempt_timeout_ms);
+                    if now_ms < grace_end_ms && !job.budget.deadline_near(now_ms) {
+                        let why = "the work's signal was just committed; its committer is sending it";
+                        return Err(self.come_back(job, grace_end_ms + self.jitter_ms(), why));
+                    }
                     let signal = record.response.unwrap_or_default();
                     let status = job.status_of(&signal);
                     if let Err(error) = self.send_answer(job, record.fence, &signal, status).await {
