@@ -125,9 +125,12 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     let examples = FunctionsFile::read(&options.events_dir.join("..").join(EXAMPLES_FILE))?;
     let logs = state.join("functions");
     let builds = logs.join("build");
+    // The functions' processes start in their own folders: a relative path (the Makefile's
+    // `.venv/bin/python`) would name nothing there, as `cfn-once local` already knows.
+    let python = std::path::absolute(&options.python)?;
     let functions = LocalFunctions::start(
         &env,
-        &options.python,
+        &python,
         &examples,
         &logs,
         &builds,
