@@ -59,8 +59,12 @@ enum Command {
     /// requests as CloudFormation would (published to the topic, with presigned ResponseURLs),
     /// shows which region answered each and how fast (and each poll of the long-running one,
     /// create-echo-long.json), runs a drill, stops the primary's worker
-    /// and times the secondary's takeover. Exits 0 only if every request was answered exactly
-    /// once and the DLQs are empty.
+    /// and times the secondary's takeover. Beside all that runs a resource with a wait condition
+    /// (create-long-work.json): answered at once, its work outlives its 60 s ServiceTimeout and
+    /// is signalled to the wait condition's handle; the demo shows when the answer and the
+    /// signal came, from which region, under which fence, and how often each was PUT. Exits 0
+    /// only if every request was answered exactly once, the long work was signalled once after
+    /// its ServiceTimeout, and the DLQs are empty.
     Demo(DemoArgs),
     /// Fail over to the secondary region and back, through the real path, and report
     ///
