@@ -200,7 +200,8 @@ async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_
     assert_eq!((copies[0].cause.as_str(), copies[0].attempt.as_str()), ("deadline-passed", "this record's attempt"));
     assert_eq!(dlq_depth().await, 2, "inspect released what it held");
 
-    let listed = stuck(&target, StuckOptions { older_than_ms: 60_000, undelivered_ms: 1_000 }).await.expect("stuck");
+    let options = StuckOptions { older_than_ms: 60_000, undelivered_ms: 1_000, poll_overdue_ms: 600_000 };
+    let listed = stuck(&target, options).await.expect("stuck");
     println!("--- stuck\n{}", cfn_once_cli::ops::stuck::render(&listed));
     assert!(
         listed.iter().any(|s| s.record.request_id == late.request_key.request_id && s.why.contains("not delivered"))
@@ -250,6 +251,136 @@ async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_
     assert!(!String::from_utf8_lossy(&output.stdout).contains(url));
     let _ = std::fs::remove_file(env_file);
     regions.stop().await;
+}
+
+/// A resource with a wait condition: `inspect` shows its request answered at once and, beside
+/// it, its work, WAITING between polls and then COMMITTED with the signal it sent; `stuck` leaves
+/// the work out while its polls come on time (its age says nothing: it may rightly take 12
+/// hours) and lists it once a poll is overdue. The handle is shown nowhere.
+#[tokio::test]
+async fn inspect_and_stuck_tell_a_wait_condition_work_by_its_polls_and_its_signal() {
+    use cfn_once_cli::local::long_work::{self, LongWork};
+    use cfn_once_core::lease::LeaseStore;
+
+    let mut regions = TwoRegions::new(2, &SETTINGS).await;
+    let target = OpsTarget::from_env_file(&regions.env.file);
+    let store = cfn_once::adapters::dynamodb_lease::DynamoLeaseStore::new(
+        regions.dynamodb.clone(),
+        &regions.env.file.table_name,
+    );
+    let send = |in_progress_s: &str| {
+        let regions = &regions;
+        let in_progress_s = in_progress_s.to_owned();
+        async move {
+            let mut sent = regions.request(long_work::EVENT).await;
+            let properties = &mut sent.request["ResourceProperties"];
+            properties["ServiceTimeout"] = json!("30");
+            properties["InProgressForS"] = json!(in_progress_s);
+            properties["PollIntervalS"] = json!("4");
+            properties["CfnOnceWaitTimeout"] = json!("120");
+            let work = LongWork::send(&regions.env, sent.request.clone(), &sent.key).await.expect("sent");
+            (sent, work)
+        }
+    };
+    let until = |key: &cfn_once_core::request::RequestKey, check: fn(&cfn_once_core::lease::LeaseRecord) -> bool| {
+        let (store, key) = (&store, key.clone());
+        async move {
+            let started = Instant::now();
+            loop {
+                if let Some(record) = store.read(&key).await.expect("read").filter(check) {
+                    return record;
+                }
+                assert!(started.elapsed() < TIMEOUT, "the work's record never got there");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let shown = |report: &InspectReport| format!("{}{}", report.render(), serde_json::to_string(report).expect("JSON"));
+
+    // Waiting between polls: the request's record, answered at once, then its work's.
+    let (sent, work) = send("10").await;
+    until(&work.work_key, |record| {
+        record.state == LeaseState::Waiting && record.poll.as_ref().is_some_and(|p| p.polls >= 1)
+    })
+    .await;
+    let report = inspect_one(&target, &sent).await;
+    println!("--- a work between polls, by the request's id\n{}", report.render());
+    assert_eq!(report.requests.len(), 2, "the request and its work");
+    let answer = report.requests[0].record.as_ref().expect("the request's record");
+    assert!(!answer.work && answer.delivered, "{answer:?}");
+    assert_eq!(answer.answer.as_ref().map(|a| a.status.as_str()), Some("SUCCESS"));
+    let waiting = report.requests[1].record.as_ref().expect("the work's record");
+    assert_eq!(waiting.request_id, work.work_key.request_id);
+    assert!(waiting.request_id.starts_with("cfn-once-work:") && waiting.work, "{waiting:?}");
+    assert_eq!((waiting.state.as_str(), waiting.logical_resource_id.as_str()), ("WAITING", "Backfill"));
+    assert!(waiting.in_progress.as_ref().is_some_and(|wait| wait.polls >= 1), "{waiting:?}");
+    assert!(waiting.summary.contains("the wait condition waits for the signal"), "{}", waiting.summary);
+    assert!(report.render().contains("work      the wait condition work of Backfill"));
+    assert!(!shown(&report).contains("BackfillHandle/") && !shown(&report).contains("X-Amz-Signature"));
+
+    // Everything older than 0 s counts as old; a work whose polls come on time is still not stuck.
+    let options = StuckOptions { older_than_ms: 0, undelivered_ms: 60_000, poll_overdue_ms: 30_000 };
+    let listed = stuck(&target, options).await.expect("stuck");
+    println!("--- stuck while the work waits\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    assert!(!listed.iter().any(|entry| entry.record.work), "{listed:?}");
+
+    // Signalled and delivered: shown by the logical id too.
+    let arrivals = work.wait(&regions.s3, &regions.env.file.response_bucket, TIMEOUT).await.expect("watched");
+    assert!(arrivals.signalled_after.is_some(), "signalled");
+    until(&work.work_key, |record| record.delivered).await;
+    let by_logical_id = InspectOptions {
+        stack_id: sent.request_key.stack_id.to_string(),
+        request_id: None,
+        logical_id: Some("Backfill".into()),
+        limit: 5,
+        dead_letters: false,
+    };
+    let report = inspect(&target, &by_logical_id).await.expect("inspect");
+    println!("--- the work signalled, by the logical id\n{}", report.render());
+    let signalled = report
+        .requests
+        .iter()
+        .filter_map(|inspection| inspection.record.as_ref())
+        .find(|view| view.request_id == work.work_key.request_id)
+        .expect("the work");
+    assert_eq!((signalled.state.as_str(), signalled.delivered), ("COMMITTED", true));
+    let signal = signalled.signal.as_ref().expect("its signal");
+    assert_eq!(
+        (signal.status.as_str(), signal.unique_id.as_str(), signal.reason.as_str()),
+        ("SUCCESS", "Backfill", "the work completed")
+    );
+    assert!(signalled.summary.starts_with("signalled SUCCESS to the wait condition and delivered"));
+    assert_eq!(
+        report.requests.iter().filter(|inspection| inspection.request_id == work.work_key.request_id).count(),
+        1
+    );
+
+    // A second work, and both regions stop while it waits: once its poll is overdue, it is stuck.
+    let (_, stopped) = send("60").await;
+    let record = until(&stopped.work_key, |record| record.state == LeaseState::Waiting).await;
+    regions.stop().await;
+    let poll_at_ms = record.poll.as_ref().expect("a poll").poll_at_ms;
+    while cfn_once_tests::now_ms() < poll_at_ms + 2_000 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let options = StuckOptions { poll_overdue_ms: 1_000, ..options };
+    let listed = stuck(&target, options).await.expect("stuck");
+    println!("--- stuck with both regions stopped\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    let works: Vec<&str> =
+        listed.iter().filter(|entry| entry.record.work).map(|entry| entry.record.request_id.as_str()).collect();
+    assert_eq!(works, [stopped.work_key.request_id.as_str()], "only the stopped work, not the signalled one");
+    let entry = listed.iter().find(|entry| entry.record.work).expect("the stopped work");
+    assert!(
+        entry.why.starts_with("wait condition work: its next poll is") && entry.why.contains("overdue"),
+        "{}",
+        entry.why
+    );
+
+    // The operator binary says so in its help.
+    let help =
+        std::process::Command::new(sibling_binary("cfn-once")).args(["stuck", "--help"]).output().expect("cfn-once");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--poll-overdue-s") && help.contains("wait-condition work"), "{help}");
 }
 
 /// A binary of the workspace in the same target directory as this test binary.

@@ -408,7 +408,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
     ];
     let mut found = Vec::new();
-    for name in ["arc.yaml", "customer.yaml", "example.yaml", "lease-table.yaml", "regional.yaml"] {
+    for name in ["arc.yaml", "customer.yaml", "example.yaml", "lease-table.yaml", "long-work.yaml", "regional.yaml"] {
         let template = template(name);
         for (role_name, role) in resources(&template, "AWS::IAM::Role") {
             for policy in role["Properties"]["Policies"].as_array().expect("inline policies only") {
@@ -607,6 +607,73 @@ fn the_example_uses_the_shipped_providers() {
         let resource = one(&template, kind);
         assert_eq!(resource["Properties"]["ServiceToken"], json!({"Ref": "ServiceToken"}));
     }
+}
+
+/// The long-work example wires its wait condition the one way that works: the custom resource
+/// names the handle by its Ref and states the wait condition's Timeout through the same
+/// parameter (so the two cannot drift), the wait condition waits on that handle and depends on
+/// the resource (its clock starts after the answer), and what needs the work reads the wait
+/// condition's Data. The work fits its timeout, and the provider's Delete its ServiceTimeout.
+#[test]
+fn the_long_work_example_signals_its_wait_condition_through_the_handle() {
+    use cfn_once_core::wait_condition::{HANDLE_PROPERTY, TIMEOUT_PROPERTY, TIMEOUT_S_MAX};
+    let template = template("long-work.yaml");
+    let handles = resources(&template, "AWS::CloudFormation::WaitConditionHandle");
+    assert_eq!(handles.len(), 1, "one handle");
+    let handle = handles[0].0;
+    let (conditions, custom): (Vec<_>, Vec<_>) = template["Resources"]
+        .as_object()
+        .expect("Resources")
+        .iter()
+        .filter(|(_, r)| {
+            r["Type"] == "AWS::CloudFormation::WaitCondition" || r["Properties"].get(HANDLE_PROPERTY).is_some()
+        })
+        .partition(|(_, r)| r["Type"] == "AWS::CloudFormation::WaitCondition");
+    assert_eq!((conditions.len(), custom.len()), (1, 1), "one wait condition, one resource that signals it");
+    let (condition_name, condition) = conditions[0];
+    let (resource_name, resource) = custom[0];
+    let properties = &resource["Properties"];
+    assert!(resource["Type"].as_str().is_some_and(|kind| kind.starts_with("Custom::")), "{resource}");
+    assert_eq!(properties["ServiceToken"], json!({"Ref": "ServiceToken"}));
+    assert_eq!(properties[HANDLE_PROPERTY], json!({"Ref": handle}), "the handle property is the handle's Ref");
+    assert_eq!(condition["Properties"]["Handle"], json!({"Ref": handle}), "the wait condition waits on it");
+    assert_eq!(condition["Properties"]["Count"], json!(1), "one signal");
+
+    // One parameter for both timeouts, within what a wait condition accepts.
+    let timeout = &properties[TIMEOUT_PROPERTY];
+    assert_eq!(condition["Properties"]["Timeout"], *timeout, "the two timeouts are one value");
+    let parameter_name =
+        timeout["Ref"].as_str().unwrap_or_else(|| panic!("{TIMEOUT_PROPERTY} is a parameter: {timeout}"));
+    let parameter = &template["Parameters"][parameter_name];
+    assert_eq!((&parameter["MinValue"], &parameter["MaxValue"]), (&json!(1), &json!(TIMEOUT_S_MAX)));
+
+    // The wait condition's clock starts once the resource is answered.
+    let depends_on = match &condition["DependsOn"] {
+        Value::String(name) => vec![name.as_str()],
+        Value::Array(names) => names.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    assert!(depends_on.contains(&resource_name.as_str()), "{condition_name} DependsOn {resource_name}");
+
+    // Something reads the work's result.
+    let data = json!({"Fn::GetAtt": [condition_name, "Data"]});
+    let readers: Vec<&String> = template["Resources"]
+        .as_object()
+        .expect("Resources")
+        .iter()
+        .filter(|(_, r)| r["Properties"].as_object().is_some_and(|p| p.values().any(|v| *v == data)))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(!readers.is_empty(), "a resource reads {condition_name}.Data");
+
+    // The example's work fits the default timeout with a poll and the cutoff window (31 s) to
+    // spare, and Echo's Delete, which would otherwise wait as long, is answered at once.
+    let seconds = |value: &Value| value.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| value.as_u64());
+    let work_s = seconds(&properties["InProgressForS"]).expect("InProgressForS");
+    let poll_s = seconds(&properties["PollIntervalS"]).expect("PollIntervalS");
+    let default_s = seconds(&parameter["Default"]).expect("a default timeout");
+    assert!(work_s + poll_s + 31 <= default_s, "{work_s} s of work polled every {poll_s} s within {default_s} s");
+    assert_eq!(seconds(&properties["DeleteInProgressForS"]), Some(0));
 }
 
 /// One `samconfig.toml` environment that deploys a stack: its name, template, region and
@@ -1074,11 +1141,17 @@ fn samconfig_deploys_one_region_set_and_admits_every_customer_topic() {
         let admitted: Vec<String> = regional.parameters["ServiceTopicArns"].split(',').map(str::to_owned).collect();
         assert_eq!(admitted, expected_topics, "{} admits exactly the customer stacks' topics", regional.name);
     }
-    // The example stack uses the topic of its own region.
-    let example = environment(&environments, "example");
-    let token = &example.parameters["ServiceToken"];
-    assert!(expected_topics.contains(token), "{token} is a customer stack's topic");
-    assert_eq!(token.split(':').nth(3), Some(example.region.as_str()), "CloudFormation wants it in the stack's region");
+    // The example stacks use the topic of their own region.
+    for name in ["example", "long-work"] {
+        let example = environment(&environments, name);
+        let token = &example.parameters["ServiceToken"];
+        assert!(expected_topics.contains(token), "{name}: {token} is a customer stack's topic");
+        assert_eq!(
+            token.split(':').nth(3),
+            Some(example.region.as_str()),
+            "{name}: CloudFormation wants it in the stack's region"
+        );
+    }
 }
 
 /// With OrganizationId, every principal of that organization may publish, through a key of the

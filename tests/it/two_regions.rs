@@ -449,3 +449,44 @@ async fn every_customer_region_topic_feeds_both_regions_and_gets_one_answer_each
     assert_eq!(regions.dead_letters().await, 0);
     regions.stop().await;
 }
+
+/// `make demo`'s long work, shortened: a resource with a wait condition is answered SUCCESS at
+/// once, its work outlives the resource's ServiceTimeout and is signalled SUCCESS once after it,
+/// and the rows the demo prints say when each came, from which region, under which fence, with
+/// one PUT each, read back from S3's versions and the two lease records. The handle is never
+/// shown.
+#[tokio::test]
+async fn the_demos_long_work_is_answered_at_once_and_signalled_once_after_its_service_timeout() {
+    use cfn_once_cli::local::long_work::{self, LongWork};
+
+    let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
+    let mut sent = regions.request(long_work::EVENT).await;
+    let properties = &mut sent.request["ResourceProperties"];
+    properties["ServiceTimeout"] = json!("10");
+    properties["InProgressForS"] = json!("14");
+    properties["PollIntervalS"] = json!("4");
+    properties["CfnOnceWaitTimeout"] = json!("90");
+    let file = &regions.env.file;
+    let work = LongWork::send(&regions.env, sent.request.clone(), &sent.key).await.expect("sent");
+    let arrivals = work.wait(&regions.s3, &file.response_bucket, Duration::from_secs(90)).await.expect("watched");
+    regions.drain(TIMEOUT).await;
+    let store = cfn_once::adapters::dynamodb_lease::DynamoLeaseStore::new(regions.dynamodb.clone(), &file.table_name);
+    let report = work.report(arrivals, &regions.s3, &file.response_bucket, &store).await.expect("report");
+    let rows = report.render();
+    println!("{rows}");
+    assert!(report.passed(), "{rows}");
+    let (answer, signal) = (&report.answer, &report.signal);
+    assert_eq!((answer.region.as_str(), answer.fence, answer.puts), ("us-east-1", Some(1), 1), "{rows}");
+    assert!(answer.after.is_some_and(|after| after < Duration::from_secs(10)), "{rows}");
+    assert!(signal.after.is_some_and(|after| after >= Duration::from_secs(14)), "{rows}");
+    assert_eq!((signal.region.as_str(), signal.puts), ("us-east-1", 1), "{rows}");
+    // The first run and at least two polls of the 14 s work, each under a fence of its own.
+    assert!(report.polls.is_some_and(|polls| polls >= 2) && signal.fence.is_some_and(|fence| fence >= 3), "{rows}");
+    let lines: Vec<&str> = rows.lines().collect();
+    assert!(lines[2].contains("answer  SUCCESS") && lines[2].contains(r#"Data {"CfnOnceWork":"continues"#), "{rows}");
+    assert!(lines[3].contains("signal  SUCCESS") && lines[3].contains("UniqueId Backfill, Reason the work completed"));
+    assert!(lines[4].contains("after its ServiceTimeout (10 s) passed, SUCCESS after"), "{rows}");
+    assert!(!rows.contains("X-Amz-Signature") && !rows.contains(&work.handle_key), "the handle is not shown");
+    assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}

@@ -59,8 +59,12 @@ enum Command {
     /// requests as CloudFormation would (published to the topic, with presigned ResponseURLs),
     /// shows which region answered each and how fast (and each poll of the long-running one,
     /// create-echo-long.json), runs a drill, stops the primary's worker
-    /// and times the secondary's takeover. Exits 0 only if every request was answered exactly
-    /// once and the DLQs are empty.
+    /// and times the secondary's takeover. Beside all that runs a resource with a wait condition
+    /// (create-long-work.json): answered at once, its work outlives its 60 s ServiceTimeout and
+    /// is signalled to the wait condition's handle; the demo shows when the answer and the
+    /// signal came, from which region, under which fence, and how often each was PUT. Exits 0
+    /// only if every request was answered exactly once, the long work was signalled once after
+    /// its ServiceTimeout, and the DLQs are empty.
     Demo(DemoArgs),
     /// Fail over to the secondary region and back, through the real path, and report
     ///
@@ -77,14 +81,23 @@ enum Command {
     /// and each handler region's queue and DLQ counts, and looks through the DLQs for copies of
     /// it (holding their messages for a moment, then releasing them: SQS cannot be searched).
     /// With --logical-id instead of --request-id, the latest requests of that resource in the
-    /// stack. Never prints a ResponseURL. Uses the operator's credentials: GetItem and Query on
-    /// the table, ReceiveMessage, ChangeMessageVisibility and GetQueueAttributes on the queues.
+    /// stack. A resource with a wait condition (CfnOnceWaitHandle) has, beside its requests, a
+    /// wait-condition work (RequestId cfn-once-work:...): shown as WAITING with its polls so far
+    /// and its next poll, or COMMITTED with the signal's status (SUCCESS or FAILURE), Reason and
+    /// UniqueId; inspecting a request that handed its work over shows the work too. Never prints
+    /// a ResponseURL or a wait condition handle. Uses the operator's credentials: GetItem and
+    /// Query on the table, ReceiveMessage, ChangeMessageVisibility and GetQueueAttributes on the
+    /// queues.
     Inspect(InspectArgs),
     /// Requests that look stuck, oldest first; exits 1 if there are any
     ///
     /// Scans the lease table for requests unanswered for longer than --older-than-s (running,
     /// waiting for polls, or abandoned with an expired lease) and answers committed but not
-    /// delivered for longer than --undelivered-s.
+    /// delivered for longer than --undelivered-s. A wait-condition work may rightly take up to
+    /// 12 hours, so its age alone does not list it: it is listed when its next poll (or a
+    /// poll's lease) is overdue by longer than --poll-overdue-s, when it is older than 12 hours
+    /// (any wait condition's deadline has passed) and unsignalled, or when its signal was
+    /// committed and not delivered for longer than --undelivered-s.
     Stuck(StuckArgs),
     /// Move dead-lettered messages back to their queue, saying what each will do
     ///
@@ -283,6 +296,9 @@ struct StuckArgs {
     /// Committed answers undelivered for longer than this are listed.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     undelivered_s: u64,
+    /// Wait-condition works whose next poll is overdue by longer than this are listed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    poll_overdue_s: u64,
 }
 
 #[derive(Debug, Args)]
@@ -502,7 +518,11 @@ async fn run_inspect(args: InspectArgs) -> anyhow::Result<bool> {
 async fn run_stuck(args: StuckArgs) -> anyhow::Result<bool> {
     init_terminal_logging();
     let target = args.target.target().await?;
-    let options = StuckOptions { older_than_ms: args.older_than_s * 1000, undelivered_ms: args.undelivered_s * 1000 };
+    let options = StuckOptions {
+        older_than_ms: args.older_than_s * 1000,
+        undelivered_ms: args.undelivered_s * 1000,
+        poll_overdue_ms: args.poll_overdue_s * 1000,
+    };
     let stuck = cfn_once_cli::ops::stuck::stuck(&target, options).await?;
     if args.target.json {
         println!("{}", serde_json::to_string_pretty(&stuck)?);

@@ -5,14 +5,19 @@
 //! delayed, the lease table, a response bucket, an item table), runs both regional handlers
 //! behind local event source mappings, and then:
 //!
-//! 1. sends the sample requests in `events/` the way CloudFormation does (published to the
+//! 1. sends a resource with a wait condition (`create-long-work.json`, see `long_work`) whose
+//!    work outlives its ServiceTimeout and runs beside everything that follows;
+//! 2. sends the sample requests in `events/` the way CloudFormation does (published to the
 //!    topic, each with a fresh RequestId and a presigned ResponseURL) and shows which region
 //!    answered each, how fast, and what; a long-running one (`create-echo-long.json`) shows
 //!    each of its polls as the lease record records them;
-//! 2. runs a failover drill (control to the secondary, probe, control back, probe);
-//! 3. stops the primary's worker, sends a probe, and times the secondary's takeover;
-//! 4. waits for every queue to drain and counts every PUT: it exits 0 only if each request was
-//!    answered exactly once and the DLQs are empty.
+//! 3. runs a failover drill (control to the secondary, probe, control back, probe);
+//! 4. stops the primary's worker, sends a probe, and times the secondary's takeover;
+//! 5. waits for the long work's signal and shows when its answer and its signal came, from
+//!    which region, under which fence, and how often each was PUT;
+//! 6. waits for every queue to drain and counts every PUT: it exits 0 only if each request was
+//!    answered exactly once, the long work was answered within its ServiceTimeout and
+//!    signalled once after it, and the DLQs are empty.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -29,6 +34,7 @@ use crate::local::drill::{self, DrillOptions, DrillTarget};
 use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
 use crate::local::functions::{EXAMPLES_FILE, LocalFunctions};
 use crate::local::functions_file::FunctionsFile;
+use crate::local::long_work::{self, LongWork};
 use crate::local::moto::MotoServer;
 use crate::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair};
 use crate::local::provision;
@@ -125,16 +131,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     let examples = FunctionsFile::read(&options.events_dir.join("..").join(EXAMPLES_FILE))?;
     let logs = state.join("functions");
     let builds = logs.join("build");
-    let functions = LocalFunctions::start(
-        &env,
-        &options.python,
-        &examples,
-        &logs,
-        &builds,
-        &format!("cfn-once-demo-{suffix}"),
-        &|line| println!("  .. {line}"),
-    )
-    .await?;
+    // The functions' processes start in their own folders: a relative path (the Makefile's
+    // `.venv/bin/python`) would name nothing there, as `cfn-once local` already knows.
+    let python = std::path::absolute(&options.python)?;
+    let functions =
+        LocalFunctions::start(&env, &python, &examples, &logs, &builds, &format!("cfn-once-demo-{suffix}"), &|line| {
+            println!("  .. {line}")
+        })
+        .await?;
     step(&format!(
         "Custom::Reservation (onEvent, isComplete) and Custom::Greeting (answers by itself, as cfn-response does) answered by Python functions in each region, under awslambdaric behind a local Invoke API (CFN_ONCE_FUNCTIONS={}); their logs: {}",
         examples.cfn_once_functions(),
@@ -143,7 +147,19 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     let mut pair = RegionPair::start_serving(&env, &LOCAL_SETTINGS, |_| None, Some(&functions)).await?;
     step("handlers running in both regions behind local event source mappings");
 
-    let rows = send_samples(&env, &options.events_dir, &suffix).await?;
+    let stack_id = format!("arn:aws:cloudformation:{}:123456789012:stack/cfn-once-demo/{suffix}", file.customer_region);
+    let long_work = send_long_work(&env, &options.events_dir, &stack_id).await?;
+    step(&format!(
+        "sent a resource with a wait condition ({}); its work runs beside what follows",
+        long_work.describe()
+    ));
+    let waiting = {
+        let (work, s3) = (long_work.clone(), s3_client(&env.sdk(&file.primary_region).await));
+        let (bucket, timeout) = (file.response_bucket.clone(), Duration::from_secs(long_work.wait_timeout_s));
+        tokio::spawn(async move { work.wait(&s3, &bucket, timeout).await })
+    };
+
+    let rows = send_samples(&env, &options.events_dir, &stack_id).await?;
     print_table("sample requests", &rows);
 
     let target = DrillTarget::from_env_file(file);
@@ -171,6 +187,14 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     pair.primary.start();
     step("primary's worker restarted");
 
+    step(&format!("waiting for the signal of the work of {}", long_work.logical_resource_id));
+    let arrivals = waiting.await.context("the long work's watch")??;
+    let store =
+        DynamoLeaseStore::new(aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await), &file.table_name);
+    let s3 = s3_client(&env.sdk(&file.primary_region).await);
+    let long_report = long_work.report(arrivals, &s3, &file.response_bucket, &store).await?;
+    println!("\n{}\n", long_report.render());
+
     step("waiting for every queue to drain, then counting every PUT");
     let sqs_primary = aws_sdk_sqs::Client::new(&env.sdk(&file.primary_region).await);
     let sqs_secondary = aws_sdk_sqs::Client::new(&env.sdk(&file.secondary_region).await);
@@ -180,10 +204,10 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
         + provision::queue_depth(&sqs_secondary, &file.queues.secondary_dlq).await?;
     pair.stop().await;
 
-    let s3 = s3_client(&env.sdk(&file.primary_region).await);
     let mut keys: Vec<String> = rows.iter().map(|row| row.key.clone()).collect();
     keys.extend(drill.probes.iter().map(|probe| probe.response_key.clone()));
     keys.push(failover.response_key.clone());
+    keys.extend([long_work.answer_key.clone(), long_work.handle_key.clone()]);
     let mut once = 0;
     for key in &keys {
         let puts = provision::response_puts(&s3, &file.response_bucket, key).await?;
@@ -193,9 +217,13 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
             println!("  ! {key} received {puts} PUTs");
         }
     }
-    let passed = once == keys.len() && drained && dlq_messages == 0 && drill.passed && failover.passed;
+    let long_passed = long_report.passed();
+    if !long_passed {
+        println!("  ! the long work was not answered within its ServiceTimeout and signalled SUCCESS once after it");
+    }
+    let passed = once == keys.len() && drained && dlq_messages == 0 && drill.passed && failover.passed && long_passed;
     println!(
-        "\n{once}/{} requests answered exactly once (samples, drill probes, failover probe); queues {}; DLQs hold {dlq_messages} message(s).",
+        "\n{once}/{} answers and signals PUT exactly once (samples, drill probes, failover probe, the long work's answer and signal); queues {}; DLQs hold {dlq_messages} message(s).",
         keys.len(),
         if drained { "drained" } else { "NOT drained" }
     );
@@ -203,8 +231,25 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     Ok(passed)
 }
 
+/// Sends the resource with a wait condition (`long_work::EVENT`) in the demo's stack.
+async fn send_long_work(env: &LocalEnvironment, events_dir: &Path, stack_id: &str) -> anyhow::Result<LongWork> {
+    let file = &env.file;
+    let presigner = s3_client(&env.https_sdk(&file.primary_region).await?);
+    let mut request = load_event(&events_dir.join(long_work::EVENT))?;
+    let request_id = format!("{:016x}-demo-long-work", random_seed());
+    let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
+    let key = format!("{logical}/{request_id}");
+    request["RequestId"] = Value::String(request_id);
+    request["StackId"] = Value::String(stack_id.to_owned());
+    request["ServiceToken"] = Value::String(file.topic_arn.clone());
+    request["ResourceProperties"]["ServiceToken"] = Value::String(file.topic_arn.clone());
+    request["ResponseURL"] =
+        Value::String(provision::presigned_put_url(&presigner, &file.response_bucket, &key, 7_200).await?);
+    LongWork::send(env, request, &key).await
+}
+
 /// Sends the sample events one by one, each after the previous was answered.
-async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -> anyhow::Result<Vec<Row>> {
+async fn send_samples(env: &LocalEnvironment, events_dir: &Path, stack_id: &str) -> anyhow::Result<Vec<Row>> {
     let file = &env.file;
     let sns = aws_sdk_sns::Client::new(&env.sdk(&file.customer_region).await);
     let s3 = s3_client(&env.sdk(&file.primary_region).await);
@@ -212,7 +257,6 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
     let presigner = s3_client(&env.https_sdk(&file.primary_region).await?);
     let store =
         DynamoLeaseStore::new(aws_sdk_dynamodb::Client::new(&env.sdk(&file.primary_region).await), &file.table_name);
-    let stack_id = format!("arn:aws:cloudformation:{}:123456789012:stack/cfn-once-demo/{suffix}", file.customer_region);
     let mut physical_ids: HashMap<String, String> = HashMap::new();
     let mut rows = Vec::new();
     step(&format!("sending {} sample requests from {}", SAMPLE_EVENTS.len(), events_dir.display()));
@@ -222,7 +266,7 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
         let logical = request["LogicalResourceId"].as_str().unwrap_or("Resource").to_owned();
         let key = format!("{logical}/{request_id}");
         request["RequestId"] = Value::String(request_id.clone());
-        request["StackId"] = Value::String(stack_id.clone());
+        request["StackId"] = Value::String(stack_id.to_owned());
         request["ServiceToken"] = Value::String(file.topic_arn.clone());
         request["ResourceProperties"]["ServiceToken"] = Value::String(file.topic_arn.clone());
         if request["ResourceProperties"].get("TableName").is_some() {
@@ -243,7 +287,7 @@ async fn send_samples(env: &LocalEnvironment, events_dir: &Path, suffix: &str) -
         let sent_at = Instant::now();
         sns.publish().topic_arn(&file.topic_arn).message(request.to_string()).send().await.context("publish")?;
         let record_key = RequestKey {
-            stack_id: StackArn::parse(&stack_id).context("the sample StackId is not a stack ARN")?,
+            stack_id: StackArn::parse(stack_id).context("the sample StackId is not a stack ARN")?,
             request_id,
         };
         let answer = provision::wait_for_response(&s3, &file.response_bucket, &key, ANSWER_TIMEOUT, |_| {});

@@ -11,6 +11,7 @@ pub mod functions;
 pub mod functions_file;
 pub mod invoke_api;
 pub mod lambda_service;
+pub mod long_work;
 pub mod moto;
 pub mod pair;
 pub mod provision;

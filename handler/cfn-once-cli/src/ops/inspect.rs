@@ -1,13 +1,18 @@
 //! `cfn-once inspect`: what happened to a request. Its lease record in words (`view`), each
 //! handler region's queue and DLQ counts, and which copies of it sit in a DLQ and why (read by
 //! holding the DLQ's messages for a moment, then releasing them). By RequestId, or the latest
-//! requests of a logical resource in a stack.
+//! requests of a logical resource in a stack. A request answered at once because its resource
+//! has a wait condition (its answer's Data says `CfnOnceWork`) is followed by its work's record,
+//! the same attempt's, which holds the provider's progress and the signal.
 
 use anyhow::Context;
+use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::SystemClock;
 use cfn_once_core::clock::Clock;
-use cfn_once_core::lease::{LeaseRecord, LeaseStore};
+use cfn_once_core::lease::{LeaseRecord, LeaseState, LeaseStore};
 use cfn_once_core::request::{RequestKey, StackArn};
+use cfn_once_core::response::ResponseBody;
+use cfn_once_core::wait_condition::{WORK_DATA_NAME, is_work_id};
 use serde::Serialize;
 
 use crate::local::report::terminal_safe;
@@ -95,6 +100,7 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
         }
         (None, None) => anyhow::bail!("name a request: --request-id ID, or --logical-id ID for its latest requests"),
     };
+    let records = with_works(&store, records).await?;
     let now_ms = SystemClock.now_ms();
     let mut queues = Vec::new();
     let mut held: Vec<(usize, DlqMessage)> = Vec::new();
@@ -133,6 +139,53 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
         })
         .collect();
     Ok(InspectReport { requests, queues, dead_letters_read })
+}
+
+/// `records`, each request that handed its work over followed by its work's record (found by
+/// a Query of the stack, made only if one did): a work of the same resource and attempt.
+async fn with_works(
+    store: &DynamoLeaseStore,
+    records: Vec<(RequestKey, Option<LeaseRecord>)>,
+) -> anyhow::Result<Vec<(RequestKey, Option<LeaseRecord>)>> {
+    let handed_over = |record: &LeaseRecord| {
+        record.state == LeaseState::Committed
+            && !is_work_id(&record.key.request_id)
+            && record
+                .response
+                .as_deref()
+                .and_then(|bytes| ResponseBody::parse(bytes).ok())
+                .is_some_and(|body| body.data.contains_key(WORK_DATA_NAME))
+    };
+    let named: Vec<RequestKey> = records.iter().map(|(key, _)| key.clone()).collect();
+    let mut stack_records: Option<Vec<LeaseRecord>> = None;
+    let mut out: Vec<(RequestKey, Option<LeaseRecord>)> = Vec::with_capacity(records.len());
+    for (key, record) in records {
+        let works = match record.as_ref().filter(|record| handed_over(record)) {
+            Some(request) => {
+                if stack_records.is_none() {
+                    stack_records = Some(store.records_of_stack(request.key.stack_id.as_str()).await?);
+                }
+                stack_records
+                    .iter()
+                    .flatten()
+                    .filter(|work| {
+                        is_work_id(&work.key.request_id)
+                            && work.label.logical_resource_id == request.label.logical_resource_id
+                            && work.fingerprint == request.fingerprint
+                    })
+                    .cloned()
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        out.push((key, record));
+        for work in works {
+            if !named.contains(&work.key) && !out.iter().any(|(listed, _)| *listed == work.key) {
+                out.push((work.key.clone(), Some(work)));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// How a DLQ copy relates to the record.
