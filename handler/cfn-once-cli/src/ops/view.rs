@@ -409,7 +409,7 @@ mod tests {
 
         let signal = json!({
             "Status": "FAILURE",
-            "Reason": "Custom::Echo Delete the resource was deleted while its work ran; the work was stopped and is not polled again",
+            "Reason": "Custom::Echo Delete: the resource was deleted while its work ran; the work was stopped and is not polled again",
             "UniqueId": "Backfill",
             "Data": r#"{"Secret":"s3cr3t"}"#,
         });
@@ -421,7 +421,7 @@ mod tests {
         assert!(view.summary.starts_with("signalled FAILURE but not delivered yet"), "{}", view.summary);
         let text = view.render();
         println!("{text}");
-        assert!(text.contains("Reason: Custom::Echo Delete the resource was deleted while its work ran"), "{text}");
+        assert!(text.contains("Reason: Custom::Echo Delete: the resource was deleted while its work ran"), "{text}");
         assert!(text.contains("delivered no: the next copy to arrive PUTs it"), "{text}");
         let json = serde_json::to_string(&view).expect("JSON");
         assert!(!text.contains("s3cr3t") && !json.contains("s3cr3t"), "the work's Data is counted, not shown");
