@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use crate::fingerprint::short_digest;
-use crate::request::{Request, RequestKey};
+use crate::request::{Request, RequestKey, StackArn};
 use crate::response::{Outcome, foreign_text};
 use crate::wait_condition::{SIGNAL_BYTES_MAX, Signal, SignalStatus, WORK_DATA_NAME, WORK_ID_PREFIX, WaitSpec};
 
@@ -15,8 +15,14 @@ const SIGNAL_REASON_CHARS_MAX: usize = 1024;
 /// handle, so a Delete (sent the properties that named the handle) finds it, and a new handle
 /// is new work.
 pub fn work_key(request: &Request, spec: &WaitSpec) -> RequestKey {
-    let digest = short_digest(&[&request.key.stack_id, &request.logical_resource_id, spec.handle.expose_secret()]);
-    RequestKey { stack_id: request.key.stack_id.clone(), request_id: format!("{WORK_ID_PREFIX}{digest}") }
+    work_key_of(&request.key.stack_id, &request.logical_resource_id, spec.handle.expose_secret())
+}
+
+/// [`work_key`] from its parts, for the operator tools, which read a queued request's JSON
+/// (the key is a digest: the handle cannot be read back from it).
+pub fn work_key_of(stack_id: &StackArn, logical_resource_id: &str, handle: &str) -> RequestKey {
+    let digest = short_digest(&[stack_id, logical_resource_id, handle]);
+    RequestKey { stack_id: stack_id.clone(), request_id: format!("{WORK_ID_PREFIX}{digest}") }
 }
 
 /// The work of `request`'s resource on `spec`'s handle, as a request of its own: keyed by

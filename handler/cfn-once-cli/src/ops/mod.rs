@@ -174,6 +174,9 @@ pub struct Identified {
     pub request_type: String,
     /// The attempt, as the handler computes it (`Fingerprint::of` the request).
     pub fingerprint: Fingerprint,
+    /// The key of the work a Create or Update with a wait condition hands past its answer
+    /// (`cfn_once_core::work::work_key`); the handle itself is never kept.
+    pub work_key: Option<RequestKey>,
 }
 
 /// Reads the request out of an SQS body (an SNS envelope or a bare request); `None` if it names
@@ -186,11 +189,22 @@ pub fn identify(body: &str) -> Option<Identified> {
         outer
     };
     let text = |field: &str| request.get(field).and_then(Value::as_str).map(str::to_owned);
+    let stack_id = StackArn::parse(&text("StackId")?)?;
+    let logical_resource_id = text("LogicalResourceId").unwrap_or_default();
+    let request_type = text("RequestType").unwrap_or_default();
+    let handle = request
+        .get("ResourceProperties")
+        .and_then(|properties| properties.get(cfn_once_core::wait_condition::HANDLE_PROPERTY))
+        .and_then(Value::as_str);
+    let work_key = handle
+        .filter(|_| matches!(request_type.as_str(), "Create" | "Update"))
+        .map(|handle| cfn_once_core::work::work_key_of(&stack_id, &logical_resource_id, handle));
     Some(Identified {
-        key: RequestKey { stack_id: StackArn::parse(&text("StackId")?)?, request_id: text("RequestId")? },
-        logical_resource_id: text("LogicalResourceId").unwrap_or_default(),
-        request_type: text("RequestType").unwrap_or_default(),
+        key: RequestKey { stack_id, request_id: text("RequestId")? },
+        logical_resource_id,
+        request_type,
         fingerprint: Fingerprint::of(&request),
+        work_key,
     })
 }
 

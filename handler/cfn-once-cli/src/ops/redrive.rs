@@ -7,6 +7,7 @@
 //! (`cfn-once-sent-ms`), so its deadline still counts from then.
 
 use cfn_once_core::lease::{LeaseRecord, LeaseState, LeaseStore};
+use cfn_once_core::response::Status;
 use cfn_once_core::vocabulary::DeadLetterCause;
 use serde::Serialize;
 
@@ -70,7 +71,11 @@ pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Res
                 Some(found) => store.read(&found.key).await?,
                 None => None,
             };
-            let (record_says, deliverable) = expectation(message, record.as_ref());
+            let work = match message.identified.as_ref().and_then(|found| found.work_key.as_ref()) {
+                Some(key) => store.read(key).await?,
+                None => None,
+            };
+            let (record_says, deliverable) = expectation(message, record.as_ref(), work.as_ref());
             let undeliverable = !deliverable || message.cause == Some(DeadLetterCause::Undeliverable);
             let action = if undeliverable && !options.include_undeliverable {
                 leave.push(message.clone());
@@ -104,8 +109,9 @@ pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Res
     Ok(report)
 }
 
-/// What the record says about `message`'s request, and whether anyone can be answered.
-fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>) -> (String, bool) {
+/// What the record says about `message`'s request (and `work`, the record of the work a request
+/// with a wait condition hands past its answer), and whether anyone can be answered.
+fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>, work: Option<&LeaseRecord>) -> (String, bool) {
     let Some(found) = &message.identified else {
         return ("unreadable: it names no request".into(), false);
     };
@@ -119,7 +125,20 @@ fn expectation(message: &DlqMessage, record: Option<&LeaseRecord>) -> (String, b
             ("a newer attempt than the record's: the redriven copy runs it".into(), true)
         };
     }
+    let handed_over = found.work_key.is_some()
+        && record.state == LeaseState::Committed
+        && record.response.as_deref().map(cfn_once_core::response::status_of) == Some(Status::Success);
     let says = match (record.state, record.delivered) {
+        (LeaseState::Committed, true) if handed_over => match work.map(|work| (work.state, work.delivered)) {
+            Some((LeaseState::Committed, true)) => "answered, and its work signalled: the redriven copy is dropped",
+            Some((LeaseState::Committed, false)) => {
+                "answered; its work's signal committed but not delivered: the redriven copy PUTs the stored signal"
+            }
+            Some((LeaseState::Waiting, _)) => {
+                "answered; its work is in progress (waiting for a poll): the redriven copy joins the polls"
+            }
+            _ => "answered; its work has not signalled yet: the redriven copy goes on to the work",
+        },
         (LeaseState::Committed, true) => "answered and delivered: the redriven copy is dropped",
         (LeaseState::Committed, false) => "answered but not delivered: the redriven copy PUTs the stored answer",
         (LeaseState::Waiting, _) => "in progress (waiting for a poll): the redriven copy joins the polls",
@@ -167,5 +186,57 @@ impl RedriveReport {
             if self.dry_run { " (dry run: nothing moved)" } else { "" }
         ));
         out.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A DLQ copy of a Create that names a wait condition handle.
+    fn message() -> DlqMessage {
+        let request = json!({
+            "RequestType": "Create",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/s/g",
+            "RequestId": "r-1",
+            "LogicalResourceId": "Backfill",
+            "ResourceProperties": {"CfnOnceWaitHandle": "https://cloudformation-waitcondition-us-east-1.s3.amazonaws.com/h?X-Amz-Signature=s"},
+        });
+        let body = request.to_string();
+        DlqMessage {
+            message_id: "m".into(),
+            receipt_handle: "r".into(),
+            identified: crate::ops::identify(&body),
+            body,
+            reason: None,
+            cause: None,
+            source_queue_arn: None,
+            sent_ms: Some(1),
+            receive_count: None,
+        }
+    }
+
+    fn record(key: &cfn_once_core::request::RequestKey, fingerprint: &cfn_once_core::fingerprint::Fingerprint, state: LeaseState, delivered: bool, response: &[u8]) -> LeaseRecord {
+        let left = cfn_once_core::lease::left_record(key, 1, None, 1, 2);
+        LeaseRecord { state, delivered, fingerprint: fingerprint.clone(), response: Some(response.to_vec()), ..left }
+    }
+
+    #[test]
+    fn a_copy_whose_answer_handed_its_work_over_is_told_by_the_work() {
+        let message = message();
+        let found = message.identified.clone().expect("identified");
+        let work_key = found.work_key.clone().expect("a Create naming a handle has a work");
+        assert!(cfn_once_core::wait_condition::is_work_id(&work_key.request_id));
+        let answer = record(&found.key, &found.fingerprint, LeaseState::Committed, true, br#"{"Status":"SUCCESS"}"#);
+        let says = |work: Option<&LeaseRecord>| expectation(&message, Some(&answer), work).0;
+        assert!(says(None).contains("goes on to the work"), "{}", says(None));
+        let waiting = record(&work_key, &found.fingerprint, LeaseState::Waiting, false, b"");
+        assert!(says(Some(&waiting)).contains("joins the polls"));
+        let signalled = record(&work_key, &found.fingerprint, LeaseState::Committed, true, b"{}");
+        assert!(says(Some(&signalled)).contains("signalled: the redriven copy is dropped"));
+        // A FAILED answer handed nothing over.
+        let failed = record(&found.key, &found.fingerprint, LeaseState::Committed, true, br#"{"Status":"FAILED"}"#);
+        assert!(expectation(&message, Some(&failed), None).0.starts_with("answered and delivered"));
     }
 }
