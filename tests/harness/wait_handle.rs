@@ -141,7 +141,7 @@ pub async fn puts(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<Put> 
 
 /// A lease record (a request's or a work's) as a plain, consistent GetItem finds it: what an
 /// application reading the lease table sees, without cfn-once's own adapter.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct PlainRecord {
     pub fence: u64,
     /// `region/invocation/nonce` of the execution that last wrote it.
@@ -157,6 +157,23 @@ pub struct PlainRecord {
     pub polls: Option<u64>,
     /// Create, Update or Delete: the request that wrote it (a work's: the one that started it).
     pub request_type: String,
+}
+
+impl std::fmt::Debug for PlainRecord {
+    /// The committed bytes as text (an answer and a signal are JSON), not a list of numbers.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlainRecord")
+            .field("fence", &self.fence)
+            .field("owner", &self.owner)
+            .field("state", &self.state)
+            .field("response", &self.response.as_deref().map(String::from_utf8_lossy))
+            .field("delivered", &self.delivered)
+            .field("created_ms", &self.created_ms)
+            .field("updated_ms", &self.updated_ms)
+            .field("polls", &self.polls)
+            .field("request_type", &self.request_type)
+            .finish()
+    }
 }
 
 impl PlainRecord {
