@@ -76,7 +76,7 @@ impl Worker {
                 _ => match self.acquire(job).await {
                     Ok(Seen::Mine { fence, .. }) => {
                         tracing::Span::current().record("fence", fence);
-                        let reason = format!("{} {why}", describe(job.origin));
+                        let reason = format!("{}: {why}", describe(job.origin));
                         tracing::warn!(fence, "closing the work: committing FAILURE as its signal");
                         self.close_under(job, fence, reason).await?;
                     }
