@@ -217,7 +217,11 @@ async fn a_delete_during_the_work_stops_it_signals_failure_then_answers_the_dele
     assert_eq!(regions.plain_record(&work_key).await.as_ref(), Some(&closed), "the work's record never changed again");
     let (_, signal, _) = settled(&regions, &create, &handle).await;
     assert_eq!(signal.status, SignalStatus::Failure);
-    assert!(signal.reason.contains("deleted while its work ran"), "{}", signal.reason);
+    assert!(
+        signal.reason.starts_with("Custom::Echo Delete: the resource was deleted while its work ran"),
+        "{}",
+        signal.reason
+    );
     for observed in [&regions.primary_observed, &regions.secondary_observed] {
         let copies = observed.dispositions(&create);
         assert_eq!(copies.last(), Some(&Disposition::Done(Done::Superseded)), "the Create's copy stopped: {copies:?}");
