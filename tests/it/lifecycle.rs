@@ -434,7 +434,8 @@ mod dynamodb_item {
     /// SUCCESS; the second's work finds a record cfn-once did not write at its key and is
     /// signalled FAILURE. That WaitCondition fails and the stack's Create rolls back:
     /// CloudFormation sends each created custom resource a Delete with the properties it was
-    /// created with (its handle among them) and the id it was answered with, the newest first.
+    /// created with (its handle among them) and the id it was answered with (the two do not
+    /// depend on each other, so in no set order: here the one whose work failed first).
     /// Each Delete finds its work's signal delivered, runs the provider's Delete and is answered
     /// SUCCESS; neither handle is signalled again, the first item is gone, and the record from
     /// before the stack is intact.
@@ -479,7 +480,7 @@ mod dynamodb_item {
             records.push(work);
         }
 
-        // The WaitCondition on TenantReady fails; the rollback deletes the newest resource first.
+        // The WaitCondition on TenantReady fails, and the stack's Create rolls back.
         let rolled_back = stack
             .send(
                 "rollback delete of the resource whose work failed",
