@@ -86,12 +86,14 @@ async fn a_work_outliving_its_service_timeout_is_signalled_success_from_the_seco
     let work_key = handle.work_key(&sent);
     let published = Instant::now();
     regions.publish(&sent).await;
+    // No later than SNS stamped the request: the ServiceTimeout counts from then.
+    let sent_at = Instant::now();
     let (_, answered_after) = regions.wait_for_answer(&sent, published, TIMEOUT).await;
     assert!(answered_after < ANSWER_WITHIN, "answered at once, not after the work: {answered_after:?}");
 
     // The primary polls the work past the ServiceTimeout, where an ordinary request's
     // message would be settled; then its region dies mid-work.
-    tokio::time::sleep((SERVICE_TIMEOUT + Duration::from_secs(2)).saturating_sub(published.elapsed())).await;
+    tokio::time::sleep((SERVICE_TIMEOUT + Duration::from_secs(2)).saturating_sub(sent_at.elapsed())).await;
     let polling = regions.plain_record(&work_key).await.expect("the work's record");
     assert_eq!(polling.region(), primary, "the primary was polling: {polling:?}");
     assert!(["WAITING", "RUNNING"].contains(&polling.state.as_str()), "{polling:?}");
@@ -99,7 +101,7 @@ async fn a_work_outliving_its_service_timeout_is_signalled_success_from_the_seco
     assert!(handle.puts().await.is_empty(), "nothing signalled while the work runs");
     regions.kill_primary().await;
 
-    let ((_, signal), signalled_after) = handle.wait_for_signal(published, SERVICE_TIMEOUT + TIMEOUT).await;
+    let ((_, signal), signalled_after) = handle.wait_for_signal(sent_at, SERVICE_TIMEOUT + TIMEOUT).await;
     println!(
         "answered after {answered_after:?}; primary killed after {:?} ({} polls); signalled {:?} after {signalled_after:?}",
         SERVICE_TIMEOUT + Duration::from_secs(2),
