@@ -49,12 +49,14 @@ mod fake_arc;
 mod fake_runtime;
 mod lambda_process;
 mod two_regions;
+mod wait_handle;
 pub use cfn_once_cli::local::fault_proxy::{Exchange, Fault, FaultProxy, Match, waited_for};
 pub use cfn_once_cli::local::tls_front::TlsFront;
 pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use lambda_process::LambdaProcess;
 pub use two_regions::{Observed, TwoRegions};
+pub use wait_handle::{PlainRecord, Put, WaitHandle, plain_record, puts};
 
 /// The account moto uses.
 pub const ACCOUNT: &str = "123456789012";
@@ -375,6 +377,18 @@ impl LocalRegion {
     /// The request's lease record.
     pub async fn record(&self, sent: &Sent) -> Option<LeaseRecord> {
         self.lease_store().read(&sent.request_key).await.expect("read lease record")
+    }
+
+    /// A wait condition handle named after `logical_id`, presigned into this region's response
+    /// bucket (which the handler's allow-list admits).
+    pub async fn wait_handle(&self, logical_id: &str) -> WaitHandle {
+        WaitHandle::presign(&self.s3, &self.s3, &self.bucket, logical_id).await
+    }
+
+    /// The lease record at `key` (a request's, or a work's), as a plain GetItem reads it,
+    /// through a client that is not counted.
+    pub async fn plain_record(&self, key: &RequestKey) -> Option<PlainRecord> {
+        plain_record(&aws_sdk_dynamodb::Client::new(&self.sdk), &self.table, key).await
     }
 
     /// Polls `esm` with `app` until the request has a response or `timeout` passes.

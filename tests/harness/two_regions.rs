@@ -14,7 +14,7 @@ use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::vocabulary::{Disposition, Done, Handled, Role};
 use cfn_once_core::worker::Ports;
 
-use crate::{Sent, live_request, moto, moto_front, unique};
+use crate::{PlainRecord, Put, Sent, WaitHandle, live_request, moto, moto_front, plain_record, puts, unique};
 
 /// What one region's worker did, in order, with when it finished each record.
 #[derive(Debug, Clone, Default)]
@@ -179,6 +179,11 @@ impl TwoRegions {
         provision::response_versions(&self.s3, &self.env.file.response_bucket, &sent.key).await.expect("responses")
     }
 
+    /// Every PUT of an answer to `sent`, oldest first, with when S3 stored each.
+    pub async fn answer_puts(&self, sent: &Sent) -> Vec<Put> {
+        puts(&self.s3, &self.env.file.response_bucket, &sent.key).await
+    }
+
     /// Waits for the first answer to `sent`; returns it and how long after `since` it came.
     pub async fn wait_for_answer(&self, sent: &Sent, since: Instant, timeout: Duration) -> (Vec<u8>, Duration) {
         loop {
@@ -195,6 +200,17 @@ impl TwoRegions {
         let store =
             cfn_once::adapters::dynamodb_lease::DynamoLeaseStore::new(self.dynamodb.clone(), &self.env.file.table_name);
         store.read(&sent.request_key).await.expect("read record")
+    }
+
+    /// A wait condition handle named after `logical_id`, presigned on the environment's HTTPS
+    /// endpoint into its response bucket, as the ResponseURLs are.
+    pub async fn wait_handle(&self, logical_id: &str) -> WaitHandle {
+        WaitHandle::presign(&self.presigner, &self.s3, &self.env.file.response_bucket, logical_id).await
+    }
+
+    /// The lease record at `key` (a request's, or a work's), as a plain GetItem reads it.
+    pub async fn plain_record(&self, key: &cfn_once_core::request::RequestKey) -> Option<PlainRecord> {
+        plain_record(&self.dynamodb, &self.env.file.table_name, key).await
     }
 
     /// Messages left in both regions' queues (delayed and in flight included).

@@ -5,7 +5,7 @@
 //! to the DLQ with which reason, nothing sent); after each, a valid request is answered exactly
 //! once, so no case leaves the handler stuck; and every log line of every case, captured at
 //! TRACE through the production subscriber (third-party crates and the `log` bridge included),
-//! is searched for the signed ResponseURLs the cases carried.
+//! is searched for the signed ResponseURLs and wait condition handles the cases carried.
 
 use std::sync::Once;
 use std::time::{Duration, Instant};
@@ -51,7 +51,8 @@ struct Catalogue {
     esm: LocalEventSourceMapping,
     captured: CapturedLogs,
     dispatch: tracing::Dispatch,
-    /// Every signature a case's ResponseURL carried: none may appear in a log line.
+    /// Every signature a case's ResponseURL or wait condition handle carried: none may appear in
+    /// a log line.
     secrets: Vec<String>,
 }
 
@@ -124,7 +125,8 @@ impl Catalogue {
     async fn run(&mut self, (name, make, expect): Row) -> Result<(), String> {
         let mut sent = self.region.request("create-echo.json").await;
         let input = make(&mut sent);
-        if let Some(signature) = sent.request["ResponseURL"].as_str().and_then(|url| url.split("Signature=").nth(1)) {
+        let urls = [&sent.request["ResponseURL"], &sent.request["ResourceProperties"]["CfnOnceWaitHandle"]];
+        for signature in urls.into_iter().filter_map(|url| url.as_str()?.split("Signature=").nth(1)) {
             self.secrets.push(signature.chars().take(40).collect());
         }
         match &input {
@@ -222,6 +224,13 @@ fn property(sent: &mut Sent, name: &str, value: Value) {
 /// A hostile ResponseURL with a recognisable signature, which must never be logged.
 fn url(sent: &mut Sent, url: &str) -> Input {
     set(sent, "ResponseURL", json!(url));
+    Input::Publish
+}
+
+/// A hostile wait condition handle with a recognisable signature, which must never be logged.
+fn handle(sent: &mut Sent, url: &str) -> Input {
+    property(sent, "CfnOnceWaitHandle", json!(url));
+    property(sent, "CfnOnceWaitTimeout", json!("600"));
     Input::Publish
 }
 
@@ -417,6 +426,27 @@ async fn identifiers_and_response_urls() {
                 Input::Publish
             },
             Expect::DeadLetter("ResponseURL"),
+        ),
+        // A wait condition handle is checked as a ResponseURL is; a refused one is the
+        // resource's failure (its answer says why), not an undeliverable record.
+        (
+            "a wait condition handle to an attacker's host",
+            |sent| handle(sent, "https://attacker.example.com/collect?X-Amz-Signature=hostilesecret08"),
+            Expect::Answered(Status::Failed, Some("not an Amazon S3 endpoint")),
+        ),
+        (
+            "a wait condition handle with a user name and password",
+            |sent| handle(sent, "https://user:pw@b.s3.amazonaws.com/k?X-Amz-Signature=hostilesecret09"),
+            Expect::Answered(Status::Failed, Some("user name or password")),
+        ),
+        (
+            "an allow-listed wait condition handle climbing out of its bucket",
+            |sent| {
+                let url = sent.request["ResponseURL"].as_str().unwrap_or_default().to_owned();
+                let (base, rest) = url.split_once("-responses/").unwrap_or((&url, ""));
+                handle(sent, &format!("{base}-responses/../other-bucket/{rest}"))
+            },
+            Expect::Answered(Status::Failed, Some("CfnOnceWaitHandle is refused")),
         ),
     ];
     Catalogue::new().await.run_all("identifiers and ResponseURLs", rows).await;

@@ -10,7 +10,8 @@
 //! Update back from the new id before the cleanup Delete of the new id (the documentation does
 //! not say which comes); a failing Create on a key another resource owns, or that holds a record
 //! cfn-once did not write, and its rollback Delete with an id CloudFormation made up; two
-//! resources naming one key; the stack's Delete.
+//! resources naming one key; the stack's Delete; and a stack whose wait condition fails (the
+//! resources' work signalled to wait condition handles), rolled back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ use cfn_once_cli::local::provision;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::wait_condition::SignalStatus;
 use cfn_once_tests::{LocalRegion, Options, Sent};
 use serde_json::{Value, json};
 
@@ -64,6 +66,21 @@ impl Stack {
         properties: Value,
         old_properties: Option<Value>,
     ) -> ResponseBody {
+        self.exchange(step, kind, resource_type, logical_id, physical_id, properties, old_properties).await.0
+    }
+
+    /// [`Stack::send`], also returning the request as sent.
+    #[allow(clippy::too_many_arguments)]
+    async fn exchange(
+        &mut self,
+        step: &str,
+        kind: &str,
+        resource_type: &str,
+        logical_id: &str,
+        physical_id: Option<&str>,
+        properties: Value,
+        old_properties: Option<Value>,
+    ) -> (ResponseBody, Sent) {
         let started = Instant::now();
         let mut sent: Sent = self.region.request("create-echo.json").await;
         let request = &mut sent.request;
@@ -89,7 +106,7 @@ impl Stack {
         let record = self.region.record(&sent).await.expect("a lease record");
         assert_eq!((record.state, record.delivered), (LeaseState::Committed, true), "{step}");
         self.steps.push((step.to_owned(), started.elapsed()));
-        ResponseBody::parse(&bytes).expect("a response body")
+        (ResponseBody::parse(&bytes).expect("a response body"), sent)
     }
 
     /// Every item of the table as a plain Scan reads it (the application's view: a deleted item
@@ -409,6 +426,99 @@ mod dynamodb_item {
             table(&[("tenant#prod", vec![("Plan", "new".to_owned()), ("owner", owner.clone())])])
         );
         stack.report("Custom::DynamoDBItem (existing record)");
+    }
+
+    /// A stack whose wait condition fails, and its rollback (`CfnOnceWaitHandle`, see
+    /// `cfn_once_core::wait_condition`). Two resources hand their work to wait conditions, and
+    /// each is answered SUCCESS at once: the first's work writes its item and is signalled
+    /// SUCCESS; the second's work finds a record cfn-once did not write at its key and is
+    /// signalled FAILURE. That WaitCondition fails and the stack's Create rolls back:
+    /// CloudFormation sends each created custom resource a Delete with the properties it was
+    /// created with (its handle among them) and the id it was answered with (the two do not
+    /// depend on each other, so in no set order: here the one whose work failed first).
+    /// Each Delete finds its work's signal delivered, runs the provider's Delete and is answered
+    /// SUCCESS; neither handle is signalled again, the first item is gone, and the record from
+    /// before the stack is intact.
+    #[tokio::test]
+    async fn a_rollback_after_a_failed_wait_condition_deletes_once_and_signals_nothing_again() {
+        let mut stack = stack().await;
+        let owner = stack.owner("Seats");
+        stack.seed("tenant#prod", &[("Plan", "production")]).await;
+        let existing = ("tenant#prod", vec![("Plan", "production".to_owned())]);
+        let (seats_handle, tenant_handle) =
+            (stack.region.wait_handle("SeatsReady").await, stack.region.wait_handle("TenantReady").await);
+        let mut seats = item(&stack, "seats#1", "a");
+        seats_handle.declare(&mut seats, 600);
+        let mut tenant = item(&stack, "tenant#prod", "new");
+        tenant_handle.declare(&mut tenant, 600);
+
+        // The stack's Create: both answered SUCCESS at once, their work signalled.
+        let (seats_created, seats_sent) =
+            stack.exchange("create, its work succeeds", "Create", TYPE, "Seats", None, seats.clone(), None).await;
+        let (tenant_created, tenant_sent) =
+            stack.exchange("create, its work fails", "Create", TYPE, "Tenant", None, tenant.clone(), None).await;
+        for created in [&seats_created, &tenant_created] {
+            assert_eq!(created.status, Status::Success, "{created:?}");
+            assert!(created.data.contains_key("CfnOnceWork"), "the work continues past the answer: {created:?}");
+        }
+        let seats_signal = seats_handle.signals().await;
+        assert_eq!(seats_signal.len(), 1);
+        assert_eq!(seats_signal[0].1.status, SignalStatus::Success, "{:?}", seats_signal[0].1);
+        let tenant_signal = tenant_handle.signals().await;
+        assert_eq!(tenant_signal.len(), 1);
+        assert_eq!(tenant_signal[0].1.status, SignalStatus::Failure);
+        assert!(tenant_signal[0].1.reason.contains("which cfn-once did not write"), "{}", tenant_signal[0].1.reason);
+        let written = ("seats#1", vec![("Plan", "a".to_owned()), ("owner", owner)]);
+        assert_eq!(stack.items().await, table(&[written.clone(), existing.clone()]));
+        let works = [(&seats_handle, &seats_sent), (&tenant_handle, &tenant_sent)];
+        let mut records = Vec::new();
+        for (handle, sent) in works {
+            let work = stack.region.plain_record(&handle.work_key(sent)).await.expect("the work's record");
+            assert_eq!((work.state.as_str(), work.delivered), ("COMMITTED", true), "{work:?}");
+            records.push(work);
+        }
+
+        // The WaitCondition on TenantReady fails, and the stack's Create rolls back.
+        let rolled_back = stack
+            .send(
+                "rollback delete of the resource whose work failed",
+                "Delete",
+                TYPE,
+                "Tenant",
+                Some(&tenant_created.physical_resource_id),
+                tenant,
+                None,
+            )
+            .await;
+        assert_eq!(rolled_back.status, Status::Success, "{rolled_back:?}");
+        assert_eq!(
+            stack.items().await,
+            table(&[written, existing.clone()]),
+            "the record from before the stack is intact, and the other resource's item still there"
+        );
+        let rolled_back = stack
+            .send(
+                "rollback delete of the resource whose work succeeded",
+                "Delete",
+                TYPE,
+                "Seats",
+                Some(&seats_created.physical_resource_id),
+                seats,
+                None,
+            )
+            .await;
+        assert_eq!(rolled_back.status, Status::Success, "{rolled_back:?}");
+        assert_eq!(stack.items().await, table(&[existing]), "the rollback removed what the stack wrote, only that");
+
+        // Nothing was signalled twice, and the Deletes did not touch the works' records.
+        for ((handle, sent), before) in works.into_iter().zip(records) {
+            let signals = handle.signals().await;
+            assert_eq!(signals.len(), 1, "one PUT to the handle");
+            let work = stack.region.plain_record(&handle.work_key(sent)).await.expect("the work's record");
+            assert_eq!(work.response.as_deref(), Some(&signals[0].0[..]), "S1: the signal PUT is the committed bytes");
+            assert_eq!(work, before, "the rollback found the signal delivered and left the work alone");
+        }
+        stack.report("Custom::DynamoDBItem (a failed wait condition and its rollback)");
     }
 }
 

@@ -1,6 +1,7 @@
-//! The ResponseURL is a credential: no log line may contain it. Every path that touches a URL
-//! (an answer, a refusal, a PUT that fails, a malformed request) runs under a capturing
-//! subscriber at TRACE, the most verbose level anyone could configure.
+//! The ResponseURL is a credential: no log line may contain it, nor a wait condition handle
+//! (`CfnOnceWaitHandle`), which is one too. Every path that touches a URL (an answer, a signal, a
+//! refusal, a PUT that fails, a malformed request) runs under a capturing subscriber at TRACE,
+//! the most verbose level anyone could configure.
 
 use std::net::TcpListener;
 
@@ -30,7 +31,20 @@ async fn no_log_line_contains_a_response_url() {
         json!(format!("http://127.0.0.1:{closed_port}/bucket/key?X-Amz-Signature=unreachablesecret0002"));
     let mut malformed = region.request("create-echo.json").await;
     malformed.request["RequestType"] = json!("Upsert");
-    let all = [&answered, &refused, &unreachable, &malformed];
+    // Resources with a wait condition: one answered and signalled, one whose handle is refused
+    // (answered FAILED), one whose signal's PUT fails.
+    let handle = region.wait_handle("GreetingHandle").await;
+    let mut signalled = region.request("create-echo.json").await;
+    handle.declare(&mut signalled.request["ResourceProperties"], 600);
+    let mut refused_handle = region.request("create-echo.json").await;
+    refused_handle.request["ResourceProperties"]["CfnOnceWaitHandle"] =
+        json!("https://attacker.example.com/handle?X-Amz-Signature=refusedhandlesecret0003");
+    refused_handle.request["ResourceProperties"]["CfnOnceWaitTimeout"] = json!("600");
+    let mut unreachable_handle = region.request("create-echo.json").await;
+    unreachable_handle.request["ResourceProperties"]["CfnOnceWaitHandle"] =
+        json!(format!("http://127.0.0.1:{closed_port}/handles/h?X-Amz-Signature=unreachablehandlesecret0004"));
+    unreachable_handle.request["ResourceProperties"]["CfnOnceWaitTimeout"] = json!("600");
+    let all = [&answered, &refused, &unreachable, &malformed, &signalled, &refused_handle, &unreachable_handle];
     for sent in all {
         region.publish(sent).await;
     }
@@ -41,7 +55,9 @@ async fn no_log_line_contains_a_response_url() {
     let dispatch = tracing::Dispatch::new(subscriber);
     let capturing_handler = |event| cfn_once::lambda::handle(&app, event).with_subscriber(dispatch.clone());
     let mut received = 0;
-    while received < all.len() {
+    let started = std::time::Instant::now();
+    while received < all.len() || handle.puts().await.is_empty() {
+        assert!(started.elapsed() < TIMEOUT, "{received} records received and nothing signalled after {TIMEOUT:?}");
         received += esm.poll_once(&capturing_handler).await.expect("poll").received;
     }
 
@@ -52,18 +68,40 @@ async fn no_log_line_contains_a_response_url() {
     assert!(logs.contains("record refused"), "the refusal was logged");
     assert!(logs.contains("response PUT attempt failed"), "the failing PUT was logged");
     assert!(lines.len() > 20, "only {} lines captured", lines.len());
+    // The wait conditions' paths ran under the capture: a signal PUT, a refusal, a failed PUT.
+    assert_eq!(handle.signals().await.len(), 1, "the work was signalled");
+    assert!(logs.contains(r#""what":"signal""#), "the signal's lines were captured");
+    assert!(
+        logs.contains(&refused_handle.request_key.request_id)
+            && logs.contains(&unreachable_handle.request_key.request_id)
+    );
+    let refusal = region.responses(&refused_handle).await;
+    let refusal = String::from_utf8_lossy(refusal.first().expect("the refused handle's answer"));
+    assert!(refusal.contains("CfnOnceWaitHandle is refused") && !refusal.contains("refusedhandlesecret"), "{refusal}");
+    assert_eq!(region.responses(&unreachable_handle).await.len(), 1, "answered; its signal's PUT failed");
+    let unreachable_id = &unreachable_handle.request_key.request_id;
+    assert!(
+        logs.lines().any(|line| line.contains("PUT attempt failed") && line.contains(unreachable_id.as_str())),
+        "the failing PUT of the signal was logged"
+    );
 
     for sent in all {
         let url = sent.request["ResponseURL"].as_str().expect("url");
         let signature = url.split("X-Amz-Signature=").nth(1).expect("signed URL");
         assert!(!logs.contains(url), "a log line contains a ResponseURL");
         assert!(!logs.contains(signature), "a log line contains a ResponseURL's signature");
+        if let Some(handle) = sent.request["ResourceProperties"]["CfnOnceWaitHandle"].as_str() {
+            let signature = handle.split("X-Amz-Signature=").nth(1).expect("signed handle");
+            assert!(!logs.contains(handle), "a log line contains a wait condition handle");
+            assert!(!logs.contains(signature), "a log line contains a wait condition handle's signature");
+        }
     }
     assert!(!logs.contains("X-Amz-Signature") && !logs.contains("X-Amz-Credential"), "no presigned query in logs");
 }
 
 /// The real binary under a Runtime API at `AWS_LAMBDA_LOG_LEVEL=TRACE`: lambda_runtime logs
-/// every raw event at TRACE, and a raw event carries signed ResponseURLs. Nothing it, the SDK or
+/// every raw event at TRACE, and a raw event carries signed ResponseURLs (and wait condition
+/// handles). Nothing it, the SDK or
 /// the HTTP stack logs may contain one, and an event that is not UTF-8 (which lambda_runtime's
 /// TRACE line cannot print) must not stop the runtime.
 #[tokio::test]
@@ -98,17 +136,26 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
     region.publish(&second).await;
     runtime.invoke("invocation-3", region.batch_of_one(&esm).await.0, 60_000);
     assert!(matches!(runtime.posted("invocation-3", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
-    for sent in [&first, &second] {
+    // A resource with a wait condition: answered and signalled in one invocation.
+    let handle = region.wait_handle("GreetingHandle").await;
+    let mut third = region.request("create-echo.json").await;
+    handle.declare(&mut third.request["ResourceProperties"], 600);
+    region.publish(&third).await;
+    runtime.invoke("invocation-4", region.batch_of_one(&esm).await.0, 60_000);
+    assert!(matches!(runtime.posted("invocation-4", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
+    for sent in [&first, &second, &third] {
         assert_eq!(region.responses(sent).await.len(), 1, "answered once");
     }
+    assert_eq!(handle.signals().await.len(), 1, "signalled once");
 
     let output = lambda.output();
     assert!(output.iter().any(|line| line.contains("lease acquired")), "cfn-once's own lines are there at TRACE");
-    for sent in [&first, &second] {
-        let url = sent.request["ResponseURL"].as_str().expect("url");
+    let urls = [&first, &second, &third].map(|sent| sent.request["ResponseURL"].as_str().expect("url"));
+    for (what, url) in urls.into_iter().map(|url| ("ResponseURL", url)).chain([("wait condition handle", &*handle.url)])
+    {
         let signature = url.split("X-Amz-Signature=").nth(1).expect("signed URL");
         let leaking: Vec<&String> = output.iter().filter(|line| line.contains(signature)).collect();
-        assert!(leaking.is_empty(), "{} log line(s) carry a signed ResponseURL: {leaking:?}", leaking.len());
+        assert!(leaking.is_empty(), "{} log line(s) carry a signed {what}: {leaking:?}", leaking.len());
     }
     assert!(!output.iter().any(|line| line.contains("X-Amz-Signature")), "no presigned query in any line");
 }

@@ -26,4 +26,5 @@ mod sweeper;
 mod templates;
 mod tls;
 mod two_regions;
+mod wait_conditions;
 mod wire_faults;
