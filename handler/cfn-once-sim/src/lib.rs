@@ -168,6 +168,17 @@ mod tests {
         replays_clean(175_260);
     }
 
+    // DLQ: a resource with a wait condition, its ServiceTimeout 32 s, both regions down until
+    // after it; the primary committed FAILED, its PUT hung, and it dead-lettered its copy past
+    // the answer's deadline (the secondary's copy PUT the answer). The check counted the copy
+    // owed until the wait condition's timeout, but a work is owed only once an answer handed it
+    // over: until then a copy is owed by the answer's deadline.
+
+    #[test]
+    fn seed_623634_dlq_a_copy_is_owed_until_the_work_only_once_the_work_was_handed_over() {
+        replays_clean(623_634);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

@@ -804,8 +804,9 @@ impl World {
     fn dead_lettered(&self, request: usize, by: &str, region: Region) {
         let elapsed_ms = self.shared.elapsed_ms();
         let plan = &self.scenario.requests[request];
-        // A resource with a wait condition is owed its signal too, until its timeout.
-        let deadline_ms = plan.owed_until_ms();
+        // A resource with a wait condition whose answer handed its work over is owed its signal
+        // too, until its timeout; until then, only its answer, by the answer's deadline.
+        let deadline_ms = if self.handed_over(request) { plan.owed_until_ms() } else { plan.deadline_ms() };
         let answered = self.done_with(request);
         let superseded = self.scenario.requests.iter().any(|other| other.retry_of == Some(request));
         self.shared.trace(None, || format!("a copy of request {request} moved to the DLQ by {by}"));
@@ -822,17 +823,24 @@ impl World {
         }
     }
 
-    /// Whether nothing more is owed for `request`: it was answered, and if it handed work to a
-    /// wait condition (its answer SUCCESS), the work was signalled.
-    fn done_with(&self, request: usize) -> bool {
+    /// Whether `request` names a wait condition and its answer, SUCCESS, handed its work over.
+    fn handed_over(&self, request: usize) -> bool {
         let observed = self.shared.observed();
-        let first = |url: &str| observed.puts.get(url).and_then(|puts| puts.first()).map(|(_, body)| body.clone());
-        let Some(answer) = first(&self.urls[request]) else { return false };
-        let handed_over = ResponseBody::parse(&answer).is_ok_and(|body| body.status == Status::Success);
-        match &self.handles[request] {
-            Some(handle) if handed_over => first(handle).is_some(),
-            _ => true,
-        }
+        let answer = observed.puts.get(&self.urls[request]).and_then(|puts| puts.first());
+        self.handles[request].is_some()
+            && answer
+                .is_some_and(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success))
+    }
+
+    /// Whether nothing more is owed for `request`: it was answered, and if it handed work to a
+    /// wait condition, the work was signalled.
+    fn done_with(&self, request: usize) -> bool {
+        let answered = self.shared.observed().puts.get(&self.urls[request]).is_some_and(|puts| !puts.is_empty());
+        let signalled = || {
+            let handle = self.handles[request].as_deref().unwrap_or_default();
+            self.shared.observed().puts.get(handle).is_some_and(|puts| !puts.is_empty())
+        };
+        answered && (!self.handed_over(request) || signalled())
     }
 
     /// Whether `region`'s clock was stepped away from true time at `elapsed_ms`.

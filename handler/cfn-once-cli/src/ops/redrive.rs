@@ -217,7 +217,13 @@ mod tests {
         }
     }
 
-    fn record(key: &cfn_once_core::request::RequestKey, fingerprint: &cfn_once_core::fingerprint::Fingerprint, state: LeaseState, delivered: bool, response: &[u8]) -> LeaseRecord {
+    fn record(
+        key: &cfn_once_core::request::RequestKey,
+        fingerprint: &cfn_once_core::fingerprint::Fingerprint,
+        state: LeaseState,
+        delivered: bool,
+        response: &[u8],
+    ) -> LeaseRecord {
         let left = cfn_once_core::lease::left_record(key, 1, None, 1, 2);
         LeaseRecord { state, delivered, fingerprint: fingerprint.clone(), response: Some(response.to_vec()), ..left }
     }

@@ -557,7 +557,7 @@ impl Worker {
         let deadline = &job.budget.deadline;
         if now_ms >= deadline.at_ms {
             return Disposition::DeadLetter {
-                why: format!("{}; the request's deadline, set by {}, has passed", why, deadline.describe()),
+                why: format!("{}; {}, set by {}, has passed", why, job.phase.deadline_name(), deadline.describe()),
                 cause: DeadLetterCause::DeadlinePassed,
             };
         }
@@ -623,6 +623,14 @@ impl Phase {
         let hands_over = matches!(request.kind(), Some(RequestKind::Create | RequestKind::Update))
             && !matches!(request.wait, crate::wait_condition::WaitDeclared::None);
         if hands_over { Self::HandOver } else { Self::Answer }
+    }
+
+    /// Whose deadline this job keeps, for Reasons.
+    fn deadline_name(self) -> &'static str {
+        match self {
+            Self::Work => "the work's deadline",
+            Self::Answer | Self::HandOver => "the request's deadline",
+        }
     }
 
     /// What this job's answer is called in log lines.

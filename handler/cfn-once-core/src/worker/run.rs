@@ -81,7 +81,9 @@ impl Worker {
             return self.retry(job, "too little of this invocation was left to run the provider".into());
         }
         let (end, advice) = match window.bound {
-            RunBound::Request => (format!("the request's deadline, set by {}", job.budget.deadline.describe()), ""),
+            RunBound::Request => {
+                (format!("{}, set by {}", job.phase.deadline_name(), job.budget.deadline.describe()), "")
+            }
             RunBound::Invocation => (
                 "the Lambda invocation's deadline".to_owned(),
                 "; raise the function timeout or make the provider faster",
@@ -117,8 +119,9 @@ impl Worker {
         let reason = match &poll {
             Some(poll) => still_in_progress(job, poll, now_ms),
             None => format!(
-                "no region could run {} before the request's deadline, set by {}; answering FAILED rather than letting CloudFormation wait",
+                "no region could run {} before {}, set by {}; answering FAILED rather than letting CloudFormation wait",
                 describe(job.request),
+                job.phase.deadline_name(),
                 job.budget.deadline.describe(),
             ),
         };

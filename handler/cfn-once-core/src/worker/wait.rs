@@ -84,8 +84,9 @@ impl Worker {
 /// polls, and the provider's last state (bounded, markup stripped).
 pub(super) fn still_in_progress(job: &Job<'_>, poll: &PollRecord, now_ms: u64) -> String {
     format!(
-        "{} was still in progress when the request's deadline, set by {}, came near: waited {} s over {} polls; last state: {}",
+        "{} was still in progress when {}, set by {}, came near: waited {} s over {} polls; last state: {}",
         describe(job.request),
+        job.phase.deadline_name(),
         job.budget.deadline.describe(),
         now_ms.saturating_sub(poll.waiting_since_ms) / 1000,
         poll.polls,
