@@ -234,7 +234,12 @@ mod tests {
         let found = message.identified.clone().expect("identified");
         let work_key = found.work_key.clone().expect("a Create naming a handle has a work");
         assert!(cfn_once_core::wait_condition::is_work_id(&work_key.request_id));
-        let answer = record(&found.key, &found.fingerprint, LeaseState::Committed, true, br#"{"Status":"SUCCESS"}"#);
+        let body = |status: &str| {
+            json!({"Status": status, "PhysicalResourceId": "p", "StackId": "s", "RequestId": "r-1", "LogicalResourceId": "Backfill", "NoEcho": false})
+                .to_string()
+                .into_bytes()
+        };
+        let answer = record(&found.key, &found.fingerprint, LeaseState::Committed, true, &body("SUCCESS"));
         let says = |work: Option<&LeaseRecord>| expectation(&message, Some(&answer), work).0;
         assert!(says(None).contains("goes on to the work"), "{}", says(None));
         let waiting = record(&work_key, &found.fingerprint, LeaseState::Waiting, false, b"");
@@ -242,7 +247,7 @@ mod tests {
         let signalled = record(&work_key, &found.fingerprint, LeaseState::Committed, true, b"{}");
         assert!(says(Some(&signalled)).contains("signalled: the redriven copy is dropped"));
         // A FAILED answer handed nothing over.
-        let failed = record(&found.key, &found.fingerprint, LeaseState::Committed, true, br#"{"Status":"FAILED"}"#);
+        let failed = record(&found.key, &found.fingerprint, LeaseState::Committed, true, &body("FAILED"));
         assert!(expectation(&message, Some(&failed), None).0.starts_with("answered and delivered"));
     }
 }
