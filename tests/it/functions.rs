@@ -1,10 +1,11 @@
 //! Custom resources you already have: a Python Lambda function written for the CDK Provider
 //! framework (`examples/functions/cdk-provider`, `on_event` and `is_complete` under
-//! `awslambdaric`) and functions that PUT their own answer as `cfnresponse` does
-//! (`examples/functions/cfn-response`, and a slow one written here), answered exactly once
-//! through cfn-once on moto, each handler region invoking its own region's copy through the real
-//! `aws-sdk-lambda` client and the local Invoke API, and reading self-answers from its own
-//! region's answer bucket on moto through presigned URLs.
+//! `awslambdaric`, its work past the answer signalled to a wait condition too) and functions
+//! that PUT their own answer as `cfnresponse` does (`examples/functions/cfn-response`, and a slow
+//! one written here), answered exactly once through cfn-once on moto, each handler region
+//! invoking its own region's copy through the real `aws-sdk-lambda` client and the local Invoke
+//! API, and reading self-answers from its own region's answer bucket on moto through presigned
+//! URLs.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use cfn_once_core::config::FunctionRoute;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_core::wait_condition::{HANDLE_PROPERTY, SignalStatus, WORK_DATA_NAME};
 use cfn_once_core::worker::Ports;
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::{Value, json};
@@ -240,6 +242,58 @@ async fn is_complete_is_polled_from_the_secondary_when_the_primary_dies_mid_wait
     regions.drain(Duration::from_secs(60)).await;
     assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT");
     assert_eq!(regions.dead_letters().await, 0);
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wait_condition() {
+    let (dir, primary_api, secondary_api, mut regions) = two_regions_with_functions("functions-wait").await;
+    // Ready 15 s after onEvent; the answer does not wait for it.
+    let handle = regions.wait_handle("ReservationHandle").await;
+    let mut properties = json!({"ServiceToken": "x", "Name": "fa", "ReadyInS": "15"});
+    handle.declare(&mut properties, 120);
+    let sent = reservation(&regions, "create-echo.json", properties).await;
+    let published = Instant::now();
+    regions.publish(&sent).await;
+
+    let (body, answered_after) = regions.wait_for_answer(&sent, published, Duration::from_secs(60)).await;
+    let answer = ResponseBody::parse(&body).expect("body");
+    assert_eq!(answer.status, Status::Success, "{:?}", answer.reason);
+    let continues = answer.data.get(WORK_DATA_NAME).and_then(Value::as_str).unwrap_or_default();
+    assert!(continues.starts_with("continues"), "the answer says the work continues: {answer:?}");
+    assert_ne!(answer.physical_resource_id, "reservation-fa", "the answer is fixed before onEvent runs");
+    assert!(answered_after < Duration::from_secs(15), "answered before the reservation was ready: {answered_after:?}");
+
+    let ((_, signal), signalled_after) = handle.wait_for_signal(published, Duration::from_secs(90)).await;
+    println!(
+        "answered after {answered_after:?}; signalled {:?} after {signalled_after:?}; onEvent: us-east-1 {} / \
+         us-west-2 {}; isComplete: us-east-1 {} / us-west-2 {}",
+        signal.status,
+        primary_api.invokes("on-event"),
+        secondary_api.invokes("on-event"),
+        primary_api.invokes("is-complete"),
+        secondary_api.invokes("is-complete"),
+    );
+    assert_eq!(signal.status, SignalStatus::Success, "{signal:?}");
+    assert!(signalled_after >= Duration::from_secs(15), "not before the reservation was ready: {signalled_after:?}");
+    let data: Value = serde_json::from_str(&signal.data).expect("the signal's Data is JSON text");
+    assert_eq!(data["PhysicalResourceId"], json!("reservation-fa"), "onEvent's id goes to the signal: {data}");
+    assert_eq!((&data["Name"], &data["Ready"]), (&json!("fa"), &json!("true")), "onEvent's and isComplete's Data");
+
+    regions.drain(Duration::from_secs(60)).await;
+    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT of the answer");
+    assert_eq!(handle.signals().await.len(), 1, "one PUT to the handle");
+    assert_eq!(primary_api.invokes("on-event") + secondary_api.invokes("on-event"), 1, "onEvent ran once");
+    assert!(primary_api.invokes("is-complete") + secondary_api.invokes("is-complete") >= 1);
+    let work = regions.plain_record(&handle.work_key(&sent)).await.expect("the work's record");
+    assert_eq!((work.state.as_str(), work.delivered), ("COMMITTED", true), "{work:?}");
+    assert_eq!(regions.dead_letters().await, 0);
+    // The functions logged every event they were given: none held the handle.
+    let logged = logs(&dir);
+    assert!(logged.contains("\"handler\": \"isComplete\""), "the function logged its events");
+    assert!(!logged.contains(HANDLE_PROPERTY), "a function saw the handle's property");
+    let handle_signature = handle.url.split("X-Amz-Signature=").nth(1).expect("a presigned URL");
+    assert!(!logged.contains(handle_signature.split('&').next().unwrap_or_default()), "a function saw the handle");
     regions.stop().await;
 }
 
