@@ -12,8 +12,11 @@ use cfn_once_core::vocabulary::{Disposition, Done};
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::json;
 
-const DELAY_S: u32 = 2;
-const SETTINGS: [(&str, &str); 8] = [
+/// The secondary queue's delay, short for tests (as the two-region tests of other modules use).
+pub(crate) const DELAY_S: u32 = 2;
+/// Short leases and calls, and a 6 s deadline margin: the two-region tests' settings (as the
+/// tests of other modules use, `wait_conditions.rs` among them).
+pub(crate) const SETTINGS: [(&str, &str); 8] = [
     ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
     ("CFN_ONCE_PUT_TIMEOUT_MS", "1500"),
     ("CFN_ONCE_LEASE_MS", "2000"),

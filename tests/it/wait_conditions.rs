@@ -16,19 +16,10 @@ use cfn_once_core::wait_condition::{Signal, SignalStatus, WORK_DATA_NAME};
 use cfn_once_tests::{PlainRecord, Sent, TwoRegions, WaitHandle};
 use serde_json::{Value, json};
 
-const DELAY_S: u32 = 2;
-/// The two-region tests' settings (`two_regions.rs`): short leases and calls, and a 6 s deadline
-/// margin, so a work's timeout comes near within seconds of a short wait condition timeout.
-const SETTINGS: [(&str, &str); 8] = [
-    ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
-    ("CFN_ONCE_PUT_TIMEOUT_MS", "1500"),
-    ("CFN_ONCE_LEASE_MS", "2000"),
-    ("CFN_ONCE_HEARTBEAT_MS", "500"),
-    ("CFN_ONCE_SKEW_MS", "200"),
-    ("CFN_ONCE_CONTROL_CACHE_MS", "300"),
-    ("CFN_ONCE_STANDBY_RETRY_S", "1"),
-    ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
-];
+// The two-region tests' settings: short leases and calls, and a 6 s deadline margin, so a
+// work's timeout comes near within seconds of a short wait condition timeout.
+use crate::two_regions::{DELAY_S, SETTINGS};
+
 /// The resource's ServiceTimeout in `create-echo-wait.json`.
 const SERVICE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The answer comes at once, whatever the work: within this of the request.
