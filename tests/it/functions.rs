@@ -109,9 +109,14 @@ pub(crate) fn logs(dir: &std::path::Path) -> String {
     all
 }
 
+/// The signature of `sent`'s ResponseURL: what no function may see.
 pub(crate) fn signature(sent: &Sent) -> String {
-    let url = sent.request["ResponseURL"].as_str().expect("a ResponseURL");
-    url.split("X-Amz-Signature=").nth(1).expect("a presigned URL").split('&').next().unwrap_or_default().to_owned()
+    url_signature(sent.request["ResponseURL"].as_str().expect("a ResponseURL")).to_owned()
+}
+
+/// The `X-Amz-Signature` of a presigned URL.
+fn url_signature(url: &str) -> &str {
+    url.split("X-Amz-Signature=").nth(1).expect("a presigned URL").split('&').next().unwrap_or_default()
 }
 
 #[tokio::test]
@@ -245,6 +250,17 @@ async fn is_complete_is_polled_from_the_secondary_when_the_primary_dies_mid_wait
     regions.stop().await;
 }
 
+/// The events a function was given, as it logged them (`<ms> <sandbox> {"handler": ..., "event":
+/// ...}` lines).
+fn events_logged(dir: &std::path::Path, handler: &str) -> Vec<Value> {
+    logs(dir)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(&line[line.find('{')?..]).ok())
+        .filter(|line| line["handler"] == json!(handler))
+        .map(|line| line["event"].clone())
+        .collect()
+}
+
 #[tokio::test]
 async fn a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wait_condition() {
     let (dir, primary_api, secondary_api, mut regions) = two_regions_with_functions("functions-wait").await;
@@ -253,6 +269,7 @@ async fn a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wai
     let mut properties = json!({"ServiceToken": "x", "Name": "fa", "ReadyInS": "15"});
     handle.declare(&mut properties, 120);
     let sent = reservation(&regions, "create-echo.json", properties).await;
+    let work_key = handle.work_key(&sent);
     let published = Instant::now();
     regions.publish(&sent).await;
 
@@ -264,10 +281,22 @@ async fn a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wai
     assert_ne!(answer.physical_resource_id, "reservation-fa", "the answer is fixed before onEvent runs");
     assert!(answered_after < Duration::from_secs(15), "answered before the reservation was ready: {answered_after:?}");
 
+    // The primary runs onEvent as the work and polls isComplete; then its region dies mid-work,
+    // and the secondary must poll from the work's state as the primary stored it.
+    let primary_fence = loop {
+        let work = regions.plain_record(&work_key).await;
+        if let Some(work) = work.filter(|w| w.state == "WAITING" && w.polls.is_some_and(|polls| polls >= 1)) {
+            break work.fence;
+        }
+        assert!(published.elapsed() < Duration::from_secs(30), "the primary never polled the work");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    regions.kill_primary().await;
+
     let ((_, signal), signalled_after) = handle.wait_for_signal(published, Duration::from_secs(90)).await;
     println!(
         "answered after {answered_after:?}; signalled {:?} after {signalled_after:?}; onEvent: us-east-1 {} / \
-         us-west-2 {}; isComplete: us-east-1 {} / us-west-2 {}",
+         us-west-2 {}; isComplete: us-east-1 {} (fence {primary_fence}) / us-west-2 {}",
         signal.status,
         primary_api.invokes("on-event"),
         secondary_api.invokes("on-event"),
@@ -279,21 +308,32 @@ async fn a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wai
     let data: Value = serde_json::from_str(&signal.data).expect("the signal's Data is JSON text");
     assert_eq!(data["PhysicalResourceId"], json!("reservation-fa"), "onEvent's id goes to the signal: {data}");
     assert_eq!((&data["Name"], &data["Ready"]), (&json!("fa"), &json!("true")), "onEvent's and isComplete's Data");
+    assert_eq!(
+        (&data["StartedIn"], &data["CompletedIn"]),
+        (&json!("us-east-1"), &json!("us-west-2")),
+        "onEvent ran in the primary, the secondary's isComplete finished the work: {data}"
+    );
 
+    regions.primary.start();
     regions.drain(Duration::from_secs(60)).await;
-    assert_eq!(regions.responses(&sent).await.len(), 1, "one PUT of the answer");
-    assert_eq!(handle.signals().await.len(), 1, "one PUT to the handle");
+    // One answer, one signal, the work's record COMMITTED and delivered with the signal's bytes.
+    let (_, _, work) = crate::wait_conditions::settled(&regions, &sent, &handle).await;
+    assert!(work.region() == "us-west-2" && work.fence > primary_fence, "the secondary signalled: {work:?}");
     assert_eq!(primary_api.invokes("on-event") + secondary_api.invokes("on-event"), 1, "onEvent ran once");
-    assert!(primary_api.invokes("is-complete") + secondary_api.invokes("is-complete") >= 1);
-    let work = regions.plain_record(&handle.work_key(&sent)).await.expect("the work's record");
-    assert_eq!((work.state.as_str(), work.delivered), ("COMMITTED", true), "{work:?}");
-    assert_eq!(regions.dead_letters().await, 0);
-    // The functions logged every event they were given: none held the handle.
+    assert!(primary_api.invokes("is-complete") >= 1 && secondary_api.invokes("is-complete") >= 1);
+
+    // What the functions were given: CloudFormation's request (its RequestId, not the work's),
+    // never the handle; isComplete, in both regions, onEvent's PhysicalResourceId and Data.
+    let on_event = events_logged(&dir, "onEvent");
+    assert_eq!(on_event.len(), 1, "{on_event:?}");
+    assert_eq!(on_event[0]["RequestId"], sent.request["RequestId"], "CloudFormation's RequestId");
+    assert!(on_event[0]["ResourceProperties"].get(HANDLE_PROPERTY).is_none(), "{on_event:?}");
+    let is_complete = events_logged(&dir, "isComplete");
+    assert!(is_complete.iter().all(|event| event["PhysicalResourceId"] == json!("reservation-fa")), "{is_complete:?}");
+    assert!(is_complete.iter().all(|event| event["Data"]["StartedIn"] == json!("us-east-1")), "{is_complete:?}");
     let logged = logs(&dir);
-    assert!(logged.contains("\"handler\": \"isComplete\""), "the function logged its events");
     assert!(!logged.contains(HANDLE_PROPERTY), "a function saw the handle's property");
-    let handle_signature = handle.url.split("X-Amz-Signature=").nth(1).expect("a presigned URL");
-    assert!(!logged.contains(handle_signature.split('&').next().unwrap_or_default()), "a function saw the handle");
+    assert!(!logged.contains(url_signature(&handle.url)), "a function saw the handle");
     regions.stop().await;
 }
 

@@ -45,7 +45,11 @@ async fn create(regions: &TwoRegions, handle: &WaitHandle, timeout_s: u64, prope
 /// answer, SUCCESS and saying the work continues, committed and delivered; one signal to the
 /// handle, for the resource; and the work's record, as a plain GetItem reads it, COMMITTED and
 /// delivered with the signal's bytes. Returns the answer, the signal and the work's record.
-async fn settled(regions: &TwoRegions, sent: &Sent, handle: &WaitHandle) -> (ResponseBody, Signal, PlainRecord) {
+pub(crate) async fn settled(
+    regions: &TwoRegions,
+    sent: &Sent,
+    handle: &WaitHandle,
+) -> (ResponseBody, Signal, PlainRecord) {
     let answers = regions.responses(sent).await;
     assert_eq!(answers.len(), 1, "exactly one PUT of the answer");
     let answer = ResponseBody::parse(&answers[0]).expect("a response body");
