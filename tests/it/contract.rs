@@ -53,6 +53,7 @@ fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_m
             request_type: "Create".into(),
             resource_type: "Custom::Echo".into(),
         },
+        preempt: false,
     }
 }
 
@@ -356,9 +357,52 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
                     checked += 1;
                 }
             }
+            // A close's preempting acquire, on every state, while every lease is live.
+            let key = state(store.as_ref(), which).await;
+            let request = AcquireRequest { preempt: true, ..sent_at(&key, fingerprint, "closer/1", T0 + 1, T0) };
+            let before = store.read(&key).await.expect("read");
+            let expected = admits(before.as_ref(), &request);
+            assert_eq!(
+                fence_of(store.as_ref(), &request).await.is_some(),
+                expected,
+                "state {which:?}, preempting {fingerprint}"
+            );
+            checked += 1;
         }
     }
-    assert_eq!(checked, 252);
+    assert_eq!(checked, 252 + 21);
+}
+
+async fn a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "poller/1", T0)).await, Some(1));
+    // An ordinary acquire waits for the live lease; a close's takes it under the next fence.
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "b", "closer/1", T0 + 1_000)).await, None);
+    let preempting = AcquireRequest { preempt: true, ..acquire(&key, "b", "closer/1", T0 + 1_000) };
+    match store.acquire(&preempting).await.expect("acquire") {
+        Acquire::Acquired { fence, prior, .. } => {
+            assert_eq!(fence, 2);
+            let prior = prior.expect("the record it took");
+            assert_eq!((prior.owner.as_str(), prior.lease_until_ms), ("poller/1", T0 + LEASE_MS));
+        }
+        other => panic!("the close was refused: {other:?}"),
+    }
+    // The holder it took from can no longer extend, park or commit anything.
+    assert!(matches!(
+        store.heartbeat(&key, 1, T0 + 40_000, T0 + 2_000).await.expect("heartbeat"),
+        Conditional::Refused(_)
+    ));
+    assert!(matches!(
+        store.wait(&key, 1, &poll("a", T0 + 50_000, 1), T0 + 2_000).await.expect("wait"),
+        Conditional::Refused(_)
+    ));
+    assert!(matches!(store.commit(&key, 1, b"late", T0 + 2_000).await.expect("commit"), Conditional::Refused(_)));
+    assert_eq!(store.commit(&key, 2, b"closed", T0 + 2_001).await.expect("commit"), Conditional::Applied);
+    // Once its signal is committed, not even a close takes the record again.
+    let again = AcquireRequest { preempt: true, owner: "closer/2".into(), ..preempting };
+    assert_eq!(fence_of(store.as_ref(), &again).await, None);
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.fence, record.response.as_deref()), (2, Some(&b"closed"[..])));
 }
 
 /// What every later delivery sees of `record`, and whether the store grants each acquire on
@@ -474,6 +518,7 @@ contract!(
     a_new_attempt_replaces_a_wait_at_once,
     the_store_decides_as_admits_says,
     a_lease_given_back_unused_is_as_if_never_taken,
+    a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out,
 );
 
 /// The active-region control reads what the drill's flip writes: no item (the primary is

@@ -36,6 +36,7 @@ async fn expired_records_are_deleted_and_live_ones_and_the_control_item_kept() {
             expires_ms,
             poll_lag_ms: 0,
             label: Default::default(),
+            preempt: false,
         };
         assert!(matches!(store.acquire(&request).await.expect("acquire"), Acquire::Acquired { .. }));
         keys.push((key, index % 3 == 0));

@@ -8,7 +8,9 @@
 //!
 //! * **acquire** succeeds when the record is absent, or RUNNING with `lease_until_ms` earlier
 //!   than `now - skew`, or COMMITTED for a different fingerprint, or WAITING for a different
-//!   fingerprint or with its poll due (`poll_at_ms <= now - poll lag`); never for an attempt the
+//!   fingerprint or with its poll due (`poll_at_ms <= now - poll lag`); a *preempting* acquire
+//!   (only a close of a work does one) also takes a live RUNNING lease or a WAITING record whose
+//!   poll is not due, never a COMMITTED one of its own attempt; never for an attempt the
 //!   record supersedes (one that held the lease before, or one sent before the record's own
 //!   attempt). It adds 1 to `fence` (S3), records the fingerprint among `attempts` and its
 //!   `sent_ms`, keeps the poll fields, and returns the new fence with the poll fields as they
@@ -169,17 +171,27 @@ pub struct AcquireRequest {
     pub poll_lag_ms: u64,
     /// What the request is about, written into the record for operators.
     pub label: RequestLabel,
+    /// Take the lease even from a live holder, or from a wait whose poll is not due. Only a
+    /// close does (a Delete, or an Update naming a new handle, ending a resource's work: see
+    /// `worker::work`): a work polled every few seconds holds its lease again before any
+    /// backoff of the close comes back, and a poll may run for longer than the close's request
+    /// has left. The holder's heartbeat, wait and commit are refused from then on (S2), and
+    /// the close commits the work's one signal (S1). Never set by anything else: an ordinary
+    /// delivery waits for a live lease to end.
+    pub preempt: bool,
 }
 
 impl AcquireRequest {
-    /// The latest `lease_until_ms` that counts as expired for this caller.
+    /// The latest `lease_until_ms` that counts as expired for this caller: every lease, for a
+    /// preempting acquire.
     pub fn expired_before_ms(&self) -> u64 {
-        self.now_ms.saturating_sub(self.skew_ms)
+        if self.preempt { u64::MAX } else { self.now_ms.saturating_sub(self.skew_ms) }
     }
 
-    /// The latest `poll_at_ms` that counts as due for this caller.
+    /// The latest `poll_at_ms` that counts as due for this caller: every poll, for a preempting
+    /// acquire.
     pub fn poll_due_before_ms(&self) -> u64 {
-        self.now_ms.saturating_sub(self.poll_lag_ms)
+        if self.preempt { u64::MAX } else { self.now_ms.saturating_sub(self.poll_lag_ms) }
     }
 }
 
@@ -549,6 +561,7 @@ mod tests {
             expires_ms: now_ms + 1,
             poll_lag_ms: 0,
             label: RequestLabel::default(),
+            preempt: false,
         }
     }
 
@@ -582,6 +595,38 @@ mod tests {
         ];
         for (name, record, request, expected) in cases {
             assert_eq!(admits(record.as_ref(), &request), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_preempting_acquire_takes_a_live_lease_or_a_wait_but_nothing_committed_or_newer() {
+        use LeaseState::*;
+        let preempting = |fingerprint: &str, now_ms| AcquireRequest { preempt: true, ..acquire(fingerprint, now_ms) };
+        let cases = [
+            ("running, live", Some(record(Running, "a", 10_000, &["a"])), preempting("b", 5_000), true),
+            (
+                "running, live, its own attempt",
+                Some(record(Running, "a", 10_000, &["a"])),
+                preempting("a", 5_000),
+                true,
+            ),
+            ("waiting, poll not due", Some(waiting(50_000)), preempting("a", 5_000), true),
+            ("committed, same attempt", Some(record(Committed, "a", 0, &["a"])), preempting("a", 5_000), false),
+            ("committed, new attempt", Some(record(Committed, "a", 0, &["a"])), preempting("b", 5_000), true),
+            (
+                "running, superseded attempt",
+                Some(record(Running, "b", 10_000, &["a", "b"])),
+                preempting("a", 5_000),
+                false,
+            ),
+            ("absent", None, preempting("a", 5_000), true),
+        ];
+        for (name, record, request, expected) in cases {
+            assert_eq!(admits(record.as_ref(), &request), expected, "{name}");
+            // Without preempting, nothing live is taken.
+            if record.as_ref().is_some_and(|r| r.state == Running && r.lease_until_ms >= 5_000) {
+                assert!(!admits(record.as_ref(), &AcquireRequest { preempt: false, ..request }), "{name}");
+            }
         }
     }
 

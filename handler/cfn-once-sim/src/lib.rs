@@ -179,6 +179,64 @@ mod tests {
         replays_clean(623_634);
     }
 
+    // The first fresh million (1,000,000-1,999,999) after the wait-condition round, all in the
+    // story of work past the hour.
+    //
+    // L1: a Delete closing a work waited for the work's lease to end, and the work took it
+    // again before the Delete's backoff came back: a poll every 4 s (1015227), or a 30 s poll of
+    // a batch-mate taken with 26 s of the Delete's time left (1211045). The close now takes the
+    // lease from a poll in flight under a higher fence (`AcquireRequest::preempt`), commits the
+    // work's FAILURE signal, and goes on once the stopped poll's lease has ended, or at once if
+    // that would bring its own deadline near (`worker::work`).
+
+    #[test]
+    fn seed_1015227_l1_a_delete_never_waits_on_a_work_polled_every_four_seconds() {
+        replays_clean(1_015_227);
+    }
+
+    #[test]
+    fn seed_1211045_l1_a_delete_near_its_deadline_takes_the_lease_from_a_long_poll() {
+        replays_clean(1_211_045);
+    }
+
+    // DLQ: the copy of a request that had handed its work over met a lost reply from the lease
+    // store after the answer's deadline (a short ServiceTimeout) and was dead-lettered by that
+    // deadline, hours before the work's: the copy that keeps the work alive if the other region
+    // goes. A handed-over request's message is now kept by the work's deadline once the
+    // answer's has passed (`Worker::come_back`, `Job::work_after`).
+
+    #[test]
+    fn seed_1062956_dlq_a_handed_over_copy_is_kept_by_its_works_deadline() {
+        replays_clean(1_062_956);
+    }
+
+    #[test]
+    fn seed_1112761_dlq_a_handed_over_copy_is_kept_by_its_works_deadline() {
+        replays_clean(1_112_761);
+    }
+
+    #[test]
+    fn seed_1518125_dlq_a_handed_over_copy_is_kept_by_its_works_deadline() {
+        replays_clean(1_518_125);
+    }
+
+    #[test]
+    fn seed_1764495_dlq_a_handed_over_copy_is_kept_by_its_works_deadline() {
+        replays_clean(1_764_495);
+    }
+
+    // L1 for a work, from the second fresh range (493643685000000-493643685999999, run on the
+    // two fixes above): a Delete committed the work's FAILURE and crashed before its PUT, with
+    // the secondary down; the Create's copy found its attempt superseded and dropped, and the
+    // signal waited for the Delete's copy, hidden for the 960 s visibility timeout, past the
+    // wait condition's timeout. A work's copy that finds its attempt superseded now delivers a
+    // superseding signal left undelivered before it drops (`Worker::superseded_work`).
+
+    #[test]
+    fn seed_493643685497949_l1_a_closes_undelivered_signal_is_sent_by_the_works_copy() {
+        replays_clean(493_643_685_497_949);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =
@@ -277,6 +335,13 @@ mod tests {
             "long work: signal PUT by the primary",
             "long work: signal PUT by the secondary",
             "long work: its Delete answered",
+            "long work: an Update naming a new handle answered",
+            "scenario: a close (Delete or new-handle Update) mid-work near its deadline",
+            "close: took the work's lease from a poll in flight",
+            "close mid-work: answered in its deadline margin",
+            "scenario: store replies lost to a handed-over request's copies",
+            "store reply or request lost after the fault window",
+            "a handed-over request's copy kept past its answer's deadline after a store failure",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

@@ -3,6 +3,8 @@
 //! ```text
 //! cfn-once-sim --seeds 10000            # seeds 0..10000 on every core, progress on stderr
 //! cfn-once-sim --seeds 10000 --jobs 1   # the same on one thread (the same result)
+//! cfn-once-sim --seeds 1000000          # a fresh range nobody ran: its first seed drawn at random
+//! cfn-once-sim --seeds 1000000 --first 4821337000   # that range again
 //! cfn-once-sim --seed 4242              # replay one seed, printing its trace
 //! cfn-once-sim --seeds 1000 --mrec      # the same against an MREC (eventually consistent) table
 //! cfn-once-sim --seeds 1000 --planted-bug               # a store whose commit ignores its fence
@@ -11,8 +13,13 @@
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
 //! and their counts are summed: the report is the same whatever the number of threads, only
-//! faster. The last line reads `N seeds, V violations, X seeds/s, T s on J threads`; the exit
-//! status is 1 if any seed broke an invariant.
+//! faster. The first line names the range; the last reads `seeds F..=L: N seeds, V violations,
+//! X seeds/s, T s on J threads`; the exit status is 1 if any seed broke an invariant.
+//!
+//! A run of [`FRESH_SEEDS_MIN`] seeds or more without `--first` draws its first seed at random:
+//! a fix proven on the seeds it was made against proves those seeds, not the class of bug, so
+//! a long run before a protocol change lands must meet worlds nobody has run. Shorter runs
+//! without `--first` start at 0, the fixed range CI runs, so that they repeat exactly.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -23,9 +30,19 @@ use std::time::Instant;
 
 use cfn_once_sim::{Options, Parameters, PlantedBug, SeedOutcome, StoreMode, run_seed};
 
+/// Runs at least this long draw a fresh first seed unless `--first` is given.
+const FRESH_SEEDS_MIN: u64 = 100_000;
+
+/// Fresh first seeds are drawn below this (and above the ranges run by hand before fresh
+/// ranges were drawn, 0 to 1,999,999), as a multiple of a million so a range reads easily.
+const FRESH_FIRST_MAX: u64 = 1 << 50;
+
 const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--seed N] [--mrec] [--planted-bug[=BUG]]
 
-  --seeds N       run N seeds (default 1000), starting at --first (default 0)
+  --seeds N       run N seeds (default 1000), starting at --first
+  --first S       the first seed; without it, a run of 100000 seeds or more starts at a
+                  fresh seed drawn at random (printed first, to repeat the run), a shorter
+                  one at 0 (CI's fixed range)
   --jobs J        threads to run seeds on (default: every core); the result does not depend on it
   --seed N        replay one seed and print its trace
   --mrec          use an eventually consistent (MREC) table: replicas with lag, last writer wins
@@ -36,7 +53,7 @@ const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--s
 
 struct Args {
     seeds: u64,
-    first: u64,
+    first: Option<u64>,
     jobs: usize,
     replay: Option<u64>,
     options: Options,
@@ -46,7 +63,7 @@ fn parse() -> Result<Args, String> {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let mut args = Args {
         seeds: 1_000,
-        first: 0,
+        first: None,
         jobs: cores,
         replay: None,
         options: Options { mode: StoreMode::Mrsc, planted_bug: None },
@@ -58,7 +75,7 @@ fn parse() -> Result<Args, String> {
     while let Some(item) = items.next() {
         match item.as_str() {
             "--seeds" => args.seeds = number(items.next(), "--seeds")?,
-            "--first" => args.first = number(items.next(), "--first")?,
+            "--first" => args.first = Some(number(items.next(), "--first")?),
             "--jobs" => {
                 args.jobs = usize::try_from(number(items.next(), "--jobs")?)
                     .ok()
@@ -104,6 +121,20 @@ fn main() -> ExitCode {
         return if outcome.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
 
+    let (first, how) = match args.first {
+        Some(first) => (first, format!("--first {first}")),
+        None if args.seeds >= FRESH_SEEDS_MIN => {
+            let first = fresh_first_seed();
+            (first, format!("a fresh range, its first seed drawn at random; repeat it with --first {first}"))
+        }
+        None => (0, "the fixed range; give --first for another".to_owned()),
+    };
+    let Some(last) = first.checked_add(args.seeds.saturating_sub(1)) else {
+        eprintln!("cfn-once-sim: --first {first} with --seeds {} runs past the last seed", args.seeds);
+        return ExitCode::from(2);
+    };
+    let range = format!("seeds {first}..={last}");
+    println!("{range} ({how})");
     let parameters = Parameters::deployed();
     println!("{}", parameters.deployed.summary());
     let timeouts: Vec<String> = parameters
@@ -140,7 +171,7 @@ fn main() -> ExitCode {
     let step = (args.seeds / if terminal { 100 } else { 10 }).max(1);
     let jobs = args.jobs.min(usize::try_from(args.seeds).unwrap_or(usize::MAX)).max(1);
     let mut done = 0u64;
-    run_seeds(args.first, args.seeds, jobs, args.options, |outcome| {
+    run_seeds(first, args.seeds, jobs, args.options, |outcome| {
         for (name, count) in outcome.coverage {
             *coverage.entry(name).or_default() += count;
         }
@@ -205,7 +236,7 @@ fn main() -> ExitCode {
         println!("seed {seed}: {violation}  (replay: cfn-once-sim --seed {seed}{})", flags(args.options));
     }
     println!(
-        "{} seeds, {violations} violations, {:.0} seeds/s, {seconds:.0} s on {jobs} thread{}",
+        "{range}: {} seeds, {violations} violations, {:.0} seeds/s, {seconds:.0} s on {jobs} thread{}",
         args.seeds,
         args.seeds as f64 / seconds.max(1e-9),
         if jobs == 1 { "" } else { "s" }
@@ -213,11 +244,21 @@ fn main() -> ExitCode {
     if violations == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
+/// A first seed nobody has run: drawn from the standard library's per-process random keys and
+/// the time, a multiple of a million between 2,000,000 and [`FRESH_FIRST_MAX`].
+fn fresh_first_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    let millions = FRESH_FIRST_MAX / 1_000_000 - 2;
+    (2 + hasher.finish() % millions) * 1_000_000
+}
+
 /// Runs seeds `first..first + count` on `jobs` threads, each taking the next seed not yet
 /// taken, and hands every outcome to `each` on this thread, as it comes.
 fn run_seeds(first: u64, count: u64, jobs: usize, options: Options, mut each: impl FnMut(SeedOutcome)) {
     let next = AtomicU64::new(first);
-    let end = first + count;
+    let end = first.saturating_add(count);
     let (sender, outcomes) = mpsc::sync_channel::<SeedOutcome>(1_024);
     std::thread::scope(|scope| {
         for _ in 0..jobs {

@@ -14,7 +14,9 @@
 //! or more; a long-running provider whose primary goes down in the middle of its wait; Lambdas
 //! killed in the last minute before a deadline; long-running requests batched with a slow one;
 //! the secondary's copy delivered minutes late with the primary down; a drained primary whose
-//! control reads are slower than their timeout. Some providers panic, some copies arrive late,
+//! control reads are slower than their timeout; work past the hour handed to a wait condition,
+//! closed mid-work by a Delete or an Update near the close's own deadline, or whose copies meet
+//! lost store replies after their answer's deadline. Some providers panic, some copies arrive late,
 //! many requests arrive in bursts that share a batch. The function timeout, visibility timeout,
 //! receive limit, secondary delay, batch size and concurrency are the template's (`deployed`).
 
@@ -137,6 +139,17 @@ pub enum Kind {
     /// timeout, some are ended by a Delete mid-work. One signal, before the timeout, never
     /// after the Delete's answer.
     LongWork,
+    /// A work polled at the floor (every few seconds) or whose polls outlast a lease, closed
+    /// mid-work by a Delete or by an Update naming a new handle whose ServiceTimeout leaves
+    /// little more than its region needs, in either region (the primary, or the secondary with
+    /// the primary down or drained): the close is answered by its own deadline, whatever the
+    /// work's poll interval or a poll's length.
+    CloseMidWork,
+    /// A resource with a wait condition whose short ServiceTimeout ends soon after its answer
+    /// handed the work over, and a lease store that then loses replies (and requests) to every
+    /// region for minutes, the primary sometimes down for good: the copies that carry the work
+    /// are kept until the work's deadline, never dead-lettered by the answer's.
+    LostRepliesAfterHandOver,
 }
 
 impl Kind {
@@ -153,6 +166,8 @@ impl Kind {
             Self::LateCopy => "scenario: primary down, the secondary's copy delivered minutes late",
             Self::DrainedSlowControl => "scenario: drained primary, control slower than its timeout",
             Self::LongWork => "scenario: work past the hour, signalled to a wait condition",
+            Self::CloseMidWork => "scenario: a close (Delete or new-handle Update) mid-work near its deadline",
+            Self::LostRepliesAfterHandOver => "scenario: store replies lost to a handed-over request's copies",
         }
     }
 }
@@ -179,6 +194,10 @@ pub struct RequestPlan {
     /// This request is the Delete of that request's resource (the same handle in its
     /// properties), sent while its work may still run.
     pub delete_of: Option<usize>,
+    /// This request is an Update of that request's resource naming a new handle (its own
+    /// `wait_condition_s`), sent while the old work may still run: it closes the old work and
+    /// hands a new one over.
+    pub update_of: Option<usize>,
 }
 
 impl RequestPlan {
@@ -190,6 +209,12 @@ impl RequestPlan {
     /// When the work's signal is due (the wait condition's timeout), if it hands work over.
     pub fn work_deadline_ms(&self) -> Option<u64> {
         self.wait_condition_s.filter(|_| self.delete_of.is_none()).map(|s| self.sent_at_ms + s * 1_000)
+    }
+
+    /// The request whose resource this one is about (itself, unless a Delete, an Update or a
+    /// retry of an earlier one).
+    pub fn original(&self, index: usize) -> usize {
+        self.delete_of.or(self.update_of).or(self.retry_of).unwrap_or(index)
     }
 
     /// Until when a copy of the request is owed an answer or a signal.
@@ -230,6 +255,17 @@ pub struct Faults {
     pub control_slow: f64,
 }
 
+/// Lease-store faults outside the fault window, in every region: (from, to) elapsed ms, and
+/// the probabilities per call of a lost reply (applied, unknown outcome) and a lost request (not
+/// applied, unknown outcome).
+#[derive(Debug, Clone, Copy)]
+pub struct LateStoreFaults {
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub lost_reply: f64,
+    pub lost_request: f64,
+}
+
 /// Everything one seed simulates.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -261,6 +297,8 @@ pub struct Scenario {
     pub crashes: Vec<(u64, Region)>,
     /// (from ms, to ms): every lease-store call fails.
     pub store_outage: Option<(u64, u64)>,
+    /// Lease-store faults after the fault window (`Kind::LostRepliesAfterHandOver`).
+    pub late_store_faults: Option<LateStoreFaults>,
 }
 
 struct Draw(SplitMix64);
@@ -301,6 +339,9 @@ impl Scenario {
             30..34 => Kind::LateCopy,
             34..38 => Kind::DrainedSlowControl,
             38..44 => Kind::LongWork,
+            // Carved out of the weather's share, so that every earlier story draws as before.
+            44..48 => Kind::CloseMidWork,
+            48..51 => Kind::LostRepliesAfterHandOver,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -338,6 +379,7 @@ impl Scenario {
                 late: draw.chance(0.15).then(|| (draw.region(), draw.between(5_000, 600_000))),
                 wait_condition_s: None,
                 delete_of: None,
+                update_of: None,
             });
         }
         if draw.chance(0.25) {
@@ -354,6 +396,7 @@ impl Scenario {
                 late: None,
                 wait_condition_s: None,
                 delete_of: None,
+                update_of: None,
             });
         }
         let mut faults = Faults {
@@ -396,6 +439,7 @@ impl Scenario {
             crashes.push((draw.below(3_700_000), draw.region()));
         }
         let mut store_outage = None;
+        let mut late_store_faults = None;
         match kind {
             Kind::Weather => {}
             Kind::DrainedPrimarySecondaryDown => {
@@ -511,6 +555,7 @@ impl Scenario {
                         late: None,
                         wait_condition_s: None,
                         delete_of: None,
+                        update_of: None,
                     });
                 }
                 outages.retain(|(region, _, _)| *region == Region::Primary);
@@ -592,8 +637,93 @@ impl Scenario {
                         panic_percent: 0,
                         late: None,
                         delete_of: Some(0),
+                        update_of: None,
                         ..plan
                     });
+                }
+            }
+            Kind::CloseMidWork => {
+                requests.retain(|plan| plan.retry_of.is_none());
+                let first = &mut requests[0];
+                first.sent_at_ms = draw.below(window_end_ms + 60_000);
+                first.late = None;
+                first.panic_percent = 0;
+                let timeout_s = draw.between(1_800, 43_200);
+                first.wait_condition_s = Some(timeout_s);
+                // Polled at the floor (it asks every second), polls that outlast a lease, or both.
+                let (at_floor, long_polls) = match draw.below(3) {
+                    0 => (true, false),
+                    1 => (false, true),
+                    _ => (true, true),
+                };
+                first.wait = Some(WaitPlan {
+                    in_progress_ms: timeout_s * 1_000,
+                    poll_interval_s: if at_floor { 1 } else { draw.between(1, 60) },
+                    poll_work_ms: if long_polls { draw.between(20_000, 45_000) } else { draw.below(2_000) },
+                });
+                let close_ms = first.sent_at_ms + draw.between(120_000, 1_800_000);
+                // The closing region: the primary, or the secondary once the primary is down for
+                // good or drained from shortly before the close on. Its ServiceTimeout leaves
+                // little more than that region needs to see its copy and answer.
+                let by_secondary = draw.chance(0.5);
+                let reach_s = if by_secondary { deployed.secondary_delay_s } else { 0 };
+                let service_timeout_s = reach_s + draw.between(25, 120);
+                if by_secondary {
+                    let from_ms = close_ms.saturating_sub(draw.below(60_000));
+                    if draw.chance(0.5) {
+                        outages.push((Region::Primary, from_ms, u64::MAX / 4));
+                    } else {
+                        flips.retain(|(at_ms, _)| *at_ms < from_ms);
+                        flips.push((from_ms, Region::Secondary));
+                    }
+                }
+                let plan = requests[0].clone();
+                let update = draw.chance(0.5);
+                requests.push(RequestPlan {
+                    sent_at_ms: close_ms,
+                    work_ms: draw.below(2_000),
+                    service_timeout_s,
+                    retry_of: None,
+                    // An Update's new work is short and ends well before its own timeout.
+                    wait: update.then(|| WaitPlan {
+                        in_progress_ms: draw.between(5_000, 300_000),
+                        poll_interval_s: draw.between(1, 60),
+                        poll_work_ms: draw.below(2_000),
+                    }),
+                    panic_percent: 0,
+                    late: None,
+                    wait_condition_s: if update { Some(draw.between(900, 3_600)) } else { plan.wait_condition_s },
+                    delete_of: (!update).then_some(0),
+                    update_of: update.then_some(0),
+                });
+            }
+            Kind::LostRepliesAfterHandOver => {
+                requests.retain(|plan| plan.retry_of.is_none());
+                let first = &mut requests[0];
+                // After the fault window, so that only the late faults touch it.
+                first.sent_at_ms = window_end_ms + draw.below(30_000);
+                first.service_timeout_s = draw.between(30, 300);
+                first.panic_percent = 0;
+                first.late = draw.chance(0.3).then(|| (Region::Secondary, draw.between(5_000, 300_000)));
+                let timeout_s = draw.between(1_800, 43_200);
+                first.wait_condition_s = Some(timeout_s);
+                first.wait = Some(WaitPlan {
+                    in_progress_ms: draw.between(60_000, timeout_s * 1_000 * 9 / 10),
+                    poll_interval_s: draw.between(1, 600),
+                    poll_work_ms: draw.below(2_000),
+                });
+                let answer_deadline_ms = first.deadline_ms();
+                let from_ms = answer_deadline_ms.saturating_sub(draw.below(first.service_timeout_s * 500));
+                late_store_faults = Some(LateStoreFaults {
+                    from_ms,
+                    to_ms: answer_deadline_ms + draw.between(60_000, 2_400_000),
+                    lost_reply: 0.2 + draw.probability(0.4),
+                    lost_request: draw.probability(0.2),
+                });
+                // The copy that keeps the work alive may be the secondary's alone.
+                if draw.chance(0.5) {
+                    let down_ms = answer_deadline_ms + draw.below(1_200_000);
+                    outages.push((Region::Primary, down_ms, u64::MAX / 4));
                 }
             }
         }
@@ -601,6 +731,7 @@ impl Scenario {
             seed,
             options,
             kind,
+            late_store_faults,
             function_timeout,
             max_receive_count: deployed.max_receive_count,
             secondary_delay_ms: deployed.secondary_delay_s * 1_000,

@@ -10,7 +10,7 @@ use cfn_once_core::lease::LeaseRecord;
 use cfn_once_core::random::{Random, SplitMix64};
 use cfn_once_core::request::RequestKey;
 
-use crate::scenario::{Faults, Region};
+use crate::scenario::{Faults, LateStoreFaults, Region};
 
 /// Virtual time starts here (epoch ms); traces show time relative to it.
 pub const T0_MS: u64 = 1_800_000_000_000;
@@ -46,9 +46,10 @@ pub struct Observed {
     pub invocations_started: BTreeMap<String, u64>,
     /// Each attempt's deadline, elapsed ms, by fingerprint: for the drain check.
     pub deadlines: BTreeMap<Fingerprint, u64>,
-    /// The wait condition timeout of each attempt that hands work to one, elapsed ms: the
-    /// deadline of its work's record.
-    pub work_deadlines: BTreeMap<Fingerprint, u64>,
+    /// The wait condition timeout of each attempt that hands work to one, elapsed ms, by the
+    /// attempt and its work's RequestId: the deadline of that work's record (an Update naming a
+    /// new handle also closes its old work, whose record it takes under its own deadline).
+    pub work_deadlines: BTreeMap<(Fingerprint, String), u64>,
     /// Leases a drained primary took for new work before its control answered, by key.
     pub to_give_back: BTreeMap<RequestKey, GiveBack>,
     /// When the control told the primary "active" (elapsed ms), every time: a record that asks
@@ -78,6 +79,8 @@ pub struct Shared {
     pub faults: Faults,
     /// (from, to) ms after the start: every lease-store call fails.
     pub store_outage: Option<(u64, u64)>,
+    /// Lease-store faults outside the fault window.
+    pub late_store_faults: Option<LateStoreFaults>,
     pub tracing: bool,
     /// The handler's deadline margin: near a deadline, even a drained primary answers.
     pub deadline_margin_ms: u64,
@@ -97,6 +100,7 @@ impl Shared {
             clock: ManualClock::new(T0_MS),
             faults,
             store_outage,
+            late_store_faults: None,
             tracing,
             deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
@@ -113,6 +117,17 @@ impl Shared {
     pub fn store_out(&self) -> bool {
         let elapsed_ms = self.elapsed_ms();
         self.store_outage.is_some_and(|(from, to)| (from..to).contains(&elapsed_ms))
+    }
+
+    /// The same, with lease-store faults outside the fault window.
+    pub fn with_late_store_faults(self, late_store_faults: Option<LateStoreFaults>) -> Self {
+        Self { late_store_faults, ..self }
+    }
+
+    /// Whether the late store faults' window is open now.
+    pub fn late_store_faults_now(&self) -> Option<LateStoreFaults> {
+        let elapsed_ms = self.elapsed_ms();
+        self.late_store_faults.filter(|late| (late.from_ms..late.to_ms).contains(&elapsed_ms))
     }
 
     /// True with probability `p`, but only inside the fault window.

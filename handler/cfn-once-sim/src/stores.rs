@@ -90,6 +90,23 @@ impl RegionStore {
             self.shared.trace(Some(self.region), || format!("{operation}: store out, {fault:?}"));
             return fault;
         }
+        // Dice are rolled for the late faults only while their window is open, so that every
+        // other seed draws as before.
+        if let Some(late) = self.shared.late_store_faults_now() {
+            let fault = if self.shared.dice(late.lost_reply) {
+                Fault::LostReply
+            } else if self.shared.dice(late.lost_request) {
+                Fault::LostRequest
+            } else {
+                Fault::None
+            };
+            if fault != Fault::None {
+                self.shared.cover("store reply or request lost after the fault window");
+                self.shared.fault_happened(self.region, "store reply or request lost after the fault window");
+                self.shared.trace(Some(self.region), || format!("{operation}: injected late {fault:?}"));
+                return fault;
+            }
+        }
         let faults = self.shared.faults;
         let fault = if self.shared.fault(faults.store_transient) {
             Fault::Transient
@@ -225,7 +242,9 @@ impl RegionStore {
         // attempt of the same RequestId by now, whose deadline says nothing about this one.
         // A work's record is due at its wait condition's timeout (a Delete closing it, at the
         // Delete's deadline).
-        let work_deadline_ms = is_work_id(&key.request_id).then(|| observed.work_deadlines.get(fingerprint)).flatten();
+        let work_deadline_ms = is_work_id(&key.request_id)
+            .then(|| observed.work_deadlines.get(&(fingerprint.clone(), key.request_id.clone())))
+            .flatten();
         let deadline_ms = work_deadline_ms.or_else(|| observed.deadlines.get(fingerprint)).copied();
         drop(observed);
         // Near the deadline by the primary's own clock (which may be stepped), a drained primary
@@ -292,6 +311,13 @@ impl LeaseStore for RegionStore {
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
                 self.cover_poll_taken(before.as_ref(), request);
+                let live = |record: &LeaseRecord| {
+                    record.state == LeaseState::Running
+                        && record.lease_until_ms >= request.now_ms.saturating_sub(request.skew_ms)
+                };
+                if request.preempt && before.as_ref().is_some_and(live) {
+                    self.shared.cover("close: took the work's lease from a poll in flight");
+                }
                 self.note_drained_acquire(before.as_ref(), request, fence);
                 let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
                 if fence <= previous {
@@ -488,6 +514,7 @@ mod tests {
             expires_ms: now_ms + 86_400_000,
             poll_lag_ms: 0,
             label: RequestLabel::default(),
+            preempt: false,
         }
     }
 

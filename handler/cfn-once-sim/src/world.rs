@@ -194,6 +194,14 @@ struct World {
     /// A lease and the skew margin: how long a frozen Lambda must stay frozen to lose it.
     lease_and_skew_ms: u64,
     hidden_unstarted: Vec<HiddenUnstarted>,
+    /// The answer's deadline (elapsed ms) of each request that hands a work to a wait
+    /// condition, by its RequestId: a copy of it kept past that deadline is counted.
+    handover_deadlines: Arc<BTreeMap<String, u64>>,
+}
+
+/// The simulated stack of `seed`.
+fn stack_arn(seed: u64) -> String {
+    format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{seed}")
 }
 
 /// Runs one seed's scenario to the end and checks the invariants.
@@ -236,7 +244,10 @@ fn quiet_provider_panics() {
 impl World {
     fn new(scenario: Scenario, parameters: &Parameters, tracing: bool) -> Self {
         let margin_ms = parameters.settings[0].deadline_margin_ms;
-        let shared = Arc::new(Shared::new(scenario.seed, scenario.faults, scenario.store_outage, margin_ms, tracing));
+        let shared = Arc::new(
+            Shared::new(scenario.seed, scenario.faults, scenario.store_outage, margin_ms, tracing)
+                .with_late_store_faults(scenario.late_store_faults),
+        );
         shared.cover(scenario.kind.name());
         shared.trace(None, || {
             let timeout = scenario.function_timeout;
@@ -306,8 +317,12 @@ impl World {
                     .and_then(|envelope| serde_json::from_str(envelope["Message"].as_str()?).ok());
                 if let Some(request) = message {
                     observed.deadlines.insert(Fingerprint::of(&request), plan.deadline_ms());
-                    if let Some(work_ms) = plan.work_deadline_ms() {
-                        observed.work_deadlines.insert(Fingerprint::of(&request), work_ms);
+                    if let (Some(work_ms), Some(handle)) = (plan.work_deadline_ms(), &handles[index]) {
+                        let stack = cfn_once_core::request::StackArn::parse(&stack_arn(scenario.seed))
+                            .unwrap_or_else(|| panic!("the simulated stack's ARN"));
+                        let logical_id = format!("Resource{}", plan.original(index));
+                        let work = cfn_once_core::work::work_key_of(&stack, &logical_id, handle);
+                        observed.work_deadlines.insert((Fingerprint::of(&request), work.request_id), work_ms);
                     }
                 }
             }
@@ -334,6 +349,21 @@ impl World {
         for (at, region) in &scenario.crashes {
             schedule(*at, Event::Crash(*region));
         }
+        let handover_deadlines = Arc::new(
+            scenario
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(_, plan)| plan.wait_condition_s.is_some() && plan.delete_of.is_none())
+                .map(|(index, plan)| {
+                    let request_id = match plan.update_of {
+                        Some(_) => format!("update-{index}"),
+                        None => format!("request-{}", plan.original(index)),
+                    };
+                    (request_id, plan.deadline_ms())
+                })
+                .collect(),
+        );
         Self {
             scenario,
             parameters: parameters.clone(),
@@ -353,6 +383,7 @@ impl World {
             events,
             lease_and_skew_ms: parameters.settings[0].lease_ms + parameters.settings[0].skew_ms,
             hidden_unstarted: Vec::new(),
+            handover_deadlines,
         }
     }
 
@@ -368,29 +399,34 @@ impl World {
                 "https://cloudformation-waitcondition-us-east-2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?X-Amz-Signature=h{index}"
             )
         };
+        let mut properties_sent: Vec<serde_json::Value> = Vec::new();
         for (index, plan) in scenario.requests.iter().enumerate() {
-            let original = plan.delete_of.or(plan.retry_of).unwrap_or(index);
+            let original = plan.original(index);
             let url = format!(
                 "https://cloudformation-custom-resource-response-useast2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?X-Amz-Signature=s{index}"
             );
-            let (kind, request_id) = match plan.delete_of {
-                Some(_) => ("Delete", format!("delete-{index}")),
-                None => ("Create", format!("request-{original}")),
+            let (kind, request_id) = match (plan.delete_of, plan.update_of) {
+                (Some(_), _) => ("Delete", format!("delete-{index}")),
+                (None, Some(_)) => ("Update", format!("update-{index}")),
+                (None, None) => ("Create", format!("request-{original}")),
             };
+            // An Update's work writes an item of its own, so that its polls are told from the
+            // old work's.
+            let item = if plan.update_of.is_some() { index } else { original };
             let mut request = json!({
                 "RequestType": kind,
                 "ResponseURL": url,
-                "StackId": format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{seed}"),
+                "StackId": stack_arn(seed),
                 "RequestId": request_id,
                 "LogicalResourceId": format!("Resource{original}"),
                 "ResourceType": SIM_TYPE,
                 "ResourceProperties": {
                     "WorkMs": plan.work_ms.to_string(),
-                    "Item": format!("item-{original}"),
+                    "Item": format!("item-{item}"),
                     "ServiceTimeout": plan.service_timeout_s.to_string(),
                 },
             });
-            if plan.delete_of.is_some() {
+            if plan.delete_of.is_some() || plan.update_of.is_some() {
                 request["PhysicalResourceId"] = json!(format!("item-{original}"));
             }
             if let Some(wait) = plan.wait {
@@ -402,12 +438,18 @@ impl World {
             if plan.panic_percent > 0 {
                 request["ResourceProperties"]["PanicPercent"] = json!(plan.panic_percent.to_string());
             }
+            // An Update names a new handle; a Delete, the one its resource was created with.
+            let own = if plan.update_of.is_some() { index } else { original };
             let handle = plan.wait_condition_s.map(|timeout_s| {
                 let properties = &mut request["ResourceProperties"];
-                properties[cfn_once_core::wait_condition::HANDLE_PROPERTY] = json!(handle_of(original));
+                properties[cfn_once_core::wait_condition::HANDLE_PROPERTY] = json!(handle_of(own));
                 properties[cfn_once_core::wait_condition::TIMEOUT_PROPERTY] = json!(timeout_s.to_string());
-                handle_of(original)
+                handle_of(own)
             });
+            properties_sent.push(request["ResourceProperties"].clone());
+            if plan.update_of.is_some() {
+                request["OldResourceProperties"] = properties_sent[original].clone();
+            }
             let envelope = json!({
                 "Type": "Notification",
                 "MessageId": format!("sim-{seed}-{index}"),
@@ -705,6 +747,7 @@ impl World {
         let worker = self.workers[region.index()].clone();
         let queue = Arc::clone(&self.sim_queues[region.index()]);
         let shared = Arc::clone(&self.shared);
+        let handovers = Arc::clone(&self.handover_deadlines);
         let invocation = Invocation {
             id: format!("lambda-{task_id}"),
             deadline_ms: self.clocks[region.index()].now_ms() + self.function_timeout_ms(),
@@ -722,7 +765,7 @@ impl World {
                     },
                 })
                 .collect();
-            let observe = move |handled: &Handled| observe(&shared, region, handled);
+            let observe = move |handled: &Handled| observe(&shared, region, handled, &handovers);
             batch::handle(&worker, queue.as_ref(), &invocation, &records, &observe).await
         });
         let freeze = self
@@ -917,8 +960,9 @@ impl World {
     }
 
     /// SIGNAL: a work handed to a wait condition gets one signal (one body, however often it is
-    /// PUT), and a Delete of its resource is answered only after that signal: nothing is PUT to
-    /// the handle, and no poll of the work starts, after the Delete's answer. That the signal
+    /// PUT), and a Delete of its resource, or an Update naming a new handle, is answered only
+    /// after that signal: nothing is first PUT to the handle, and no poll of the work starts,
+    /// after the close's answer. That the signal
     /// comes before the wait condition's timeout is L1's ([`World::check_liveness`]).
     fn check_signals(&self) {
         let observed = self.shared.observed();
@@ -951,11 +995,35 @@ impl World {
                     covered.push("long work: signalled more than 6 hours after its request");
                 }
             }
-            for (delete, _) in self.scenario.requests.iter().enumerate().filter(|(_, d)| d.delete_of == Some(index)) {
-                let Some((answered_ms, _)) = observed.puts.get(&self.urls[delete]).and_then(|puts| puts.first()) else {
+            let closers = self.scenario.requests.iter().enumerate();
+            for (closer, what) in closers.filter_map(|(closer, c)| {
+                if c.delete_of == Some(index) {
+                    Some((closer, "Delete"))
+                } else if c.update_of == Some(index) {
+                    Some((closer, "Update naming a new handle"))
+                } else {
+                    None
+                }
+            }) {
+                let Some((answered_ms, answer)) = observed.puts.get(&self.urls[closer]).and_then(|puts| puts.first())
+                else {
                     continue;
                 };
-                covered.push("long work: its Delete answered");
+                covered.push(if what == "Delete" {
+                    "long work: its Delete answered"
+                } else {
+                    "long work: an Update naming a new handle answered"
+                });
+                let closer_plan = &self.scenario.requests[closer];
+                if self.scenario.kind == Kind::CloseMidWork {
+                    covered.push("close mid-work: answered");
+                    if answered_ms + self.parameters.settings[0].deadline_margin_ms >= closer_plan.deadline_ms() {
+                        covered.push("close mid-work: answered in its deadline margin");
+                    }
+                    if ResponseBody::parse(answer).is_ok_and(|body| body.status == Status::Success) {
+                        covered.push("close mid-work: answered SUCCESS");
+                    }
+                }
                 // The signal comes first. A straggler may PUT the same committed bytes again
                 // later (a PUT whose reply was lost, retried): S1 holds them identical.
                 match signals.first() {
@@ -965,16 +1033,16 @@ impl World {
                         }
                     }
                     Some(_) => violations.push(format!(
-                        "SIGNAL: request {index}'s handle was first signalled after its Delete (request {delete}) was answered"
+                        "SIGNAL: request {index}'s handle was first signalled after its {what} (request {closer}) was answered"
                     )),
                     None => violations.push(format!(
-                        "SIGNAL: request {delete} (a Delete) was answered and request {index}'s work was never signalled"
+                        "SIGNAL: request {closer} (a {what}) was answered and request {index}'s work was never signalled"
                     )),
                 }
                 let item = format!("item-{index}");
                 if observed.poll_starts.iter().any(|(polled, at_ms)| *polled == item && at_ms > answered_ms) {
                     violations.push(format!(
-                        "SIGNAL: a poll of request {index}'s work started after its Delete (request {delete}) was answered"
+                        "SIGNAL: a poll of request {index}'s work started after its {what} (request {closer}) was answered"
                     ));
                 }
             }
@@ -1139,8 +1207,16 @@ impl Excuse {
     }
 }
 
-/// Counts what a record's delivery came to.
-fn observe(shared: &Shared, region: Region, handled: &Handled) {
+/// Counts what a record's delivery came to. `handovers` holds the answer's deadline of each
+/// request that hands a work over, by RequestId.
+fn observe(shared: &Shared, region: Region, handled: &Handled, handovers: &BTreeMap<String, u64>) {
+    let request_id = handled.request.as_ref().map(|summary| summary.request_id.as_str());
+    let past_answer =
+        request_id.and_then(|id| handovers.get(id)).is_some_and(|deadline_ms| shared.elapsed_ms() > *deadline_ms);
+    let store_failed = matches!(&handled.disposition, Disposition::Retry { why, .. } if why.contains("lease store"));
+    if past_answer && store_failed {
+        shared.cover("a handed-over request's copy kept past its answer's deadline after a store failure");
+    }
     match &handled.disposition {
         Disposition::Done(Done::Answered { status: Status::Failed, .. }) => shared.cover("answered FAILED"),
         Disposition::Done(Done::Replayed { .. }) => shared.cover("stored answer re-sent"),

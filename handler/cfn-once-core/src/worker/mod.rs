@@ -295,6 +295,9 @@ impl Worker {
                 hex_prefix(&self.random.next_u64().to_be_bytes(), 8)
             ),
             budget: Budget::new(settings, decoded.deadline, invocation.deadline_ms),
+            work_after: decoded.work_deadline.map(|deadline| {
+                Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms)
+            }),
         };
         // A Delete, or an Update that names a new handle, first closes the work it ends: no
         // poll of it commits after this, and its handle has its one signal before the answer.
@@ -311,7 +314,8 @@ impl Worker {
                 return self.leave_message(&job);
             }
             let work_request = crate::work::work_request(request, closing.spec);
-            let close = Job { request: &work_request, phase: Phase::Work, ..job.clone() };
+            // The close keeps the closing request's deadline: its answer is what is owed.
+            let close = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
             if let Err(disposition) = self.close_work(&close, closing.why).await {
                 return disposition;
             }
@@ -356,7 +360,7 @@ impl Worker {
                 let now_ms = self.clock.now_ms();
                 let deadline = decoded.work_deadline.unwrap_or_else(|| work_deadline(decoded.attempt_sent_ms, spec));
                 let budget = Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms);
-                let work = Job { request: &work_request, phase: Phase::Work, budget, ..job.clone() };
+                let work = Job { request: &work_request, phase: Phase::Work, budget, work_after: None, ..job.clone() };
                 let seen = self.first_look(&work, activity).await;
                 self.act(&work, activity, seen).await.disposition
             }
@@ -400,6 +404,9 @@ impl Worker {
                         _ => Status::Failed,
                     };
                     return Acted::answered(Disposition::Done(Done::Duplicate), status);
+                }
+                Action::Drop(Redundant::Superseded) if job.phase == Phase::Work => {
+                    return self.superseded_work(job).await.into();
                 }
                 Action::Drop(redundant) => return Disposition::Done(dropped(redundant)).into(),
                 Action::BackOff { until_ms } => {
@@ -551,17 +558,23 @@ impl Worker {
 
     /// Brings the message back at `until_ms`, within the deadline and the backoff floor
     /// (`Budget::backoff_s`). Past the deadline, an unresolved message goes to the dead-letter
-    /// queue instead.
+    /// queue instead. A message that hands a work past its answer is kept by the work's
+    /// deadline once the answer's has passed (L1 for the work): whatever its answer came to,
+    /// which the next look finds out, the copy may be the work's only one left.
     fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
         let now_ms = self.clock.now_ms();
-        let deadline = &job.budget.deadline;
+        let (budget, deadline_name) = match job.work_after {
+            Some(work) if now_ms >= job.budget.deadline.at_ms => (work, Phase::Work.deadline_name()),
+            _ => (job.budget, job.phase.deadline_name()),
+        };
+        let deadline = &budget.deadline;
         if now_ms >= deadline.at_ms {
             return Disposition::DeadLetter {
-                why: format!("{}; {}, set by {}, has passed", why, job.phase.deadline_name(), deadline.describe()),
+                why: format!("{}; {}, set by {}, has passed", why, deadline_name, deadline.describe()),
                 cause: DeadLetterCause::DeadlinePassed,
             };
         }
-        Disposition::Retry { delay_s: job.budget.backoff_s(until_ms, now_ms), why: why.to_owned() }
+        Disposition::Retry { delay_s: budget.backoff_s(until_ms, now_ms), why: why.to_owned() }
     }
 }
 
@@ -585,6 +598,9 @@ struct Job<'a> {
     owner: String,
     /// The request's deadline, the invocation's, and every end this delivery's calls keep.
     budget: Budget<'a>,
+    /// For the answer of a request that hands a work past it (`Phase::HandOver`): the work's
+    /// budget, which keeps the message once the answer's deadline has passed (`come_back`).
+    work_after: Option<Budget<'a>>,
 }
 
 impl Job<'_> {

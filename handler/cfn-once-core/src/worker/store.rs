@@ -36,6 +36,16 @@ impl Worker {
     /// [`Self::acquire`], and what a successful acquire found before it (`Prior::Known(None)`
     /// on a refusal, which changed nothing).
     pub(super) async fn acquire_finding(&self, job: &Job<'_>) -> Result<(Seen, Prior), StoreError> {
+        self.acquire_as(job, false).await
+    }
+
+    /// Takes the lease even from a live holder or a wait whose poll is not due (see
+    /// `AcquireRequest::preempt`): only a close of a work does, never an ordinary delivery.
+    pub(super) async fn preempt(&self, job: &Job<'_>) -> Result<(Seen, Prior), StoreError> {
+        self.acquire_as(job, true).await
+    }
+
+    async fn acquire_as(&self, job: &Job<'_>, preempt: bool) -> Result<(Seen, Prior), StoreError> {
         let (settings, request, owner) = (&self.settings, job.request, job.owner.as_str());
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=settings.store_attempts_max.max(1) {
@@ -55,6 +65,7 @@ impl Worker {
                     request_type: request.kind().map(RequestKind::as_str).unwrap_or_default().to_owned(),
                     resource_type: request.resource_type().unwrap_or_default().to_owned(),
                 },
+                preempt,
             };
             match self.store_call(self.store.acquire(&acquire), job.budget.decide_end_ms()).await {
                 Ok(Acquire::Acquired { fence, took_over, interrupted, poll, prior }) => {

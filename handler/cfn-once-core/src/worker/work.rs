@@ -7,13 +7,24 @@
 //! (S1: the signal is the committed bytes, whoever PUTs them). A signal already committed is
 //! delivered if it was not. Only once the record shows the signal delivered does the request go
 //! on: so a Delete is answered after its work's one signal, never before, and no work runs
-//! under a deleted resource. A poll in flight (a live lease) is waited out, not interrupted.
+//! under a deleted resource.
+//!
+//! The close never waits for the work's lease (L1 for the closing request): it takes the lease
+//! from a poll in flight too (`AcquireRequest::preempt`). Waiting for a live lease to end does
+//! not bound anything: a work polled every few seconds holds its lease again before the close's
+//! backoff comes back, and one poll may run for longer than the close's own request has left.
+//! Once the lease is taken, no new poll starts (the record is the close's until it commits, and
+//! COMMITTED after). The poll it was taken from is refused at its next heartbeat and its lease
+//! ends by the time it had written; the closing request goes on after that end, so its
+//! provider does not run beside that poll, unless waiting for it would bring its own deadline
+//! near: then its answer comes first.
 
+use super::store::Prior;
 use super::{DECISIONS_MAX, Job, Worker, describe};
-use crate::lease::{LeaseState, Seen};
+use crate::lease::{LeaseRecord, LeaseState, Seen};
 use crate::request::{Request, RequestKind};
 use crate::response::Outcome;
-use crate::vocabulary::Disposition;
+use crate::vocabulary::{Disposition, Done};
 use crate::wait_condition::{WaitDeclared, WaitSpec};
 
 /// A work a request ends, and why.
@@ -62,41 +73,100 @@ impl Worker {
                         tracing::info!(fence = record.fence, "the work's signal is delivered; going on");
                         return Ok(());
                     }
-                    // As the decision table does for an answer: a signal committed less than the
-                    // delivery grace ago is most likely being PUT by its committer right now.
-                    let grace_end_ms = record.updated_ms.saturating_add(self.settings.put.attempt_timeout_ms);
-                    if now_ms < grace_end_ms && !job.budget.deadline_near(now_ms) {
-                        let why = "the work's signal was just committed; its committer is sending it";
-                        return Err(self.come_back(job, grace_end_ms + self.jitter_ms(), why));
-                    }
-                    let signal = record.response.unwrap_or_default();
-                    let status = job.status_of(&signal);
-                    if let Err(error) = self.send_answer(job, record.fence, &signal, status).await {
-                        return Err(self.retry(job, error.to_string()));
-                    }
+                    self.send_found_signal(job, &record).await?;
                 }
-                Some(record)
-                    if record.state == LeaseState::Running
-                        && record.lease_until_ms >= now_ms.saturating_sub(self.settings.skew_ms) =>
-                {
-                    let until_ms = record.lease_until_ms + self.settings.skew_ms + self.jitter_ms();
-                    return Err(self.come_back(job, until_ms, "the work's lease is held; closing it when it ends"));
-                }
-                // No work yet, work waiting for its poll, or a poller that stopped: take it.
-                _ => match self.acquire(job).await {
-                    Ok(Seen::Mine { fence, .. }) => {
+                // No work yet, work waiting for its poll, a poller that stopped, or a poll in
+                // flight: take it, whatever its lease.
+                record => match self.preempt(job).await {
+                    Ok((Seen::Mine { fence, .. }, prior)) => {
                         tracing::Span::current().record("fence", fence);
                         let reason = format!("{}: {why}", describe(job.origin));
                         tracing::warn!(fence, "closing the work: committing FAILURE as its signal");
                         self.close_under(job, fence, reason).await?;
+                        let stopped_until_ms = self.stopped_poll_ends_ms(&prior, record.as_ref(), now_ms);
+                        let now_ms = self.clock.now_ms();
+                        if let Some(until_ms) = stopped_until_ms
+                            && now_ms < until_ms
+                            && !job.budget.deadline_near(until_ms)
+                        {
+                            let why = "the work's poll in flight was stopped; going on once its lease has ended";
+                            return Err(self.come_back(job, until_ms + self.jitter_ms(), why));
+                        }
                     }
-                    // Refused: the record changed; look again.
+                    // Refused: the record changed (committed meanwhile); look again.
                     Ok(_) => {}
                     Err(error) => return Err(self.retry(job, format!("could not take the work to close it: {error}"))),
                 },
             }
         }
         Err(self.retry(job, "the work's record kept changing while closing it".into()))
+    }
+
+    /// Sends the signal committed in `record` and not marked delivered: its committer may have
+    /// died between the commit and the PUT. As the decision table does for an answer, a signal
+    /// committed less than the delivery grace ago is left to its committer, which is most likely
+    /// PUTting it right now (unless the deadline is near). `Ok` once it is delivered.
+    pub(super) async fn send_found_signal(&self, job: &Job<'_>, record: &LeaseRecord) -> Result<(), Disposition> {
+        let now_ms = self.clock.now_ms();
+        let grace_end_ms = record.updated_ms.saturating_add(self.settings.put.attempt_timeout_ms);
+        if now_ms < grace_end_ms && !job.budget.deadline_near(now_ms) {
+            let why = "the work's signal was just committed; its committer is sending it";
+            return Err(self.come_back(job, grace_end_ms + self.jitter_ms(), why));
+        }
+        let signal = record.response.as_deref().unwrap_or_default();
+        let status = job.status_of(signal);
+        match self.send_answer(job, record.fence, signal, status).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(self.retry(job, error.to_string())),
+        }
+    }
+
+    /// A copy of a work that finds its attempt superseded: by a close (a Delete, or an Update
+    /// naming a new handle), or by a same-handle Update's work. The record is keyed by the
+    /// handle, so what the superseding execution committed is a signal for this same handle,
+    /// and S1 makes any PUT of it the same bytes: one left undelivered (its committer died
+    /// between the commit and the PUT, its own message hidden for the visibility timeout) is
+    /// this copy's to deliver before it drops, or the work's one signal could wait past the
+    /// wait condition's timeout (L1 for the work; seed 493643685497949 of the second fresh
+    /// range). Everything else a superseded copy finds is someone else's to finish.
+    pub(super) async fn superseded_work(&self, job: &Job<'_>) -> Disposition {
+        let record = match self.read_record(job).await {
+            Ok(record) => record,
+            Err(error) => return self.retry(job, format!("could not read the superseded work: {error}")),
+        };
+        match record {
+            Some(record) if record.state == LeaseState::Committed && record.response.is_some() && !record.delivered => {
+                tracing::info!(
+                    fence = record.fence,
+                    "a superseding execution's signal was never delivered; sending it"
+                );
+                match self.send_found_signal(job, &record).await {
+                    Ok(()) => Disposition::Done(Done::Replayed { fence: record.fence }),
+                    Err(disposition) => disposition,
+                }
+            }
+            _ => Disposition::Done(Done::Superseded),
+        }
+    }
+
+    /// When the lease a close took from a poll in flight ends at the latest (skew included), if
+    /// it took one: `prior` is what its acquire replaced, `read` the record read before it.
+    /// Where the acquire's reply was lost, a poll may have taken the lease between the read and
+    /// the acquire, so its lease is assumed to run a whole lease from now.
+    fn stopped_poll_ends_ms(&self, prior: &Prior, read: Option<&LeaseRecord>, now_ms: u64) -> Option<u64> {
+        let skew_ms = self.settings.skew_ms;
+        let running = |record: &LeaseRecord| record.state == LeaseState::Running;
+        match prior {
+            Prior::Known(prior) => prior
+                .as_deref()
+                .filter(|prior| running(prior))
+                .map(|prior| prior.lease_until_ms.saturating_add(skew_ms)),
+            Prior::Unknown => Some(match read.filter(|read| running(read)) {
+                Some(read) => read.lease_until_ms.saturating_add(skew_ms),
+                None => now_ms.saturating_add(self.settings.lease_ms + skew_ms),
+            }),
+        }
+        .filter(|until_ms| *until_ms > now_ms)
     }
 
     /// Commits FAILURE as the work's signal under `fence` and sends it.
