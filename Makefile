@@ -186,11 +186,14 @@ soak-short: venv
 	./target/debug/cfn-once soak --seed 19 --minutes 1.5 --requests 300 --outage-s 30 \
 	  --binary target/debug/cfn-once-lambda --python $(PY) --out target/soak-short
 
-## simulate: the deterministic simulator over SEEDS seeds on every core (make simulate SEEDS=1000000:
-## about 21 minutes on 2 cores; run it before a change to the protocol lands).
+## simulate: the deterministic simulator over SEEDS seeds on every core, from seed FIRST. Without
+## FIRST, a run of 100000 seeds or more starts at a fresh seed drawn at random, printed first so
+## the run can be repeated (make simulate SEEDS=1000000 FIRST=...); a shorter one starts at 0.
+## Before a change to the protocol lands, run a fresh million (about 25 minutes on 2 cores).
+FIRST ?=
 simulate:
-	@echo "==> simulating $(SEEDS) seeds"
-	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS)
+	@echo "==> simulating $(SEEDS) seeds$(if $(FIRST), from seed $(FIRST))"
+	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS) $(if $(FIRST),--first $(FIRST))
 
 ## feature-sets: fails when `cargo build --bins` and `cargo test` would resolve a shared crate's
 ## features differently, which compiles the SDK twice (.ci/feature-sets).
