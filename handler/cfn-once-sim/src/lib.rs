@@ -237,6 +237,19 @@ mod tests {
         replays_clean(493_643_685_497_949);
     }
 
+    // DRAIN, from the third fresh range (413998293000000-413998293999999, the story of a
+    // drained primary whose control is slower than its timeout): the drained primary read an
+    // expired lease (the secondary frozen mid-run), froze before its acquire, and by then the
+    // secondary had stored a wait whose poll was due; the acquire took the poll, and the
+    // drained primary heartbeat and stored a wait under it. A standby primary's acquire now
+    // gives back a lease granted on a record the table gives it no right to
+    // (`Worker::acquire_as_decided`), as its acquire beside an unanswered control read did.
+
+    #[test]
+    fn seed_413998293349042_drain_a_takeover_that_finds_a_due_poll_is_given_back() {
+        replays_clean(413_998_293_349_042);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

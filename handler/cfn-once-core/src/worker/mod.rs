@@ -378,7 +378,10 @@ impl Worker {
             };
             let situation = self.situation(job, activity);
             match decide(&current, &situation) {
-                Action::Acquire => seen = self.acquire(job).await,
+                Action::Acquire => match self.acquire_as_decided(job, activity).await {
+                    Some(found) => seen = found,
+                    None => return self.leave_message(job).into(),
+                },
                 Action::Run { fence, took_over, interrupted, poll } => {
                     let took_over_from = interrupted.then(|| fence.saturating_sub(1));
                     return self.run_and_answer(job, fence, took_over, took_over_from, poll).await.into();
@@ -427,6 +430,22 @@ impl Worker {
             }
         }
         self.retry(job, "the record kept changing while deciding".into()).into()
+    }
+
+    /// Takes the lease the table decided to take on the record as this delivery saw it. The
+    /// store grants an acquire on what the record holds when the acquire arrives, which may
+    /// have changed since: an expired lease seen at one moment may be a stored wait with its
+    /// poll due at the next (a delivery frozen between its read and its acquire). Every other
+    /// column of the table takes that lease too, but a standby primary starts no new work, so
+    /// for it a lease granted on a record the table gives it no right to is given back unused
+    /// (`keep_or_give_back`; seed 413998293349042 of the third fresh range: a drained primary
+    /// polled a wait after deciding to take over an expired lease). `None`: given back.
+    async fn acquire_as_decided(&self, job: &Job<'_>, activity: Activity) -> Option<Result<Seen, StoreError>> {
+        if self.settings.role == Role::Primary && activity == Activity::Standby {
+            let found = self.acquire_finding(job).await;
+            return self.keep_or_give_back(job, activity, found).await;
+        }
+        Some(self.acquire(job).await)
     }
 
     /// The table's first step for `activity`: acquire, or read first (a standby primary).

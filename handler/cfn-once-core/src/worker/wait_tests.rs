@@ -399,3 +399,110 @@ fn work_polled_every_5_s_with_a_45_s_service_timeout_is_answered_failed_in_the_w
     let latest_ms = 45_000 - (margin_ms + skew_ms + 5_000);
     assert!((latest_ms - 4_000..=latest_ms).contains(&after_ms), "answered {after_ms} ms after the send");
 }
+
+/// A lease store whose record changes between a delivery's read and its acquire: the first
+/// acquire finds `then` stored instead of what the read returned.
+#[derive(Debug)]
+struct ChangesBeforeAcquire {
+    inner: Arc<MemoryLeaseStore>,
+    then: std::sync::Mutex<Option<LeaseRecord>>,
+}
+
+#[async_trait]
+impl crate::lease::LeaseStore for ChangesBeforeAcquire {
+    async fn acquire(
+        &self,
+        request: &crate::lease::AcquireRequest,
+    ) -> Result<crate::lease::Acquire, crate::lease::StoreError> {
+        if let Some(then) = self.then.lock().expect("lock").take() {
+            self.inner.replicate(then);
+        }
+        self.inner.acquire(request).await
+    }
+    async fn heartbeat(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        until_ms: u64,
+        now_ms: u64,
+    ) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
+        self.inner.heartbeat(key, fence, until_ms, now_ms).await
+    }
+    async fn commit(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        response: &[u8],
+        now_ms: u64,
+    ) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
+        self.inner.commit(key, fence, response, now_ms).await
+    }
+    async fn wait(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        poll: &PollRecord,
+        now_ms: u64,
+    ) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
+        self.inner.wait(key, fence, poll, now_ms).await
+    }
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        now_ms: u64,
+    ) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
+        self.inner.mark_delivered(key, fence, now_ms).await
+    }
+    async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, crate::lease::StoreError> {
+        self.inner.read(key).await
+    }
+    async fn leave(&self, left: &LeaseRecord) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
+        self.inner.leave(left).await
+    }
+}
+
+#[test]
+fn a_drained_primary_gives_back_a_poll_its_takeover_found_instead_of_the_expired_lease_it_saw() {
+    // Seed 413998293349042 of the third fresh range: a drained primary read an expired lease
+    // (the secondary frozen mid-run), was frozen itself before its acquire, and by then the
+    // secondary had stored a wait whose poll was due: the acquire took the poll, and the
+    // drained primary polled it.
+    let h = Harness::new();
+    let body = echo_create(json!({"InProgressForS": "600"}));
+    let sent_ms = h.clock.now_ms();
+    assert!(matches!(deliver(&h, &h.worker("us-west-2"), &body, sent_ms, 1), Disposition::Retry { .. }));
+    let waiting = h.record();
+    h.clock.advance_ms(60_000);
+    // What the drained primary reads: the secondary mid-poll, its lease expired.
+    let now_ms = h.clock.now_ms();
+    let frozen = LeaseRecord {
+        state: LeaseState::Running,
+        owner: "us-west-2/frozen/1".into(),
+        lease_until_ms: now_ms - 20_000,
+        updated_ms: now_ms - 30_000,
+        ..waiting.clone()
+    };
+    h.memory.replicate(frozen);
+    // What its acquire finds: the wait stored again, its poll due.
+    let then = LeaseRecord { updated_ms: now_ms, ..waiting.clone() };
+    let store =
+        Arc::new(ChangesBeforeAcquire { inner: h.memory.clone(), then: std::sync::Mutex::new(Some(then.clone())) });
+    let settings = Settings { role: Role::Primary, control_cache_ms: 300_000, ..settings("us-east-1") };
+    let router = Router::new().register(ECHO_TYPE, crate::echo::Echo);
+    let ports = Ports {
+        store,
+        sink: h.sink.clone(),
+        router: Arc::new(router),
+        clock: Arc::new(h.clock.clone()),
+        random: Arc::new(SplitMix64::new(7)),
+        control: Arc::new(FixedActivity(Activity::Standby)),
+        metrics: Arc::new(h.metrics.clone()),
+    };
+    let input = InputPolicy { topic_arns: vec![TOPIC.into()], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+    let drained = Worker::new(ports, input, settings);
+    assert_eq!(drive(&h.clock, drained.read_control()), Some(Activity::Standby));
+    let left = deliver(&h, &drained, &body, sent_ms, 2);
+    assert!(matches!(&left, Disposition::Retry { why, .. } if why.contains("standby")), "{left:?}");
+    assert_eq!(h.record(), LeaseRecord { fence: then.fence + 1, ..then }, "the wait is given back as it was");
+}
