@@ -141,21 +141,21 @@ async fn operations_on_an_absent_record_are_refused(store: Arc<dyn LeaseStore>) 
     let key = key();
     assert_eq!(store.heartbeat(&key, 1, T0, T0).await.expect("heartbeat"), Conditional::Refused(None));
     assert_eq!(store.commit(&key, 1, b"x", T0).await.expect("commit"), Conditional::Refused(None));
-    assert_eq!(store.mark_delivered(&key, 1, T0).await.expect("mark"), Conditional::Refused(None));
+    assert_eq!(store.mark_delivered(&key, 1, None, T0).await.expect("mark"), Conditional::Refused(None));
     assert_eq!(store.read(&key).await.expect("read"), None, "refused writes create nothing");
 }
 
 async fn delivery_is_marked_only_once_committed(store: Arc<dyn LeaseStore>) {
     let key = key();
     fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
-    assert!(matches!(store.mark_delivered(&key, 1, T0 + 1).await.expect("mark"), Conditional::Refused(Some(_))));
+    assert!(matches!(store.mark_delivered(&key, 1, None, T0 + 1).await.expect("mark"), Conditional::Refused(Some(_))));
     store.commit(&key, 1, b"{}", T0 + 2).await.expect("commit");
     assert!(
-        matches!(store.mark_delivered(&key, 2, T0 + 3).await.expect("mark"), Conditional::Refused(Some(_))),
+        matches!(store.mark_delivered(&key, 2, None, T0 + 3).await.expect("mark"), Conditional::Refused(Some(_))),
         "wrong fence"
     );
-    assert_eq!(store.mark_delivered(&key, 1, T0 + 4).await.expect("mark"), Conditional::Applied);
-    assert_eq!(store.mark_delivered(&key, 1, T0 + 5).await.expect("mark"), Conditional::Applied, "idempotent");
+    assert_eq!(store.mark_delivered(&key, 1, None, T0 + 4).await.expect("mark"), Conditional::Applied);
+    assert_eq!(store.mark_delivered(&key, 1, None, T0 + 5).await.expect("mark"), Conditional::Applied, "idempotent");
     let record = store.read(&key).await.expect("read").expect("record");
     assert!(record.delivered);
     assert_eq!(
@@ -168,7 +168,7 @@ async fn a_new_attempt_replaces_a_finished_one(store: Arc<dyn LeaseStore>) {
     let key = key();
     fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
     store.commit(&key, 1, b"first", T0 + 1).await.expect("commit");
-    store.mark_delivered(&key, 1, T0 + 2).await.expect("mark");
+    store.mark_delivered(&key, 1, None, T0 + 2).await.expect("mark");
     assert_eq!(fence_of(store.as_ref(), &acquire(&key, "b", "east/2", T0 + 3)).await, Some(2));
     let record = store.read(&key).await.expect("read").expect("record");
     assert_eq!(
@@ -373,6 +373,20 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
     assert_eq!(checked, 252 + 21);
 }
 
+async fn a_signal_that_will_never_be_sent_is_recorded_with_why(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
+    store.commit(&key, 1, b"{}", T0 + 1).await.expect("commit");
+    let why = "not sent: the wait condition handle's presigned URL expired at 2027-01-16T07:59:59.000Z";
+    assert_eq!(store.mark_delivered(&key, 1, Some(why), T0 + 2).await.expect("mark"), Conditional::Applied);
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.delivered, record.unsent.as_deref()), (true, Some(why)), "nothing left to send, and why");
+    // A later attempt starts afresh: the reason belongs to the bytes it was about.
+    fence_of(store.as_ref(), &acquire(&key, "b", "east/2", T0 + 3)).await;
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.delivered, record.unsent), (false, None));
+}
+
 async fn a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out(store: Arc<dyn LeaseStore>) {
     let key = key();
     assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "poller/1", T0)).await, Some(1));
@@ -519,6 +533,7 @@ contract!(
     the_store_decides_as_admits_says,
     a_lease_given_back_unused_is_as_if_never_taken,
     a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out,
+    a_signal_that_will_never_be_sent_is_recorded_with_why,
 );
 
 /// The active-region control reads what the drill's flip writes: no item (the primary is

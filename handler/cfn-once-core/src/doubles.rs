@@ -145,8 +145,14 @@ impl LeaseStore for FaultyStore {
         self.call(Op::Wait, self.inner.wait(key, fence, poll, now_ms)).await
     }
 
-    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
-        self.call(Op::MarkDelivered, self.inner.mark_delivered(key, fence, now_ms)).await
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        unsent: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        self.call(Op::MarkDelivered, self.inner.mark_delivered(key, fence, unsent, now_ms)).await
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
@@ -161,12 +167,17 @@ impl LeaseStore for FaultyStore {
 /// What a [`RecordingSink`] does with the next PUT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutFault {
+    /// No fault: the PUT is stored (queued before others, it lets a PUT through so that a
+    /// later one suffers them).
+    Pass,
     /// Fails with a retryable error, nothing stored.
     Fail,
     /// Stores the body, then reports a retryable error (the reply was lost).
     LostReply,
     /// Never returns, nothing stored.
     Hang,
+    /// Refused for good, nothing stored: what S3 answers a presigned URL past its expiry (403).
+    Refused,
 }
 
 /// An in-memory S3 for responses: every body PUT to every URL, in order.
@@ -204,7 +215,7 @@ impl ResponseSink for RecordingSink {
         let fault = lock(&self.faults).pop_front();
         let record = || lock(&self.bodies).entry(url.expose_secret().to_owned()).or_default().push(body.to_vec());
         match fault {
-            None => {
+            None | Some(PutFault::Pass) => {
                 record();
                 Ok(())
             }
@@ -214,6 +225,7 @@ impl ResponseSink for RecordingSink {
                 Err(PutError::Retryable("injected lost PUT reply".into()))
             }
             Some(PutFault::Hang) => std::future::pending().await,
+            Some(PutFault::Refused) => Err(PutError::Permanent("injected 403 Forbidden".into())),
         }
     }
 }

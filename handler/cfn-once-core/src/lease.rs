@@ -22,6 +22,8 @@
 //!   provider's state and next poll time and releases the lease (state WAITING), so a stale
 //!   poller can never overwrite newer state (S2);
 //! * **mark delivered** succeeds only while `fence` is the caller's and the state is COMMITTED;
+//!   it records that the committed bytes were PUT, or that they never will be and why
+//!   (`unsent`: a work's signal whose handle expired or refused it);
 //! * **leave** succeeds only while `fence` is the caller's and the state is RUNNING: it gives
 //!   back a lease that ran nothing (a primary that acquired before the active-region control
 //!   answered, and learned it is on standby), writing the record as the acquire found it, fence
@@ -128,9 +130,13 @@ pub struct LeaseRecord {
     pub sent_ms: u64,
     /// The exact bytes to PUT, once COMMITTED.
     pub response: Option<Vec<u8>>,
-    /// Whether the committed response was PUT, so later deliveries drop their message instead
-    /// of PUTting it again.
+    /// Whether the committed response was PUT (or will never be: see `unsent`), so later
+    /// deliveries drop their message instead of PUTting it again.
     pub delivered: bool,
+    /// Why the committed bytes were never PUT and never will be, if so: only a work's signal,
+    /// whose wait condition handle had expired or refused it (a 403 is final). Set together
+    /// with `delivered`: nothing is left to send.
+    pub unsent: Option<String>,
     /// When the record was first written, epoch ms; kept across takeovers and new attempts.
     pub created_ms: u64,
     /// When the record was last written, epoch ms; while COMMITTED and undelivered, the commit
@@ -287,8 +293,16 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Conditional, StoreError>;
 
-    /// Records that the committed response under `fence` was PUT.
-    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError>;
+    /// Records that the committed response under `fence` was PUT, or, with `unsent`, that it
+    /// never will be and why (a work's signal whose handle expired or refused it): either way
+    /// nothing is left to send.
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        unsent: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError>;
 
     /// A strongly consistent read.
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError>;
@@ -324,6 +338,7 @@ pub fn left_record(
             sent_ms: 0,
             response: None,
             delivered: false,
+            unsent: None,
             created_ms: now_ms,
             updated_ms: now_ms,
             expires_ms,
@@ -517,6 +532,7 @@ mod tests {
             attempts: attempts.iter().map(|a| fp(a)).collect(),
             response: (state == LeaseState::Committed).then(|| b"{}".to_vec()),
             delivered: false,
+            unsent: None,
             // The record's attempt was sent at 100; viewers' attempts at 100 unless a case says.
             sent_ms: 100,
             created_ms: 0,

@@ -46,6 +46,16 @@ impl MemoryLeaseStore {
         self.records().get(key).cloned()
     }
 
+    /// Deletes every record whose `expires_ms` has passed at `now_ms`, as the sweeper does on
+    /// the DynamoDB table (MRSC tables have no TTL); returns how many. For tests and the
+    /// simulator, which play a stack's life over months.
+    pub fn sweep(&self, now_ms: u64) -> usize {
+        let mut records = self.records();
+        let before = records.len();
+        records.retain(|_, record| record.expires_ms >= now_ms);
+        before - records.len()
+    }
+
     /// Stores `record` as replication would: last writer (by `updated_ms`) wins. For the
     /// simulator's eventually consistent (MREC) mode.
     pub fn replicate(&self, record: LeaseRecord) {
@@ -115,6 +125,7 @@ impl LeaseStore for MemoryLeaseStore {
                 attempts,
                 response: None,
                 delivered: false,
+                unsent: None,
                 sent_ms: request.sent_ms,
                 created_ms,
                 updated_ms: request.now_ms,
@@ -175,9 +186,18 @@ impl LeaseStore for MemoryLeaseStore {
         }))
     }
 
-    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        unsent: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
         Ok(self.conditional(key, under_fence(fence, LeaseState::Committed), |record| {
             record.delivered = true;
+            if let Some(why) = unsent {
+                record.unsent = Some(why.to_owned());
+            }
             record.updated_ms = now_ms;
         }))
     }

@@ -34,6 +34,9 @@ pub enum MetricEvent {
     /// A record that can only end in the DLQ: nobody can be answered, or the ResponseURL
     /// refused the answer for good.
     DlqBound,
+    /// A work's committed signal will never be sent: its wait condition handle had expired or
+    /// refused it. The work is recorded done without it (nobody can be waiting on the handle).
+    SignalUnsent,
     /// A provider panicked; its request is answered FAILED.
     ProviderPanicked,
     /// A primary received a request whose deadline comes before the secondary's copy could be

@@ -118,6 +118,15 @@ pub fn default_physical_id(request: &Request) -> String {
     format!("{}-{digest}", request.logical_resource_id)
 }
 
+/// The PhysicalResourceId a successful `request` keeps when its provider chose none: the one
+/// it was sent (Update, Delete), or a Create's default ([`default_physical_id`]).
+pub fn kept_physical_id(request: &Request) -> String {
+    request
+        .physical_resource_id()
+        .filter(|id| !id.is_empty())
+        .map_or_else(|| default_physical_id(request), str::to_owned)
+}
+
 /// True for the id [`build`] gives a failed Create.
 pub fn is_failed_create_id(physical_resource_id: &str) -> bool {
     physical_resource_id.starts_with(FAILED_CREATE_PREFIX)
@@ -281,22 +290,35 @@ fn shorten_reason(mut body: ResponseBody) -> Vec<u8> {
     let Some(reason) = body.reason.take() else {
         return bytes;
     };
-    let chars: Vec<char> = reason.chars().collect();
-    // Binary search for the longest prefix that fits: escaping makes bytes per char vary.
-    let (mut fits, mut too_long) = (0usize, chars.len());
-    while fits + 1 < too_long {
-        let middle = (fits + too_long) / 2;
-        body.reason = Some(truncated(&chars, middle));
-        if to_bytes(&body).len() <= BODY_BYTES_MAX {
-            fits = middle;
+    let reason = longest_fitting(&reason, |cut| {
+        body.reason = Some(cut.to_owned());
+        to_bytes(&body).len() <= BODY_BYTES_MAX
+    });
+    body.reason = Some(reason);
+    let bytes = to_bytes(&body);
+    debug_assert!(bytes.len() <= BODY_BYTES_MAX, "identifiers are bounded at decode time");
+    bytes
+}
+
+/// `text` whole if `fits` accepts it; otherwise its longest prefix, cut at a character and
+/// ended by the truncation mark, that `fits` accepts (the mark alone if none does). `fits`
+/// judges the bytes of what the text goes into, where escaping makes what one character costs
+/// vary, so the cut is found by bisection.
+pub(crate) fn longest_fitting(text: &str, mut fits: impl FnMut(&str) -> bool) -> String {
+    if fits(text) {
+        return text.to_owned();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let (mut fits_at, mut too_long) = (0usize, chars.len());
+    while fits_at + 1 < too_long {
+        let middle = (fits_at + too_long) / 2;
+        if fits(&truncated(&chars, middle)) {
+            fits_at = middle;
         } else {
             too_long = middle;
         }
     }
-    body.reason = Some(truncated(&chars, fits));
-    let bytes = to_bytes(&body);
-    debug_assert!(bytes.len() <= BODY_BYTES_MAX, "identifiers are bounded at decode time");
-    bytes
+    truncated(&chars, fits_at)
 }
 
 fn truncated(chars: &[char], keep: usize) -> String {

@@ -43,18 +43,33 @@ pub fn handed_over() -> Outcome {
     Outcome::Success { physical_resource_id: None, data, no_echo: false }
 }
 
+/// Whether committed answer bytes are a hand-over ([`handed_over`]): SUCCESS with exactly the
+/// Data that says the work continues. Every delivery of a request that declares a wait
+/// condition reads it to follow its committer's decision, to go on to the work or not.
+pub fn is_handed_over(bytes: &[u8]) -> bool {
+    let Ok(body) = crate::response::ResponseBody::parse(bytes) else {
+        return false;
+    };
+    let Outcome::Success { data, .. } = handed_over() else {
+        return false;
+    };
+    body.status == crate::response::Status::Success && body.data == data
+}
+
 /// Shapes a work's `outcome` into the signal bytes to commit and PUT, within
-/// [`SIGNAL_BYTES_MAX`]: SUCCESS with the provider's Data (and PhysicalResourceId, if it chose
-/// one) as JSON text, or FAILURE with the Reason. Data too large to send is left out and the
-/// Reason says so; the signal stays SUCCESS, since the work itself succeeded.
-pub fn signal_body(request: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatus) {
-    let unique_id = request.logical_resource_id.clone();
+/// [`SIGNAL_BYTES_MAX`]: SUCCESS with the provider's Data and the resource's PhysicalResourceId
+/// (the provider's, or the one the answer gave: the request's own, or a Create's default) as
+/// JSON text, or FAILURE with the Reason. `origin` is CloudFormation's request the work
+/// belongs to. Data too large to send is left out and the Reason says so; the signal stays
+/// SUCCESS, since the work itself succeeded. A Reason is cut by bytes, as an answer's is, so a
+/// multibyte Reason beside the longest UniqueId still fits.
+pub fn signal_body(origin: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatus) {
+    let unique_id = origin.logical_resource_id.clone();
     let signal = match outcome {
         Outcome::Success { physical_resource_id, data, .. } => {
             let mut result: Map<String, Value> = data.into_iter().collect();
-            if let Some(id) = physical_resource_id {
-                result.insert("PhysicalResourceId".into(), Value::String(id));
-            }
+            let id = physical_resource_id.unwrap_or_else(|| crate::response::kept_physical_id(origin));
+            result.insert("PhysicalResourceId".into(), Value::String(id));
             let data = Value::Object(result).to_string();
             let reason = "the work completed".to_owned();
             let signal = Signal { status: SignalStatus::Success, reason, unique_id, data };
@@ -76,7 +91,17 @@ pub fn signal_body(request: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatu
         },
     };
     let status = signal.status;
-    (to_bytes(&signal), status)
+    (fitted(signal), status)
+}
+
+/// The signal's bytes, its Reason cut until they fit in [`SIGNAL_BYTES_MAX`].
+fn fitted(mut signal: Signal) -> Vec<u8> {
+    let reason = std::mem::take(&mut signal.reason);
+    signal.reason = crate::response::longest_fitting(&reason, |cut| {
+        signal.reason = cut.to_owned();
+        to_bytes(&signal).len() <= SIGNAL_BYTES_MAX
+    });
+    to_bytes(&signal)
 }
 
 fn to_bytes(signal: &Signal) -> Vec<u8> {
@@ -138,5 +163,36 @@ mod tests {
         assert!(!signal.reason.contains("<html>"));
         // The same outcome gives the same bytes, wherever it is built.
         assert_eq!(signal_body(&request, Outcome::failed("x")), signal_body(&request, Outcome::failed("x")));
+    }
+
+    #[test]
+    fn a_failure_signal_fits_in_bytes_with_multibyte_text_and_the_longest_unique_id() {
+        let mut request = request();
+        request.logical_resource_id = "L".repeat(255);
+        // 1,024 characters of four bytes each, and of two, and characters JSON escapes.
+        for reason in ["🦀".repeat(1_024), "é".repeat(1_024), format!("{}{}", "é".repeat(700), "\"\\".repeat(300))]
+        {
+            let (bytes, status) = signal_body(&request, Outcome::failed(reason.clone()));
+            assert_eq!(status, SignalStatus::Failure);
+            assert!(bytes.len() <= SIGNAL_BYTES_MAX, "{} bytes", bytes.len());
+            let signal = Signal::parse(&bytes).expect("a signal");
+            assert_eq!(signal.unique_id, request.logical_resource_id);
+            assert!(signal.reason.len() > 1_000, "cut no more than it must: {} bytes", signal.reason.len());
+        }
+    }
+
+    #[test]
+    fn a_success_signal_names_the_resources_id_when_the_provider_chose_none() {
+        let request = request();
+        let success = Outcome::Success {
+            physical_resource_id: None,
+            data: [("InProgressForS".to_owned(), json!("45"))].into_iter().collect(),
+            no_echo: false,
+        };
+        let (bytes, _) = signal_body(&request, success);
+        let data: Value = serde_json::from_str(&Signal::parse(&bytes).expect("a signal").data).expect("JSON");
+        // The id the answer gave the resource: a Create's default.
+        assert_eq!(data["PhysicalResourceId"], json!(crate::response::default_physical_id(&request)));
+        assert_eq!(data["InProgressForS"], json!("45"));
     }
 }

@@ -275,6 +275,20 @@ mod tests {
     }
 
     #[test]
+    fn the_planted_retry_of_a_refused_signal_is_caught_within_1000_seeds() {
+        let options = Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::ExpiredRetried) };
+        let found: Vec<(u64, String)> = (0..1_000)
+            .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
+            .collect();
+        assert!(
+            found.iter().any(|(_, v)| v.starts_with("EXPIRED")),
+            "a signal retried after its handle refused it went unnoticed for 1000 seeds: {found:?}"
+        );
+        // A close that cannot finish holds up the Delete or Update behind it.
+        assert!(found.iter().any(|(_, v)| v.starts_with("L1")), "{found:?}");
+    }
+
+    #[test]
     fn an_eventually_consistent_table_is_caught() {
         let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
@@ -355,6 +369,18 @@ mod tests {
             "scenario: store replies lost to a handed-over request's copies",
             "store reply or request lost after the fault window",
             "a handed-over request's copy kept past its answer's deadline after a store failure",
+            "scenario: a resource's life over a year: updates, rollbacks and a delete",
+            "the sweeper removed records past their retention",
+            "PUT to an expired handle refused (403)",
+            "a work recorded done without its signal (its handle expired or refused it)",
+            "long life: an Update that kept its handle ran its provider",
+            "long life: an update rollback naming the old handle ran its provider",
+            "long life: a Delete a day after the Create answered",
+            "long life: a Delete a month after the Create answered",
+            "long life: a Delete a year after the Create answered",
+            "long life: an Update a day after the Create answered",
+            "long life: an Update a month after the Create answered",
+            "long life: an Update a year after the Create answered",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

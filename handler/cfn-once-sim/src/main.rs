@@ -9,6 +9,7 @@
 //! cfn-once-sim --seeds 1000 --mrec      # the same against an MREC (eventually consistent) table
 //! cfn-once-sim --seeds 1000 --planted-bug               # a store whose commit ignores its fence
 //! cfn-once-sim --seeds 1000 --planted-bug=signal-again  # a store that forgets a work's signal on a takeover
+//! cfn-once-sim --seeds 1000 --planted-bug=expired-retried  # S3's 403 to an expired handle made retryable
 //! ```
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
@@ -49,7 +50,9 @@ const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--s
   --planted-bug   the self-check: use a deliberately broken lease store, which must show violations:
                   =unfenced-commit (the default) commits without its condition (fence, state);
                   =signal-again forgets a wait condition work's committed signal when another
-                  execution takes its lease, so the takeover signals the handle a second time";
+                  execution takes its lease, so the takeover signals the handle a second time;
+                  =expired-retried has the response bucket answer a PUT to an expired wait
+                  condition handle with a retryable error instead of S3's final 403";
 
 struct Args {
     seeds: u64,
@@ -87,8 +90,9 @@ fn parse() -> Result<Args, String> {
             "--planted-bug" => args.options.planted_bug = Some(PlantedBug::UnfencedCommit),
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
-                let bug = PlantedBug::parse(name)
-                    .ok_or_else(|| format!("unknown planted bug {name:?}: use unfenced-commit or signal-again"))?;
+                let bug = PlantedBug::parse(name).ok_or_else(|| {
+                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again or expired-retried")
+                })?;
                 args.options.planted_bug = Some(bug);
             }
             "--help" | "-h" => return Err(String::new()),

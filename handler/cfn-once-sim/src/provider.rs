@@ -160,6 +160,7 @@ impl Provider for SimProvider {
         properties: SimProperties,
         _old_properties: Option<SimProperties>,
     ) -> Result<Step, ProviderError> {
+        self.shared.observed().updates_run.insert(ctx.request_id.clone());
         self.run(ctx, properties).await
     }
 

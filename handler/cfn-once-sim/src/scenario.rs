@@ -83,6 +83,9 @@ pub enum PlantedBug {
     /// A work's committed signal is forgotten when another execution takes its lease (the
     /// acquire grants it as if the signal were never committed): a takeover signals again.
     SignalAgain,
+    /// The response bucket answers a PUT to an expired wait condition handle with a retryable
+    /// error instead of S3's final 403, so the handler retries a signal nobody can take.
+    ExpiredRetried,
 }
 
 impl PlantedBug {
@@ -91,12 +94,13 @@ impl PlantedBug {
         match self {
             Self::UnfencedCommit => "unfenced-commit",
             Self::SignalAgain => "signal-again",
+            Self::ExpiredRetried => "expired-retried",
         }
     }
 
     /// Parses [`PlantedBug::name`].
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::UnfencedCommit, Self::SignalAgain].into_iter().find(|bug| bug.name() == name)
+        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried].into_iter().find(|bug| bug.name() == name)
     }
 }
 
@@ -150,6 +154,14 @@ pub enum Kind {
     /// region for minutes, the primary sometimes down for good: the copies that carry the work
     /// are kept until the work's deadline, never dead-lettered by the answer's.
     LostRepliesAfterHandOver,
+    /// A resource's life over a year, in compressed time: a Create with a wait condition, then
+    /// Updates (keeping the handle, or naming a new one, some rolled back to the old one) and
+    /// a Delete at minutes, a day, 31 days and a year after it. Handles expire a day after they
+    /// are made (S3 answers 403 after), the sweeper removes records past their retention, and
+    /// some handles do not say their expiry in their URL. Every Update and Delete is answered
+    /// by its deadline; an Update runs its provider unless it names a new handle; a refused
+    /// signal is never retried.
+    LongLife,
 }
 
 impl Kind {
@@ -168,6 +180,7 @@ impl Kind {
             Self::LongWork => "scenario: work past the hour, signalled to a wait condition",
             Self::CloseMidWork => "scenario: a close (Delete or new-handle Update) mid-work near its deadline",
             Self::LostRepliesAfterHandOver => "scenario: store replies lost to a handed-over request's copies",
+            Self::LongLife => "scenario: a resource's life over a year: updates, rollbacks and a delete",
         }
     }
 }
@@ -198,6 +211,12 @@ pub struct RequestPlan {
     /// `wait_condition_s`), sent while the old work may still run: it closes the old work and
     /// hands a new one over.
     pub update_of: Option<usize>,
+    /// The request whose wait condition handle this one names, where it is not its own (an
+    /// Update that keeps its handle, an update rollback naming the earlier one, a Delete).
+    pub handle_from: Option<usize>,
+    /// The request whose properties are this Update's `OldResourceProperties` (by default the
+    /// one it updates).
+    pub old_from: Option<usize>,
 }
 
 impl RequestPlan {
@@ -215,6 +234,18 @@ impl RequestPlan {
     /// retry of an earlier one).
     pub fn original(&self, index: usize) -> usize {
         self.delete_of.or(self.update_of).or(self.retry_of).unwrap_or(index)
+    }
+
+    /// The request whose wait condition handle this one names: its own for a Create or an
+    /// Update that names a new one, the resource's for a Delete, unless `handle_from` says.
+    pub fn handle_owner(&self, index: usize) -> usize {
+        self.handle_from.unwrap_or(if self.update_of.is_some() { index } else { self.original(index) })
+    }
+
+    /// Whether this is an Update whose properties declare no new wait: it keeps its handle, or
+    /// names one an earlier request made (an update rollback). Its provider must run.
+    pub fn updates_without_a_new_wait(&self, index: usize) -> bool {
+        self.update_of.is_some() && self.handle_owner(index) != index
     }
 
     /// Until when a copy of the request is owed an answer or a signal.
@@ -299,6 +330,14 @@ pub struct Scenario {
     pub store_outage: Option<(u64, u64)>,
     /// Lease-store faults after the fault window (`Kind::LostRepliesAfterHandOver`).
     pub late_store_faults: Option<LateStoreFaults>,
+    /// How long a wait condition handle is valid after it is made, as CloudFormation presigns
+    /// them (`X-Amz-Expires=86399`); `None`: the URL says nothing and S3 never refuses it.
+    pub handle_expires_s: Option<u64>,
+    /// Whether the handles' URLs leave their expiry out (S3 still refuses them after it), so
+    /// that only the 403 tells the handler.
+    pub opaque_handles: bool,
+    /// How often the sweeper deletes records past their retention, if it runs.
+    pub sweep_every_ms: Option<u64>,
 }
 
 struct Draw(SplitMix64);
@@ -342,6 +381,7 @@ impl Scenario {
             // Carved out of the weather's share, so that every earlier story draws as before.
             44..48 => Kind::CloseMidWork,
             48..51 => Kind::LostRepliesAfterHandOver,
+            51..55 => Kind::LongLife,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -380,6 +420,8 @@ impl Scenario {
                 wait_condition_s: None,
                 delete_of: None,
                 update_of: None,
+                handle_from: None,
+                old_from: None,
             });
         }
         if draw.chance(0.25) {
@@ -397,6 +439,8 @@ impl Scenario {
                 wait_condition_s: None,
                 delete_of: None,
                 update_of: None,
+                handle_from: None,
+                old_from: None,
             });
         }
         let mut faults = Faults {
@@ -440,6 +484,7 @@ impl Scenario {
         }
         let mut store_outage = None;
         let mut late_store_faults = None;
+        let (mut handle_expires_s, mut opaque_handles, mut sweep_every_ms) = (None, false, None);
         match kind {
             Kind::Weather => {}
             Kind::DrainedPrimarySecondaryDown => {
@@ -556,6 +601,8 @@ impl Scenario {
                         wait_condition_s: None,
                         delete_of: None,
                         update_of: None,
+                        handle_from: None,
+                        old_from: None,
                     });
                 }
                 outages.retain(|(region, _, _)| *region == Region::Primary);
@@ -638,6 +685,8 @@ impl Scenario {
                         late: None,
                         delete_of: Some(0),
                         update_of: None,
+                        handle_from: None,
+                        old_from: None,
                         ..plan
                     });
                 }
@@ -695,6 +744,8 @@ impl Scenario {
                     wait_condition_s: if update { Some(draw.between(900, 3_600)) } else { plan.wait_condition_s },
                     delete_of: (!update).then_some(0),
                     update_of: update.then_some(0),
+                    handle_from: None,
+                    old_from: None,
                 });
             }
             Kind::LostRepliesAfterHandOver => {
@@ -726,12 +777,126 @@ impl Scenario {
                     outages.push((Region::Primary, down_ms, u64::MAX / 4));
                 }
             }
+            Kind::LongLife => {
+                const DAY_MS: u64 = 86_400_000;
+                requests.retain(|plan| plan.retry_of.is_none());
+                requests.truncate(1);
+                handle_expires_s = Some(86_399);
+                opaque_handles = draw.chance(0.3);
+                sweep_every_ms = Some(DAY_MS / 4);
+                let first = &mut requests[0];
+                first.sent_at_ms = draw.below(window_end_ms + 60_000);
+                first.service_timeout_s = draw.between(300, 3_600);
+                first.late = None;
+                first.panic_percent = 0;
+                first.wait_condition_s = Some(draw.between(1_800, 43_200));
+                first.wait = Some(WaitPlan {
+                    in_progress_ms: draw.between(5_000, 1_200_000),
+                    poll_interval_s: draw.between(1, 120),
+                    poll_work_ms: draw.below(2_000),
+                });
+                let created_ms = first.sent_at_ms;
+                // Operations at minutes, a day, a month and a year after the Create; the first
+                // after its work has ended (a stack cannot be updated while a wait condition of
+                // its creation still waits).
+                let work_ms = first.wait.map_or(0, |wait| wait.in_progress_ms) + first.work_ms;
+                let ages = [
+                    ((work_ms + 120_000).max(300_000), (work_ms + 120_000).max(3_600_000)),
+                    (DAY_MS - 7_200_000, DAY_MS + 7_200_000),
+                    (31 * DAY_MS - DAY_MS / 2, 31 * DAY_MS + DAY_MS / 2),
+                    (365 * DAY_MS - 5 * DAY_MS, 365 * DAY_MS + 5 * DAY_MS),
+                ];
+                // The Delete comes at one of those ages, or after all of them (a year and a
+                // month after the Create).
+                let delete_age = draw.below(ages.len() as u64 + 1) as usize;
+                // The request whose properties (and handle) the resource has now.
+                let mut current = 0;
+                let short_wait = |draw: &Draw, service_timeout_s: u64| {
+                    draw.chance(0.3).then(|| WaitPlan {
+                        in_progress_ms: draw.between(5_000, service_timeout_s * 500),
+                        poll_interval_s: draw.between(1, 30),
+                        poll_work_ms: draw.below(2_000),
+                    })
+                };
+                let after_all = (395 * DAY_MS, 400 * DAY_MS);
+                for (age, (from_ms, to_ms)) in ages.into_iter().chain([after_all]).enumerate() {
+                    let at_ms = created_ms + draw.between(from_ms, to_ms);
+                    if age == delete_age {
+                        let handle = requests[current].handle_owner(current);
+                        requests.push(RequestPlan {
+                            sent_at_ms: at_ms,
+                            work_ms: draw.below(2_000),
+                            service_timeout_s: draw.between(300, 3_600),
+                            retry_of: None,
+                            wait: None,
+                            panic_percent: 0,
+                            late: None,
+                            wait_condition_s: requests[current].wait_condition_s,
+                            delete_of: Some(0),
+                            update_of: None,
+                            handle_from: Some(handle),
+                            old_from: None,
+                        });
+                        break;
+                    }
+                    let service_timeout_s = draw.between(300, 3_600);
+                    let keeps_handle = draw.chance(0.5);
+                    let index = requests.len();
+                    let handle = requests[current].handle_owner(current);
+                    requests.push(RequestPlan {
+                        sent_at_ms: at_ms,
+                        work_ms: draw.below(2_000),
+                        service_timeout_s,
+                        retry_of: None,
+                        wait: if keeps_handle {
+                            short_wait(&draw, service_timeout_s)
+                        } else {
+                            Some(WaitPlan {
+                                in_progress_ms: draw.between(5_000, 600_000),
+                                poll_interval_s: draw.between(1, 60),
+                                poll_work_ms: draw.below(2_000),
+                            })
+                        },
+                        panic_percent: 0,
+                        late: None,
+                        wait_condition_s: Some(draw.between(1_800, 43_200)),
+                        delete_of: None,
+                        update_of: Some(0),
+                        handle_from: keeps_handle.then_some(handle),
+                        old_from: Some(current),
+                    });
+                    if keeps_handle || !draw.chance(0.5) {
+                        current = index;
+                        continue;
+                    }
+                    // Another resource of the update fails: the rollback names the old handle
+                    // again, its old properties the forward Update's.
+                    let service_timeout_s = draw.between(300, 3_600);
+                    requests.push(RequestPlan {
+                        sent_at_ms: at_ms + draw.between(60_000, 900_000),
+                        work_ms: draw.below(2_000),
+                        service_timeout_s,
+                        retry_of: None,
+                        wait: short_wait(&draw, service_timeout_s),
+                        panic_percent: 0,
+                        late: None,
+                        wait_condition_s: requests[current].wait_condition_s,
+                        delete_of: None,
+                        update_of: Some(0),
+                        handle_from: Some(handle),
+                        old_from: Some(index),
+                    });
+                }
+            }
         }
         Self {
             seed,
             options,
             kind,
             late_store_faults,
+            handle_expires_s,
+            opaque_handles,
+            sweep_every_ms,
             function_timeout,
             max_receive_count: deployed.max_receive_count,
             secondary_delay_ms: deployed.secondary_delay_s * 1_000,

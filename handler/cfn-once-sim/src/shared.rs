@@ -31,6 +31,12 @@ pub struct Observed {
     /// When each poll of a provider's work began, by item (elapsed ms).
     pub poll_starts: Vec<(String, u64)>,
     pub puts: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
+    /// PUTs S3 refused because their handle had expired: (elapsed ms, URL, region).
+    pub refused: Vec<(u64, String, Region)>,
+    /// When the sweeper removed records (elapsed ms).
+    pub sweeps: Vec<u64>,
+    /// The RequestIds whose provider's Update ran (at least once).
+    pub updates_run: std::collections::BTreeSet<String>,
     /// The fenced downstream store: item to (scope, fence) of the last accepted write.
     pub fenced: BTreeMap<String, (String, u64)>,
     /// MREC replication in flight: (due ms, to region, record).
@@ -81,6 +87,10 @@ pub struct Shared {
     pub store_outage: Option<(u64, u64)>,
     /// Lease-store faults outside the fault window.
     pub late_store_faults: Option<LateStoreFaults>,
+    /// When S3 starts refusing each wait condition handle (elapsed ms), by URL.
+    pub handle_expiries: BTreeMap<String, u64>,
+    /// The planted bug: a PUT to an expired handle fails as if it could be retried.
+    pub expired_retryable: bool,
     pub tracing: bool,
     /// The handler's deadline margin: near a deadline, even a drained primary answers.
     pub deadline_margin_ms: u64,
@@ -101,6 +111,8 @@ impl Shared {
             faults,
             store_outage,
             late_store_faults: None,
+            handle_expiries: BTreeMap::new(),
+            expired_retryable: false,
             tracing,
             deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
@@ -122,6 +134,12 @@ impl Shared {
     /// The same, with lease-store faults outside the fault window.
     pub fn with_late_store_faults(self, late_store_faults: Option<LateStoreFaults>) -> Self {
         Self { late_store_faults, ..self }
+    }
+
+    /// The same, with the handles' expiries, and whether the planted bug makes S3's refusal of
+    /// an expired handle retryable.
+    pub fn with_handle_expiries(self, handle_expiries: BTreeMap<String, u64>, expired_retryable: bool) -> Self {
+        Self { handle_expiries, expired_retryable, ..self }
     }
 
     /// Whether the late store faults' window is open now.

@@ -50,6 +50,20 @@ impl SimSink {
 #[async_trait]
 impl ResponseSink for SimSink {
     async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
+        let now_ms = self.shared.elapsed_ms();
+        let expired =
+            self.shared.handle_expiries.get(url.expose_secret()).is_some_and(|expiry_ms| now_ms >= *expiry_ms);
+        if expired {
+            self.shared.cover("PUT to an expired handle refused (403)");
+            self.shared.observed().refused.push((now_ms, url.expose_secret().to_owned(), self.region));
+            self.shared.trace(Some(self.region), || format!("PUT to {} refused: expired", short(url.expose_secret())));
+            let why = "403 Forbidden: Request has expired".to_owned();
+            return Err(if self.shared.expired_retryable {
+                PutError::Retryable(why)
+            } else {
+                PutError::Permanent(why)
+            });
+        }
         let faults = self.shared.faults;
         if self.shared.fault(faults.put_fail) {
             self.shared.cover("response PUT failed");

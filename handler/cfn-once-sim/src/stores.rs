@@ -48,6 +48,22 @@ impl Table {
         self.replicas.iter().any(|replica| replica.snapshot().iter().any(|r| r.state == LeaseState::Waiting))
     }
 
+    /// The sweeper: deletes every record past its retention (in every replica). Returns the
+    /// keys it deleted.
+    pub fn sweep(&self, now_ms: u64) -> Vec<cfn_once_core::request::RequestKey> {
+        let before: std::collections::BTreeSet<_> =
+            self.replicas.iter().flat_map(|replica| replica.snapshot()).map(|record| record.key).collect();
+        for replica in match self.mode {
+            StoreMode::Mrsc => &self.replicas[..1],
+            StoreMode::Mrec { .. } => &self.replicas[..],
+        } {
+            replica.sweep(now_ms);
+        }
+        let after: std::collections::BTreeSet<_> =
+            self.replicas.iter().flat_map(|replica| replica.snapshot()).map(|record| record.key).collect();
+        before.difference(&after).cloned().collect()
+    }
+
     /// Applies replication that has come due.
     pub fn replicate(&self, to: Region, record: LeaseRecord) {
         self.replicas[to.index()].replicate(record);
@@ -437,9 +453,18 @@ impl LeaseStore for RegionStore {
         .await
     }
 
-    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        unsent: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
         self.call("mark delivered", async {
-            let answer = self.local().mark_delivered(key, fence, now_ms).await?;
+            let answer = self.local().mark_delivered(key, fence, unsent, now_ms).await?;
+            if unsent.is_some() && answer == Conditional::Applied {
+                self.shared.cover("a work recorded done without its signal (its handle expired or refused it)");
+            }
             if answer == Conditional::Applied {
                 self.replicate_later(key);
             }

@@ -162,6 +162,8 @@ enum Event {
     Jump(Region, i64),
     /// Every running Lambda of the region crashes; the region stays up.
     Crash(Region),
+    /// The sweeper deletes the records past their retention.
+    Sweep,
 }
 
 /// A copy hidden by an invocation that died before its first step: its batch stays invisible
@@ -199,6 +201,12 @@ struct World {
     handover_deadlines: Arc<BTreeMap<String, u64>>,
 }
 
+/// `epoch_ms` as a presigned URL's `X-Amz-Date` says it: `20270115T080000Z`.
+fn amz_date(epoch_ms: u64) -> String {
+    let text = cfn_once_core::timestamp::format_ms(epoch_ms);
+    format!("{}Z", text[..19].replace(['-', ':'], ""))
+}
+
 /// The simulated stack of `seed`.
 fn stack_arn(seed: u64) -> String {
     format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{seed}")
@@ -212,6 +220,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     world.check_liveness();
     world.check_wait_survived();
     world.check_signals();
+    world.check_long_life();
     let mut observed = world.shared.observed();
     SeedOutcome {
         seed: scenario.seed,
@@ -244,9 +253,28 @@ fn quiet_provider_panics() {
 impl World {
     fn new(scenario: Scenario, parameters: &Parameters, tracing: bool) -> Self {
         let margin_ms = parameters.settings[0].deadline_margin_ms;
+        let (bodies, urls, handles) = Self::requests(&scenario);
+        // When S3 starts refusing each handle (elapsed ms): a day after it was presigned.
+        let handle_expiries = scenario
+            .handle_expires_s
+            .map(|expires_s| {
+                handles
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, handle)| {
+                        let signed_ms = scenario.requests[index].sent_at_ms.saturating_sub(1_000);
+                        Some((handle.clone()?, signed_ms + expires_s * 1_000))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let shared = Arc::new(
             Shared::new(scenario.seed, scenario.faults, scenario.store_outage, margin_ms, tracing)
-                .with_late_store_faults(scenario.late_store_faults),
+                .with_late_store_faults(scenario.late_store_faults)
+                .with_handle_expiries(
+                    handle_expiries,
+                    scenario.options.planted_bug == Some(crate::scenario::PlantedBug::ExpiredRetried),
+                ),
         );
         shared.cover(scenario.kind.name());
         shared.trace(None, || {
@@ -308,7 +336,6 @@ impl World {
             .clone();
             Worker::new(ports, input, settings)
         });
-        let (bodies, urls, handles) = Self::requests(&scenario);
         {
             let mut observed = shared.observed();
             for (index, plan) in scenario.requests.iter().enumerate() {
@@ -348,6 +375,12 @@ impl World {
         }
         for (at, region) in &scenario.crashes {
             schedule(*at, Event::Crash(*region));
+        }
+        if let Some(every_ms) = scenario.sweep_every_ms {
+            let last_ms = scenario.requests.iter().map(RequestPlan::owed_until_ms).max().unwrap_or(0);
+            for at_ms in (every_ms..last_ms).step_by(usize::try_from(every_ms).unwrap_or(usize::MAX)) {
+                schedule(at_ms, Event::Sweep);
+            }
         }
         let handover_deadlines = Arc::new(
             scenario
@@ -394,9 +427,18 @@ impl World {
         let mut urls = Vec::new();
         let mut handles = Vec::new();
         let seed = scenario.seed;
+        // A handle is presigned a second before the request that first names it is sent; its
+        // URL says when it expires, as CloudFormation's do, unless the scenario leaves that out.
         let handle_of = |index: usize| {
+            let expiry = match (scenario.handle_expires_s, scenario.opaque_handles) {
+                (Some(expires_s), false) => {
+                    let signed_ms = T0_MS + scenario.requests[index].sent_at_ms.saturating_sub(1_000);
+                    format!("X-Amz-Date={}&X-Amz-Expires={expires_s}&", amz_date(signed_ms))
+                }
+                _ => String::new(),
+            };
             format!(
-                "https://cloudformation-waitcondition-us-east-2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?X-Amz-Signature=h{index}"
+                "https://cloudformation-waitcondition-us-east-2.s3.us-east-2.amazonaws.com/sim/{seed}/{index}?{expiry}X-Amz-Signature=h{index}"
             )
         };
         let mut properties_sent: Vec<serde_json::Value> = Vec::new();
@@ -439,7 +481,7 @@ impl World {
                 request["ResourceProperties"]["PanicPercent"] = json!(plan.panic_percent.to_string());
             }
             // An Update names a new handle; a Delete, the one its resource was created with.
-            let own = if plan.update_of.is_some() { index } else { original };
+            let own = plan.handle_owner(index);
             let handle = plan.wait_condition_s.map(|timeout_s| {
                 let properties = &mut request["ResourceProperties"];
                 properties[cfn_once_core::wait_condition::HANDLE_PROPERTY] = json!(handle_of(own));
@@ -448,7 +490,7 @@ impl World {
             });
             properties_sent.push(request["ResourceProperties"].clone());
             if plan.update_of.is_some() {
-                request["OldResourceProperties"] = properties_sent[original].clone();
+                request["OldResourceProperties"] = properties_sent[plan.old_from.unwrap_or(original)].clone();
             }
             let envelope = json!({
                 "Type": "Notification",
@@ -460,15 +502,17 @@ impl World {
             });
             bodies.push(envelope.to_string());
             urls.push(url);
-            handles.push(handle.filter(|_| plan.delete_of.is_none()));
+            // A request owes a signal only to a handle it is the first to name.
+            handles.push(handle.filter(|_| plan.delete_of.is_none() && own == index));
         }
         (bodies, urls, handles)
     }
 
-    /// When the simulation gives up: four hours, or two after the last wait condition's timeout.
+    /// When the simulation gives up: four hours, or two after the last deadline (of an answer
+    /// or a wait condition), for a life that spans months.
     fn end_ms(&self) -> u64 {
-        let works = self.scenario.requests.iter().filter_map(|plan| plan.work_deadline_ms());
-        works.map(|at_ms| at_ms + 2 * 3_600_000).fold(END_MS, u64::max)
+        let owed = self.scenario.requests.iter().map(RequestPlan::owed_until_ms);
+        owed.map(|at_ms| at_ms + 2 * 3_600_000).fold(END_MS, u64::max)
     }
 
     fn now_ms(&self) -> u64 {
@@ -643,6 +687,25 @@ impl World {
                 self.clocks[region.index()].offset_ms.fetch_add(jump_ms, Ordering::SeqCst);
                 for task in self.tasks.values_mut().filter(|task| task.region == region) {
                     task.disturbed = true;
+                }
+            }
+            Event::Sweep => {
+                let swept = self.table.sweep(self.shared.clock.now_ms());
+                if !swept.is_empty() {
+                    self.shared.cover("the sweeper removed records past their retention");
+                    self.shared.trace(None, || format!("the sweeper removed {} records", swept.len()));
+                }
+                // S3 holds for a record's life. The sweeper deletes a record only past its
+                // retention (at least a day, longer than any lease, poll or work of 12 hours),
+                // when nothing that held one of its fences can act any more; a key that comes
+                // back after (only a close of a work, months later) starts again at fence 1.
+                let elapsed_ms = self.shared.elapsed_ms();
+                let mut observed = self.shared.observed();
+                for key in &swept {
+                    observed.grants.remove(key);
+                }
+                if !swept.is_empty() {
+                    observed.sweeps.push(elapsed_ms);
                 }
             }
             Event::Crash(region) => {
@@ -866,13 +929,11 @@ impl World {
         }
     }
 
-    /// Whether `request` names a wait condition and its answer, SUCCESS, handed its work over.
+    /// Whether `request` names a wait condition and its answer handed its work over.
     fn handed_over(&self, request: usize) -> bool {
         let observed = self.shared.observed();
         let answer = observed.puts.get(&self.urls[request]).and_then(|puts| puts.first());
-        self.handles[request].is_some()
-            && answer
-                .is_some_and(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success))
+        self.handles[request].is_some() && answer.is_some_and(|(_, body)| cfn_once_core::work::is_handed_over(body))
     }
 
     /// Whether nothing more is owed for `request`: it was answered, and if it handed work to a
@@ -996,15 +1057,9 @@ impl World {
                 }
             }
             let closers = self.scenario.requests.iter().enumerate();
-            for (closer, what) in closers.filter_map(|(closer, c)| {
-                if c.delete_of == Some(index) {
-                    Some((closer, "Delete"))
-                } else if c.update_of == Some(index) {
-                    Some((closer, "Update naming a new handle"))
-                } else {
-                    None
-                }
-            }) {
+            for (closer, what) in
+                closers.filter_map(|(closer, c)| self.closes(closer, c, index).map(|what| (closer, what)))
+            {
                 let Some((answered_ms, answer)) = observed.puts.get(&self.urls[closer]).and_then(|puts| puts.first())
                 else {
                     continue;
@@ -1056,6 +1111,109 @@ impl World {
         }
     }
 
+    /// Whether request `closer` ends the work on the handle request `index` made, and how it is
+    /// called: a Delete naming that handle, or an Update whose old properties name it and whose
+    /// new ones name another (an Update that keeps its handle leaves its work alone).
+    fn closes(&self, closer: usize, plan: &RequestPlan, index: usize) -> Option<&'static str> {
+        let requests = &self.scenario.requests;
+        if plan.delete_of.is_some() && plan.handle_owner(closer) == index {
+            return Some("Delete");
+        }
+        let old = plan.old_from.unwrap_or_else(|| plan.original(closer));
+        (plan.update_of.is_some() && requests[old].handle_owner(old) == index && plan.handle_owner(closer) != index)
+            .then_some("Update naming a new handle")
+    }
+
+    /// A resource's later life (`Kind::LongLife`, and any seed whose handles expire):
+    ///
+    /// * `UPDATE:` an Update whose properties declare no new wait (it keeps its handle, or an
+    ///   update rollback names the earlier one) is answered SUCCESS only after its provider's
+    ///   Update ran, and never as a hand-over: no wait condition can be waiting on its handle;
+    /// * `EXPIRED:` a handle S3 refuses (403, once it has expired) is never PUT to again by the
+    ///   region that was refused: a refusal is final.
+    fn check_long_life(&self) {
+        let observed = self.shared.observed();
+        let mut violations = Vec::new();
+        let mut covered: Vec<&'static str> = Vec::new();
+        for (index, plan) in self.scenario.requests.iter().enumerate() {
+            if !plan.updates_without_a_new_wait(index) {
+                continue;
+            }
+            let Some((_, answer)) = observed.puts.get(&self.urls[index]).and_then(|puts| puts.first()) else {
+                continue;
+            };
+            let succeeded = ResponseBody::parse(answer).is_ok_and(|body| body.status == Status::Success);
+            let ran = observed.updates_run.contains(&format!("update-{index}"));
+            if cfn_once_core::work::is_handed_over(answer) {
+                violations.push(format!(
+                    "UPDATE: request {index}, an Update that declares no new wait, was answered as a hand-over"
+                ));
+            } else if succeeded && !ran {
+                violations.push(format!(
+                    "UPDATE: request {index}, an Update that declares no new wait, was answered SUCCESS without its provider running"
+                ));
+            } else if ran {
+                // A rollback's old properties named another handle (the forward Update's).
+                let requests = &self.scenario.requests;
+                let rollback =
+                    plan.old_from.is_some_and(|old| requests[old].handle_owner(old) != plan.handle_owner(index));
+                covered.push(if rollback {
+                    "long life: an update rollback naming the old handle ran its provider"
+                } else {
+                    "long life: an Update that kept its handle ran its provider"
+                });
+            }
+        }
+        // A refusal is final: the region refused does not PUT to that handle again, unless the
+        // record of the refusal was swept in between (a close a month later, of a handle whose
+        // URL does not say it expired, knows nothing of the earlier one).
+        let mut last_refused: BTreeMap<(&str, Region), u64> = BTreeMap::new();
+        for (at_ms, url, region) in &observed.refused {
+            if let Some(before_ms) = last_refused.insert((url.as_str(), *region), *at_ms)
+                && !observed.sweeps.iter().any(|swept_ms| (before_ms..*at_ms).contains(swept_ms))
+            {
+                violations.push(format!(
+                    "EXPIRED: {} refused a PUT from {} at {} s and was PUT to again at {} s: a refused signal was tried again",
+                    short(url),
+                    region.name(),
+                    before_ms / 1_000,
+                    at_ms / 1_000
+                ));
+            }
+        }
+        if self.scenario.kind == Kind::LongLife {
+            for (index, plan) in self.scenario.requests.iter().enumerate() {
+                let answered = observed
+                    .puts
+                    .get(&self.urls[index])
+                    .is_some_and(|puts| puts.iter().any(|(at, _)| *at <= plan.deadline_ms()));
+                let age_ms = plan.sent_at_ms.saturating_sub(self.scenario.requests[0].sent_at_ms);
+                if answered && index > 0 {
+                    // Minutes, about a day, about a month, about a year after the Create.
+                    let hours = age_ms / 3_600_000;
+                    let age = [1, 48, 1_440].iter().take_while(|bound| hours > **bound).count();
+                    covered.push(match (plan.delete_of.is_some(), age) {
+                        (true, 0) => "long life: a Delete minutes after the Create answered",
+                        (true, 1) => "long life: a Delete a day after the Create answered",
+                        (true, 2) => "long life: a Delete a month after the Create answered",
+                        (true, _) => "long life: a Delete a year after the Create answered",
+                        (false, 0) => "long life: an Update minutes after the Create answered",
+                        (false, 1) => "long life: an Update a day after the Create answered",
+                        (false, 2) => "long life: an Update a month after the Create answered",
+                        (false, _) => "long life: an Update a year after the Create answered",
+                    });
+                }
+            }
+        }
+        drop(observed);
+        for name in covered {
+            self.shared.cover(name);
+        }
+        for violation in violations {
+            self.shared.violation(violation);
+        }
+    }
+
     /// L1: every request that is not superseded by a retry is answered by its deadline, when
     /// some region could still answer it. A region could, for a request due at D, unless:
     ///
@@ -1092,9 +1250,8 @@ impl World {
         for (index, plan) in self.scenario.requests.iter().enumerate() {
             owed.push((index, plan, format!("request {index}"), &self.urls[index], plan.deadline_ms()));
             let first_answer = observed.puts.get(&self.urls[index]).and_then(|puts| puts.first());
-            let handed_over_at = first_answer
-                .filter(|(_, body)| ResponseBody::parse(body).is_ok_and(|body| body.status == Status::Success))
-                .map(|(at_ms, _)| *at_ms);
+            let handed_over_at =
+                first_answer.filter(|(_, body)| cfn_once_core::work::is_handed_over(body)).map(|(at_ms, _)| *at_ms);
             if let (Some(handle), Some(deadline_ms), Some(at_ms)) =
                 (&self.handles[index], plan.work_deadline_ms(), handed_over_at)
             {

@@ -35,6 +35,8 @@ pub mod names {
     pub const DLQ_BOUND_FAILURES: &str = "DlqBoundFailures";
     /// Provider runs that panicked (each answered FAILED).
     pub const PROVIDER_PANICS: &str = "ProviderPanics";
+    /// Work signals never sent because their wait condition handle had expired or refused them.
+    pub const SIGNALS_UNSENT: &str = "SignalsUnsent";
     /// Requests a primary received whose ServiceTimeout is shorter than the secondary's delay
     /// plus the deadline margin: they have no failover.
     pub const SHORT_SERVICE_TIMEOUTS: &str = "ShortServiceTimeout";
@@ -77,6 +79,7 @@ pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
         names::RESPONSES_SENT,
         names::FENCE_CONFLICTS,
         names::DLQ_BOUND_FAILURES,
+        names::SIGNALS_UNSENT,
     ] {
         metrics::describe_counter!(counter, Unit::Count, "");
     }
@@ -114,6 +117,7 @@ impl MetricsSink for EmfMetrics {
             MetricEvent::FenceConflict => metrics::counter!(names::FENCE_CONFLICTS).increment(1),
             MetricEvent::DlqBound => metrics::counter!(names::DLQ_BOUND_FAILURES).increment(1),
             MetricEvent::ProviderPanicked => metrics::counter!(names::PROVIDER_PANICS).increment(1),
+            MetricEvent::SignalUnsent => metrics::counter!(names::SIGNALS_UNSENT).increment(1),
             MetricEvent::ShortServiceTimeout => metrics::counter!(names::SHORT_SERVICE_TIMEOUTS).increment(1),
         }
     }

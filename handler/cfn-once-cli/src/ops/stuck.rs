@@ -167,6 +167,7 @@ mod tests {
             sent_ms: NOW - sent_ago_ms,
             response: (state == LeaseState::Committed).then(|| b"{}".to_vec()),
             delivered: false,
+            unsent: None,
             created_ms: NOW - sent_ago_ms,
             updated_ms: NOW - sent_ago_ms,
             expires_ms: NOW + 1,

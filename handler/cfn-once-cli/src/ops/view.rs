@@ -378,6 +378,7 @@ mod tests {
             sent_ms: NOW - 7_200_000,
             response,
             delivered: false,
+            unsent: None,
             created_ms: NOW - 7_200_000,
             updated_ms: NOW - 1_000,
             expires_ms: NOW + 1,

@@ -22,7 +22,7 @@ impl Worker {
     pub(super) async fn commit_and_send(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
         let (body, status) = match job.phase {
             Phase::Work => {
-                let (body, status) = crate::work::signal_body(job.request, outcome);
+                let (body, status) = crate::work::signal_body(job.origin, outcome);
                 (body, if status == SignalStatus::Success { Status::Success } else { Status::Failed })
             }
             Phase::Answer | Phase::HandOver => response::build_with_status(job.request, outcome),
@@ -79,11 +79,23 @@ impl Worker {
         status: Status,
     ) -> Result<Status, PutError> {
         let work_end_ms = job.budget.work_end_ms();
+        // A signal to a handle past its presigned expiry is never attempted: S3 refuses it.
+        let url = &job.request.response_url;
+        let expired = url.presigned_expiry_ms().filter(|expiry_ms| *expiry_ms <= self.clock.now_ms());
+        if job.phase == Phase::Work
+            && let Some(expiry_ms) = expired
+        {
+            let why = format!(
+                "not sent: the wait condition handle's presigned URL expired at {}",
+                crate::timestamp::format_ms(expiry_ms)
+            );
+            return self.never_sent(job, fence, status, &why, work_end_ms).await;
+        }
         // The last PUT attempt ends in time to record the delivery.
         let stop_at_ms = job.budget.put_stop_at_ms();
         let put = put_with_retries(
             self.sink.as_ref(),
-            &job.request.response_url,
+            url,
             committed,
             self.settings.put,
             stop_at_ms,
@@ -93,6 +105,13 @@ impl Worker {
         .await;
         let attempts = match put {
             Ok(attempts) => attempts,
+            // A handle that refuses a signal (403 once it has expired) never takes one: the
+            // work is done without it, rather than retried until its message is dead-lettered
+            // (which would also hold up a Delete or an Update closing the work).
+            Err(PutError::Permanent(why)) if job.phase == Phase::Work => {
+                let why = format!("not sent: the wait condition handle refused it: {why}");
+                return self.never_sent(job, fence, status, &why, work_end_ms).await;
+            }
             Err(error) => {
                 if matches!(error, PutError::Permanent(_)) {
                     self.metrics.record(MetricEvent::DlqBound);
@@ -104,7 +123,7 @@ impl Worker {
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, what = job.phase.answer_name(), "response delivered");
-        match self.mark_delivered(&job.request.key, fence, work_end_ms).await {
+        match self.mark_delivered(&job.request.key, fence, None, work_end_ms).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),
             Err(error) => {
@@ -112,5 +131,24 @@ impl Worker {
             }
         }
         Ok(status)
+    }
+
+    /// Records a work's committed signal as one that will never be sent, and why: nothing is
+    /// left to send, so every later copy drops, and a Delete or an Update closing the work goes
+    /// on. `Err` only when the record could not be written, so that a later delivery tries again.
+    async fn never_sent(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        status: Status,
+        why: &str,
+        end_ms: u64,
+    ) -> Result<Status, PutError> {
+        tracing::warn!(why, ?status, "the work's signal cannot be sent; recording the work done without it");
+        self.metrics.record(MetricEvent::SignalUnsent);
+        match self.mark_delivered(&job.request.key, fence, Some(why), end_ms).await {
+            Ok(_) => Ok(status),
+            Err(error) => Err(PutError::Retryable(format!("{why}, and that could not be recorded: {error}"))),
+        }
     }
 }

@@ -353,9 +353,10 @@ impl Worker {
         let acted = self.act(&job, activity, seen).await;
         // A resource with a wait condition: once its answer (SUCCESS, handed over) is
         // delivered, every delivery of its message goes on to the work, until the work's signal
-        // is delivered too.
-        match (job.phase, acted.answered, request.wait.spec()) {
-            (Phase::HandOver, Some(Status::Success), Some(spec)) => {
+        // is delivered too. Whether it was handed over is read from the committed answer, so
+        // every delivery follows the decision its committer made (`Worker::waits_on`).
+        match (job.phase, acted.answered, acted.handed_over, request.wait.spec()) {
+            (Phase::HandOver, Some(Status::Success), true, Some(spec)) => {
                 let work_request = crate::work::work_request(request, spec);
                 let now_ms = self.clock.now_ms();
                 let deadline = decoded.work_deadline.unwrap_or_else(|| work_deadline(decoded.attempt_sent_ms, spec));
@@ -384,7 +385,7 @@ impl Worker {
                 },
                 Action::Run { fence, took_over, interrupted, poll } => {
                     let took_over_from = interrupted.then(|| fence.saturating_sub(1));
-                    return self.run_and_answer(job, fence, took_over, took_over_from, poll).await.into();
+                    return self.run_and_answer(job, fence, took_over, took_over_from, poll).await;
                 }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
                     return self.fail_without_running(job, fence, took_over, poll).await.into();
@@ -396,17 +397,20 @@ impl Worker {
                         "found a committed answer that was never delivered; sending the stored bytes"
                     );
                     let status = job.status_of(&response);
+                    let handed_over = crate::work::is_handed_over(&response);
                     return match self.send_answer(job, fence, &response, status).await {
-                        Ok(status) => Acted::answered(Disposition::Done(Done::Replayed { fence }), status),
+                        Ok(status) => Acted::answered(Disposition::Done(Done::Replayed { fence }), status, handed_over),
                         Err(error) => self.retry(job, error.to_string()).into(),
                     };
                 }
                 Action::Drop(Redundant::Duplicate) => {
-                    let status = match &current {
-                        Seen::Committed { response, .. } => job.status_of(response),
-                        _ => Status::Failed,
+                    let (status, handed_over) = match &current {
+                        Seen::Committed { response, .. } => {
+                            (job.status_of(response), crate::work::is_handed_over(response))
+                        }
+                        _ => (Status::Failed, false),
                     };
-                    return Acted::answered(Disposition::Done(Done::Duplicate), status);
+                    return Acted::answered(Disposition::Done(Done::Duplicate), status, handed_over);
                 }
                 Action::Drop(Redundant::Superseded) if job.phase == Phase::Work => {
                     return self.superseded_work(job).await.into();
@@ -653,10 +657,20 @@ enum Phase {
 }
 
 impl Phase {
-    /// The phase of CloudFormation's `request`.
+    /// The phase of CloudFormation's `request`: a Create or Update that declares a wait
+    /// condition may hand its work over, unless it is an Update that keeps its handle, which
+    /// no wait condition can be waiting on any more (CloudFormation does not wait again on a
+    /// wait condition that completed): that one runs as an ordinary request. Whether a
+    /// hand-over happens is decided when the answer is committed (`Worker::waits_on`).
     fn of(request: &Request) -> Self {
+        use crate::wait_condition::WaitDeclared;
+        let keeps_handle = match (&request.wait, &request.old_wait) {
+            (WaitDeclared::Valid(spec), Some(old)) => spec.handle == old.handle,
+            _ => false,
+        };
         let hands_over = matches!(request.kind(), Some(RequestKind::Create | RequestKind::Update))
-            && !matches!(request.wait, crate::wait_condition::WaitDeclared::None);
+            && !matches!(request.wait, WaitDeclared::None)
+            && !(request.kind() == Some(RequestKind::Update) && keeps_handle);
         if hands_over { Self::HandOver } else { Self::Answer }
     }
 
@@ -677,16 +691,24 @@ impl Phase {
     }
 }
 
-/// What acting on a record came to: the disposition, and the status of the answer this
-/// delivery found delivered or delivered itself, if it did.
+/// What acting on a record came to: the disposition, the status of the answer this delivery
+/// found delivered or delivered itself, if it did, and whether that answer handed the
+/// resource's work to its wait condition.
 struct Acted {
     disposition: Disposition,
     answered: Option<Status>,
+    handed_over: bool,
 }
 
 impl Acted {
-    fn answered(disposition: Disposition, status: Status) -> Self {
-        Self { disposition, answered: Some(status) }
+    fn answered(disposition: Disposition, status: Status, handed_over: bool) -> Self {
+        Self { disposition, answered: Some(status), handed_over }
+    }
+
+    /// An answer this delivery committed as a hand-over (`work::handed_over`), if it was
+    /// delivered.
+    fn handed_over(disposition: Disposition) -> Self {
+        Self { handed_over: true, ..disposition.into() }
     }
 }
 
@@ -697,7 +719,7 @@ impl From<Disposition> for Acted {
             Disposition::Done(Done::Answered { status, .. }) => Some(*status),
             _ => None,
         };
-        Self { disposition, answered }
+        Self { disposition, answered, handed_over: false }
     }
 }
 

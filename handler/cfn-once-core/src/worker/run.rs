@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
 use super::wait::still_in_progress;
-use super::{Job, Phase, Worker, describe, fence_scope, panic_message};
+use super::{Acted, Job, Phase, Worker, describe, fence_scope, panic_message};
 use crate::budget::RunBound;
 use crate::clock::within;
 use crate::lease::{Conditional, PollRecord, StoreError};
@@ -56,19 +56,73 @@ impl Worker {
         took_over: bool,
         took_over_from: Option<u64>,
         poll: Option<PollRecord>,
-    ) -> Disposition {
+    ) -> Acted {
         tracing::Span::current().record("fence", fence);
-        if job.phase == Phase::HandOver {
-            // The answer is fixed by the request alone (see `wait_condition`): the provider
-            // runs under the work.
-            let outcome = match &job.request.wait {
+        // A poll is of an ordinary run: a hand-over never waits.
+        if job.phase == Phase::HandOver && poll.is_none() {
+            match &job.request.wait {
                 WaitDeclared::Invalid(reason) => {
-                    Outcome::refused(format!("{} refused: {reason}", describe(job.request)))
+                    let outcome = Outcome::refused(format!("{} refused: {reason}", describe(job.request)));
+                    return self.commit_and_send(job, fence, outcome).await.into();
                 }
-                WaitDeclared::Valid(_) | WaitDeclared::None => crate::work::handed_over(),
-            };
-            return self.commit_and_send(job, fence, outcome).await;
+                // The answer is fixed by the request alone (see `wait_condition`): the provider
+                // runs under the work.
+                WaitDeclared::Valid(spec) => match self.waits_on(job, spec).await {
+                    Ok(true) => {
+                        let handed_over = self.commit_and_send(job, fence, crate::work::handed_over()).await;
+                        return Acted::handed_over(handed_over);
+                    }
+                    // Nothing can be waiting on the handle: run the provider as for any request.
+                    Ok(false) => {}
+                    Err(error) => {
+                        return self.retry(job, format!("could not read the wait condition's work: {error}")).into();
+                    }
+                },
+                WaitDeclared::None => {}
+            }
         }
+        self.run_ordinary(job, fence, took_over, took_over_from, poll).await.into()
+    }
+
+    /// Whether a wait condition can be waiting on `spec`'s handle, so that `job` hands its work
+    /// over to it. Not when the handle's presigned URL expires before the work could signal
+    /// it (nothing can), nor, for an Update, when the handle already has a work: an update
+    /// rollback naming the handle the resource had before, whose wait condition completed or
+    /// was abandoned long ago. A rollback then runs the provider's Update and is answered
+    /// with what it comes to, never FAILED for want of a wait (that would leave the stack
+    /// UPDATE_ROLLBACK_FAILED). An Update that keeps its handle never gets here (`Phase::of`).
+    async fn waits_on(&self, job: &Job<'_>, spec: &crate::wait_condition::WaitSpec) -> Result<bool, StoreError> {
+        let now_ms = self.clock.now_ms();
+        let usable_until_ms = now_ms.saturating_add(self.settings.deadline_margin_ms);
+        if spec.handle.presigned_expiry_ms().is_some_and(|expiry_ms| expiry_ms <= usable_until_ms) {
+            tracing::info!("the wait condition handle has expired: running the provider as for any request");
+            return Ok(false);
+        }
+        if job.request.kind() != Some(crate::request::RequestKind::Update) {
+            return Ok(true);
+        }
+        let work_request = crate::work::work_request(job.request, spec);
+        let work = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        let record = self.read_record(&work).await?;
+        let fresh = record.is_none_or(|record| record.state == crate::lease::LeaseState::Left);
+        if !fresh {
+            tracing::info!(
+                "the wait condition handle already had a work (an update rollback): running the provider as for any request"
+            );
+        }
+        Ok(fresh)
+    }
+
+    /// Runs the provider under `fence` (or polls its work in progress) and answers what it
+    /// comes to.
+    async fn run_ordinary(
+        &self,
+        job: &Job<'_>,
+        fence: u64,
+        took_over: bool,
+        took_over_from: Option<u64>,
+        poll: Option<PollRecord>,
+    ) -> Disposition {
         let window = job.budget.run_window();
         let now_ms = self.clock.now_ms();
         if window.closed(now_ms) {

@@ -173,19 +173,22 @@ impl Worker {
         Err(last)
     }
 
-    /// Records that the answer was delivered, retried with backoff until `end_ms`. The write only
-    /// sets a flag under the fence, so repeating it is harmless and an unknown outcome (a 5xx,
-    /// a reset, a lost reply) is simply tried again: a mark that stays unrecorded makes every
-    /// later copy PUT the answer again and leaves the record looking undelivered to operators.
+    /// Records that the answer was delivered (or, with `unsent`, that it never will be), retried
+    /// with backoff until `end_ms`. The write only sets fields under the fence, so repeating it
+    /// is harmless and an unknown outcome (a 5xx, a reset, a lost reply) is simply tried again: a
+    /// mark that stays unrecorded makes every later copy PUT the answer again and leaves the
+    /// record looking undelivered to operators.
     pub(super) async fn mark_delivered(
         &self,
         key: &RequestKey,
         fence: u64,
+        unsent: Option<&str>,
         end_ms: u64,
     ) -> Result<Conditional, StoreError> {
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
-            match self.store_call(self.store.mark_delivered(key, fence, self.clock.now_ms()), end_ms).await {
+            let mark = self.store.mark_delivered(key, fence, unsent, self.clock.now_ms());
+            match self.store_call(mark, end_ms).await {
                 Err(error @ StoreError::Permanent(_)) => return Err(error),
                 Err(error) => last = error,
                 Ok(answer) => return Ok(answer),

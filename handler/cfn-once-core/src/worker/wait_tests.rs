@@ -450,9 +450,10 @@ impl crate::lease::LeaseStore for ChangesBeforeAcquire {
         &self,
         key: &RequestKey,
         fence: u64,
+        unsent: Option<&str>,
         now_ms: u64,
     ) -> Result<crate::lease::Conditional, crate::lease::StoreError> {
-        self.inner.mark_delivered(key, fence, now_ms).await
+        self.inner.mark_delivered(key, fence, unsent, now_ms).await
     }
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, crate::lease::StoreError> {
         self.inner.read(key).await

@@ -48,7 +48,9 @@ pub(super) fn to_close(request: &Request) -> Option<Closing<'_>> {
         RequestKind::Update if matches!(request.wait, WaitDeclared::Invalid(_)) => None,
         RequestKind::Update => {
             let old = request.old_wait.as_ref()?;
-            (request.wait.spec() != Some(old)).then_some(Closing {
+            // A new handle (or none) ends the old one's work; the same handle keeps it, whatever
+            // the timeout says.
+            (request.wait.spec().map(|spec| &spec.handle) != Some(&old.handle)).then_some(Closing {
                 spec: old,
                 why: "an Update named a new wait condition handle; the work for this one was stopped and is not polled again",
             })

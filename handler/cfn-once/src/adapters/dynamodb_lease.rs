@@ -48,6 +48,7 @@ mod attr {
     pub const SENT: &str = "sent_ms";
     pub const RESPONSE: &str = "response";
     pub const DELIVERED: &str = "delivered";
+    pub const UNSENT: &str = "unsent";
     pub const CREATED: &str = "created_ms";
     pub const UPDATED: &str = "updated_ms";
     pub const EXPIRES: &str = "expires_ms";
@@ -65,7 +66,7 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires, \
      #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
-     REMOVE #response, #delivered \
+     REMOVE #response, #delivered, #unsent \
      ADD #fence :one, #attempts :fp_set";
 
 /// `lease::admits`: absent; or not superseded (the same attempt, or one that never held the lease
@@ -308,6 +309,7 @@ impl LeaseStore for DynamoLeaseStore {
             ("#expires", attr::EXPIRES),
             ("#response", attr::RESPONSE),
             ("#delivered", attr::DELIVERED),
+            ("#unsent", attr::UNSENT),
             ("#fence", attr::FENCE),
             ("#attempts", attr::ATTEMPTS),
             ("#sent", attr::SENT),
@@ -451,15 +453,25 @@ impl LeaseStore for DynamoLeaseStore {
         .await
     }
 
-    async fn mark_delivered(&self, key: &RequestKey, fence: u64, now_ms: u64) -> Result<Conditional, StoreError> {
-        self.update_under_fence(
-            key,
-            (fence, LeaseState::Committed),
-            "SET #delivered = :true, #updated = :now",
-            &[("#delivered", attr::DELIVERED), ("#updated", attr::UPDATED)],
-            vec![(":true", AttributeValue::Bool(true)), (":now", number(now_ms))],
-        )
-        .await
+    async fn mark_delivered(
+        &self,
+        key: &RequestKey,
+        fence: u64,
+        unsent: Option<&str>,
+        now_ms: u64,
+    ) -> Result<Conditional, StoreError> {
+        let mut values = vec![(":true", AttributeValue::Bool(true)), (":now", number(now_ms))];
+        let (update, names): (&str, &[(&str, &str)]) = match unsent {
+            None => ("SET #delivered = :true, #updated = :now", &[("#delivered", attr::DELIVERED), ("#updated", attr::UPDATED)]),
+            Some(why) => {
+                values.push((":unsent", AttributeValue::S(why.to_owned())));
+                (
+                    "SET #delivered = :true, #unsent = :unsent, #updated = :now",
+                    &[("#delivered", attr::DELIVERED), ("#unsent", attr::UNSENT), ("#updated", attr::UPDATED)],
+                )
+            }
+        };
+        self.update_under_fence(key, (fence, LeaseState::Committed), update, names, values).await
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
@@ -512,6 +524,9 @@ fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
     }
     if record.delivered {
         item.insert(attr::DELIVERED.to_owned(), AttributeValue::Bool(true));
+    }
+    if let Some(why) = &record.unsent {
+        item.insert(attr::UNSENT.to_owned(), text(why));
     }
     if let Some(poll) = &record.poll {
         item.extend([
@@ -566,6 +581,7 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
             .unwrap_or_default(),
         response: item.get(attr::RESPONSE).and_then(|v| v.as_b().ok()).map(|blob| blob.as_ref().to_vec()),
         delivered: item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
+        unsent: string(attr::UNSENT),
         sent_ms: number(attr::SENT).unwrap_or(0),
         created_ms: number(attr::CREATED).unwrap_or(0),
         updated_ms: number(attr::UPDATED).unwrap_or(0),
