@@ -208,6 +208,20 @@ impl TwoRegions {
         WaitHandle::presign(&self.presigner, &self.s3, &self.env.file.response_bucket, logical_id).await
     }
 
+    /// A wait condition handle like [`TwoRegions::wait_handle`]'s, but presigned as
+    /// CloudFormation presigns one (valid 86,399 s) `signed_ago` before now: a handle of a stack
+    /// made a day ago, which expires `86,399 s - signed_ago` from now.
+    pub async fn wait_handle_signed_ago(&self, logical_id: &str, signed_ago: std::time::Duration) -> WaitHandle {
+        WaitHandle::presign_signed_ago(
+            &self.presigner,
+            &self.s3,
+            &self.env.file.response_bucket,
+            logical_id,
+            signed_ago,
+        )
+        .await
+    }
+
     /// The lease record at `key` (a request's, or a work's), as a plain GetItem reads it.
     pub async fn plain_record(&self, key: &cfn_once_core::request::RequestKey) -> Option<PlainRecord> {
         plain_record(&self.dynamodb, &self.env.file.table_name, key).await

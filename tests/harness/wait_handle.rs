@@ -7,9 +7,13 @@
 //! response bucket under `wait-handles/`, which the handler's allow-list
 //! (`CFN_ONCE_RESPONSE_URL_ALLOW`) admits as it admits the ResponseURLs; the bucket is
 //! versioned, so every PUT to the handle stays readable, as every PUT of an answer does.
+//!
+//! A handle can also be presigned as CloudFormation's are, valid 86,399 s, as if made a given
+//! time ago: a stack a day old, whose handle expires seconds from now or has expired, without a
+//! day's wait. The local S3 refuses an expired one with 403, as S3 does (`moto_server.py`).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::DateTime;
@@ -25,6 +29,9 @@ use crate::{Sent, unique};
 /// past any test's wait condition timeout, so the work's deadline is always the timeout.
 const HANDLE_EXPIRES_S: u64 = 7_200;
 
+/// How long CloudFormation's WaitConditionHandle URLs are valid (`X-Amz-Expires=86399`).
+pub const CLOUDFORMATION_HANDLE_EXPIRES_S: u64 = 86_399;
+
 /// A wait condition handle: a presigned PUT URL into the environment's response bucket.
 #[derive(Debug, Clone)]
 pub struct WaitHandle {
@@ -33,6 +40,9 @@ pub struct WaitHandle {
     pub bucket: String,
     /// The object key the signals are PUT to.
     pub key: String,
+    /// When the presigned URL expires, as its query states it (`X-Amz-Date`, to the second, plus
+    /// `X-Amz-Expires`): S3 refuses it from then on.
+    pub expires_at: SystemTime,
     /// The start of every URL the environment presigns (endpoint and bucket): what the handler's
     /// allow-list admits, and what decoding a request here must admit.
     allowed_prefix: String,
@@ -57,12 +67,50 @@ impl WaitHandle {
         bucket: &str,
         logical_id: &str,
     ) -> Self {
+        Self::presign_at(presigner, reader, bucket, logical_id, SystemTime::now(), HANDLE_EXPIRES_S).await
+    }
+
+    /// Like [`WaitHandle::presign`], but as CloudFormation presigns a handle (valid 86,399 s)
+    /// `signed_ago` before now: it expires 86,399 s less `signed_ago` from now (or expired that
+    /// long ago). A handle `86_399 - 40` s old is a day-old stack's, expiring in 40 s.
+    pub async fn presign_signed_ago(
+        presigner: &aws_sdk_s3::Client,
+        reader: &aws_sdk_s3::Client,
+        bucket: &str,
+        logical_id: &str,
+        signed_ago: Duration,
+    ) -> Self {
+        let signed_at = SystemTime::now().checked_sub(signed_ago).expect("a time after the epoch");
+        Self::presign_at(presigner, reader, bucket, logical_id, signed_at, CLOUDFORMATION_HANDLE_EXPIRES_S).await
+    }
+
+    async fn presign_at(
+        presigner: &aws_sdk_s3::Client,
+        reader: &aws_sdk_s3::Client,
+        bucket: &str,
+        logical_id: &str,
+        signed_at: SystemTime,
+        expires_s: u64,
+    ) -> Self {
         let key = format!("wait-handles/{}", unique(logical_id));
-        let url = provision::presigned_put_url(presigner, bucket, &key, HANDLE_EXPIRES_S).await.expect("presign");
+        let url = provision::presigned_put_url_signed_at(presigner, bucket, &key, signed_at, expires_s)
+            .await
+            .expect("presign");
         let path = format!("/{bucket}/");
         let end = url.find(&path).expect("a path-style URL into the bucket") + path.len();
         let allowed_prefix = url[..end].to_owned();
-        Self { url, bucket: bucket.to_owned(), key, allowed_prefix, reader: reader.clone() }
+        let expires_at = expiry_of(&url);
+        Self { url, bucket: bucket.to_owned(), key, expires_at, allowed_prefix, reader: reader.clone() }
+    }
+
+    /// How long until the presigned URL expires (zero if it has).
+    pub fn expires_in(&self) -> Duration {
+        self.expires_at.duration_since(SystemTime::now()).unwrap_or_default()
+    }
+
+    /// Sleeps until the handle has expired, and a little more: S3 refuses it from then on.
+    pub async fn expire(&self) {
+        tokio::time::sleep(self.expires_in() + Duration::from_millis(1_500)).await;
     }
 
     /// Names this handle in `properties` (a request's `ResourceProperties`, or its
@@ -116,6 +164,26 @@ impl WaitHandle {
     }
 }
 
+/// When a presigned URL expires, as its query states it: `X-Amz-Date` (the signing time, to the
+/// second) plus `X-Amz-Expires` seconds.
+fn expiry_of(url: &str) -> SystemTime {
+    let (_, query) = url.split_once('?').expect("a presigned query");
+    let parameter = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("the presigned URL has no {name}"))
+    };
+    // `20270115T080000Z`, written as `2027-01-15T08:00:00Z` for `timestamp::parse_ms`.
+    let date = parameter("X-Amz-Date");
+    let part = |range: std::ops::Range<usize>| date.get(range).expect("an X-Amz-Date");
+    let iso =
+        format!("{}-{}-{}T{}:{}:{}Z", part(0..4), part(4..6), part(6..8), part(9..11), part(11..13), part(13..15));
+    let signed_ms = cfn_once_core::timestamp::parse_ms(&iso).expect("an X-Amz-Date");
+    let expires_s: u64 = parameter("X-Amz-Expires").parse().expect("X-Amz-Expires in seconds");
+    UNIX_EPOCH + Duration::from_millis(signed_ms) + Duration::from_secs(expires_s)
+}
+
 /// Every PUT to `key` in `bucket` so far (its versions), oldest first, with when S3 stored each.
 pub async fn puts(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<Put> {
     let listing =
@@ -157,6 +225,9 @@ pub struct PlainRecord {
     pub polls: Option<u64>,
     /// Create, Update or Delete: the request that wrote it (a work's: the one that started it).
     pub request_type: String,
+    /// Why a work's signal, marked delivered, was never sent (its handle had expired, or refused
+    /// it): `LeaseRecord::unsent`.
+    pub unsent: Option<String>,
 }
 
 impl std::fmt::Debug for PlainRecord {
@@ -172,6 +243,7 @@ impl std::fmt::Debug for PlainRecord {
             .field("updated_ms", &self.updated_ms)
             .field("polls", &self.polls)
             .field("request_type", &self.request_type)
+            .field("unsent", &self.unsent)
             .finish()
     }
 }
@@ -211,5 +283,6 @@ fn parse(item: &HashMap<String, AttributeValue>) -> PlainRecord {
         updated_ms: number("updated_ms").unwrap_or(0),
         polls: number("polls"),
         request_type: text("request_type"),
+        unsent: item.get("unsent").and_then(|value| value.as_s().ok()).cloned(),
     }
 }

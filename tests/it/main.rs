@@ -20,6 +20,7 @@ mod lambda_service;
 mod lifecycle;
 mod local_functions;
 mod logs;
+mod long_life;
 mod ops;
 mod pypi_functions;
 mod sweeper;

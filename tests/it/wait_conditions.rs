@@ -28,7 +28,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `create-echo-wait.json` made live, its handle replaced by `handle` with a wait condition
 /// `Timeout` of `timeout_s`, and its properties changed by `properties` (`null` removes one).
-async fn create(regions: &TwoRegions, handle: &WaitHandle, timeout_s: u64, properties: Value) -> Sent {
+pub(crate) async fn create(regions: &TwoRegions, handle: &WaitHandle, timeout_s: u64, properties: Value) -> Sent {
     let mut sent = regions.request("create-echo-wait.json").await;
     let declared = &mut sent.request["ResourceProperties"];
     handle.declare(declared, timeout_s);

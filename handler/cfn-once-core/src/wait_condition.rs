@@ -25,9 +25,20 @@
 //! abandoned, never polled again; a Delete then runs the provider's Delete, its chance to clean
 //! up). The Delete is answered only after the work's signal is delivered.
 //!
-//! The handle is a secret like the ResponseURL: validated by the same [`UrlPolicy`] (https, an
-//! S3 host, no userinfo), taken out of the properties before anything else reads them (no
-//! provider, log line or Debug print sees it), and stored only in the SQS message.
+//! The handle is treated as a secret like the ResponseURL: validated by the same [`UrlPolicy`]
+//! (https, an S3 host, no userinfo), taken out of the properties before anything else reads them
+//! (no provider, log line or Debug print sees it), and stored only in the SQS message. That is
+//! defence in depth rather than the handle's only guard: CloudFormation shows it as the
+//! WaitConditionHandle's physical id to anyone allowed DescribeStackResource(s) on the stack;
+//! what limits it is its presigned expiry, about a day after CloudFormation makes it.
+//!
+//! A stack lives longer than its handles. A signal to a handle past its presigned expiry is never
+//! attempted, and a handle's refusal (S3's 403 once it has expired) is final: the work is
+//! recorded done without its signal (`LeaseRecord::unsent`), so a Delete or an Update a day, a
+//! month or a year later closes it and goes on. An Update waits again only when it names a new
+//! handle that can still be signalled and has no work yet: one that keeps its handle, or an
+//! update rollback naming the resource's earlier handle, runs the provider's Update as any
+//! request does, and is answered with its outcome.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -37,8 +48,9 @@ use crate::response_url::{ResponseUrl, UrlPolicy};
 /// The property naming the wait condition handle: `CfnOnceWaitHandle: !Ref Handle`.
 pub const HANDLE_PROPERTY: &str = "CfnOnceWaitHandle";
 
-/// The property stating the wait condition's `Timeout`, in seconds (it cannot be read from the
-/// handle): `CfnOnceWaitTimeout: !GetAtt`-free, the same number as the WaitCondition's.
+/// The property stating the wait condition's `Timeout`, in seconds: the same number as the
+/// WaitCondition's (the handle does not carry it, and nothing can read it from the stack), best
+/// given to both from one template parameter.
 pub const TIMEOUT_PROPERTY: &str = "CfnOnceWaitTimeout";
 
 /// The longest `Timeout` CloudFormation accepts on a wait condition: 12 hours.
@@ -157,8 +169,9 @@ pub struct Signal {
     /// What happened, shown in the stack's events.
     #[serde(rename = "Reason")]
     pub reason: String,
-    /// The resource's logical id: fixed per resource, so a repeated PUT replaces the signal
-    /// rather than adding one.
+    /// The resource's logical id: fixed per resource, so a repeated PUT is the same signal
+    /// (CloudFormation treats a second signal with a UniqueId it has as a retransmission and
+    /// ignores it), never a second one.
     #[serde(rename = "UniqueId")]
     pub unique_id: String,
     /// The work's result, as JSON text (`Fn::GetAtt WaitCondition.Data` returns it keyed by

@@ -203,6 +203,29 @@ pub async fn presigned_put_url(
     Ok(request.uri().to_owned())
 }
 
+/// A presigned PUT URL (SigV4) as if signed at `signed_at`, an earlier time, and valid
+/// `expires_s` from then: a URL made long before it is used, as a WaitConditionHandle's is a
+/// day into its stack's life. It expires `expires_s` after `signed_at` (to the second its
+/// `X-Amz-Date` states), which may be before now.
+pub async fn presigned_put_url_signed_at(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    signed_at: std::time::SystemTime,
+    expires_s: u64,
+) -> anyhow::Result<String> {
+    let presigning =
+        PresigningConfig::builder().start_time(signed_at).expires_in(Duration::from_secs(expires_s)).build()?;
+    let request = s3
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .presigned(presigning)
+        .await
+        .map_err(|e| sdk_error("presign PutObject", &e))?;
+    Ok(request.uri().to_owned())
+}
+
 /// Every version of `key` PUT so far, oldest first.
 pub async fn response_versions(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> anyhow::Result<Vec<Vec<u8>>> {
     let mut bodies = Vec::new();

@@ -50,6 +50,8 @@ pub struct RecordView {
     /// A work's committed signal (`answer` is then `None`).
     pub signal: Option<SignalView>,
     pub delivered: bool,
+    /// Why a work's committed signal will never be PUT (its handle expired or refused it).
+    pub unsent: Option<String>,
     pub in_progress: Option<WaitView>,
     pub heartbeats: u64,
 }
@@ -152,6 +154,7 @@ impl RecordView {
             work,
             signal,
             delivered: record.delivered,
+            unsent: record.unsent.clone(),
             in_progress,
             heartbeats: record.heartbeat,
         }
@@ -217,10 +220,10 @@ impl RecordView {
             ));
             lines.push(format!(
                 "delivered {}",
-                if self.delivered {
-                    "yes: PUT to the wait condition's handle"
-                } else {
-                    "no: the next copy to arrive PUTs it"
+                match (&self.unsent, self.delivered) {
+                    (Some(why), _) => format!("never: {why}; nothing can be waiting on the handle"),
+                    (None, true) => "yes: PUT to the wait condition's handle".to_owned(),
+                    (None, false) => "no: the next copy to arrive PUTs it".to_owned(),
                 }
             ));
         }
@@ -339,6 +342,10 @@ fn work_summary(
              unused: as if never taken, the fence kept"
             .into(),
         LeaseState::Committed => match (signal, record.delivered) {
+            (Some(signal), true) if record.unsent.is_some() => format!(
+                "signalled {} but never sent: its handle had expired or refused it; the work is done, later copies are dropped",
+                signal.status
+            ),
             (Some(signal), true) => {
                 format!("signalled {} to the wait condition and delivered; later copies are dropped", signal.status)
             }
@@ -431,5 +438,14 @@ mod tests {
         let view = RecordView::of(&committed, NOW);
         assert!(view.summary.starts_with("signalled FAILURE to the wait condition and delivered"), "{}", view.summary);
         assert!(view.render().contains("delivered yes: PUT to the wait condition's handle"));
+        committed.unsent =
+            Some("not sent: the wait condition handle's presigned URL expired at 2027-01-16T07:59:59.000Z".into());
+        let view = RecordView::of(&committed, NOW);
+        assert!(view.summary.starts_with("signalled FAILURE but never sent"), "{}", view.summary);
+        assert!(
+            view.render().contains("delivered never: not sent: the wait condition handle's presigned URL expired at"),
+            "{}",
+            view.render()
+        );
     }
 }
