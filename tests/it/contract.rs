@@ -373,6 +373,36 @@ async fn the_store_decides_as_admits_says(store: Arc<dyn LeaseStore>) {
     assert_eq!(checked, 252 + 21);
 }
 
+async fn a_close_takes_the_record_and_commits_its_signal_in_one_write(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    // A poll in flight: its attempt's wait, then a live lease over it.
+    fence_of(store.as_ref(), &acquire(&key, "a", "poller/1", T0)).await;
+    store.wait(&key, 1, &poll("a", T0 + 1_000, 3), T0).await.expect("wait");
+    assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "poller/2", T0 + 1_000)).await, Some(2));
+    let closing = AcquireRequest { preempt: true, ..acquire(&key, "d", "closer/1", T0 + 2_000) };
+    match store.close(&closing, b"{\"Status\":\"FAILURE\"}").await.expect("close") {
+        Acquire::Acquired { fence, poll, .. } => assert_eq!((fence, poll), (3, None)),
+        other => panic!("the close was refused: {other:?}"),
+    }
+    let record = store.read(&key).await.expect("read").expect("record");
+    assert_eq!((record.fence, record.state, record.owner.as_str()), (3, LeaseState::Committed, "closer/1"));
+    assert_eq!(record.response.as_deref(), Some(&b"{\"Status\":\"FAILURE\"}"[..]));
+    assert_eq!((record.delivered, record.poll), (false, None), "committed, no work in progress left");
+    assert!(record.attempts.contains(&fp("a")) && record.fingerprint == fp("d"));
+    // The poll it took the record from can do nothing any more, and nothing closes it twice.
+    assert!(matches!(
+        store.heartbeat(&key, 2, T0 + 40_000, T0 + 3_000).await.expect("heartbeat"),
+        Conditional::Refused(_)
+    ));
+    assert!(matches!(store.commit(&key, 2, b"late", T0 + 3_000).await.expect("commit"), Conditional::Refused(_)));
+    let again = AcquireRequest { owner: "closer/2".into(), ..closing.clone() };
+    assert!(matches!(store.close(&again, b"other").await.expect("close"), Acquire::Refused(_)));
+    // A record swept (or never written) is closed under fence 1.
+    let other = RequestKey { request_id: "swept".into(), ..key.clone() };
+    let fresh = AcquireRequest { preempt: true, ..acquire(&other, "d", "closer/3", T0) };
+    assert!(matches!(store.close(&fresh, b"x").await.expect("close"), Acquire::Acquired { fence: 1, .. }));
+}
+
 async fn a_signal_that_will_never_be_sent_is_recorded_with_why(store: Arc<dyn LeaseStore>) {
     let key = key();
     fence_of(store.as_ref(), &acquire(&key, "a", "east/1", T0)).await;
@@ -534,6 +564,7 @@ contract!(
     a_lease_given_back_unused_is_as_if_never_taken,
     a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out,
     a_signal_that_will_never_be_sent_is_recorded_with_why,
+    a_close_takes_the_record_and_commits_its_signal_in_one_write,
 );
 
 /// The active-region control reads what the drill's flip writes: no item (the primary is

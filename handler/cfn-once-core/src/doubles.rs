@@ -32,6 +32,8 @@ use crate::response_url::ResponseUrl;
 pub enum Op {
     /// [`LeaseStore::acquire`].
     Acquire,
+    /// [`LeaseStore::close`].
+    Close,
     /// [`LeaseStore::heartbeat`].
     Heartbeat,
     /// [`LeaseStore::commit`].
@@ -113,6 +115,10 @@ impl FaultyStore {
 impl LeaseStore for FaultyStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.call(Op::Acquire, self.inner.acquire(request)).await
+    }
+
+    async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError> {
+        self.call(Op::Close, self.inner.close(request, signal)).await
     }
 
     async fn heartbeat(

@@ -16,6 +16,8 @@
 //!   `sent_ms`, keeps the poll fields, and returns the new fence with the poll fields as they
 //!   were (if they belong to the acquiring attempt); on refusal it returns the record as it was,
 //!   so no second read is needed;
+//! * **close** takes the record as a preempting acquire does and commits a work's signal in the
+//!   same write (a close of a work: `worker::work`);
 //! * **heartbeat** and **commit** succeed only while `fence` is the caller's and the state is
 //!   RUNNING; commit is the single commit point (S1) and clears the poll fields;
 //! * **wait** succeeds only while `fence` is the caller's and the state is RUNNING: it stores a
@@ -178,12 +180,12 @@ pub struct AcquireRequest {
     /// What the request is about, written into the record for operators.
     pub label: RequestLabel,
     /// Take the lease even from a live holder, or from a wait whose poll is not due. Only a
-    /// close does (a Delete, or an Update naming a new handle, ending a resource's work: see
-    /// `worker::work`): a work polled every few seconds holds its lease again before any
-    /// backoff of the close comes back, and a poll may run for longer than the close's request
-    /// has left. The holder's heartbeat, wait and commit are refused from then on (S2), and
-    /// the close commits the work's one signal (S1). Never set by anything else: an ordinary
-    /// delivery waits for a live lease to end.
+    /// close does ([`LeaseStore::close`]: a Delete, or an Update naming a new handle, ending a
+    /// resource's work: see `worker::work`): a work polled every few seconds holds its lease
+    /// again before any backoff of the close comes back, and a poll may run for longer than
+    /// the close's request has left. The holder's heartbeat, wait and commit are refused from
+    /// then on (S2), and the close's write commits the work's one signal (S1). Never set by
+    /// anything else: an ordinary delivery waits for a live lease to end.
     pub preempt: bool,
 }
 
@@ -264,6 +266,13 @@ pub trait LeaseStore: Send + Sync + std::fmt::Debug {
     /// Takes the lease under a new fence if the record admits `request` (see [`admits`]);
     /// otherwise returns the record as it was.
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError>;
+
+    /// Closes a work (a Delete, or an Update naming a new handle, ending it): takes the record
+    /// as a preempting [`LeaseStore::acquire`] does (same condition, a new fence) and commits
+    /// `signal` in the same write, so the record is COMMITTED under the close's fence from the
+    /// moment the close holds it. A close that dies after this write leaves a committed signal
+    /// that any copy of the work delivers; none can die holding the work without one.
+    async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError>;
 
     /// Extends the lease to `lease_until_ms`, if `fence` still holds it.
     async fn heartbeat(

@@ -137,6 +137,47 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
     }
 
+    async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError> {
+        // One lock for both: the acquire, then the commit, as one write.
+        let mut records = self.records();
+        let existing = records.get(&request.key);
+        if !admits(existing, request) {
+            let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
+            return Ok(Acquire::Refused(Box::new(record)));
+        }
+        let (fence, created_ms, mut attempts) = match existing {
+            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone()),
+            None => (1, request.now_ms, BTreeSet::new()),
+        };
+        let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
+        let interrupted = took_over && existing.is_some_and(|record| record.state == LeaseState::Running);
+        let prior = existing.cloned().map(Box::new);
+        attempts.insert(request.fingerprint.clone());
+        records.insert(
+            request.key.clone(),
+            LeaseRecord {
+                key: request.key.clone(),
+                fence,
+                owner: request.owner.clone(),
+                lease_until_ms: request.lease_until_ms,
+                heartbeat: 0,
+                state: LeaseState::Committed,
+                fingerprint: request.fingerprint.clone(),
+                attempts,
+                response: Some(signal.to_vec()),
+                delivered: false,
+                unsent: None,
+                sent_ms: request.sent_ms,
+                created_ms,
+                updated_ms: request.now_ms,
+                expires_ms: request.expires_ms,
+                poll: None,
+                label: request.label.clone(),
+            },
+        );
+        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: None, prior })
+    }
+
     async fn heartbeat(
         &self,
         key: &RequestKey,

@@ -250,6 +250,18 @@ mod tests {
         replays_clean(413_998_293_349_042);
     }
 
+    // L1 for a work, from the fresh range 313834217000000-313834217999999 (run on the later-life
+    // changes): a Delete's close took the work's lease (its acquire's reply hung) and its Lambda
+    // died before the commit; the work's copies found their attempt superseded and dropped, and
+    // the FAILURE signal waited for the Delete's copy past the wait condition's timeout. A close
+    // now takes the record and commits its signal in one write (`LeaseStore::close`), which any
+    // copy of the work delivers.
+
+    #[test]
+    fn seed_313834217021918_l1_a_close_commits_its_signal_in_the_write_that_takes_the_work() {
+        replays_clean(313_834_217_021_918);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

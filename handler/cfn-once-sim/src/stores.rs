@@ -354,6 +354,51 @@ impl LeaseStore for RegionStore {
         .await
     }
 
+    async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError> {
+        self.call("close", async {
+            let before = self.local().get(&request.key);
+            let answer = self.local().close(request, signal).await?;
+            if let Acquire::Acquired { fence, .. } = answer {
+                let live = |record: &LeaseRecord| {
+                    record.state == LeaseState::Running
+                        && record.lease_until_ms >= request.now_ms.saturating_sub(request.skew_ms)
+                };
+                if before.as_ref().is_some_and(live) {
+                    self.shared.cover("close: took the work's lease from a poll in flight");
+                }
+                self.note_drained_acquire(before.as_ref(), request, fence);
+                self.check_drain(&request.key, fence, request.now_ms, "closed a work");
+                let mut observed = self.shared.observed();
+                let previous = observed.grants.insert(request.key.clone(), fence).unwrap_or(0);
+                let commits = observed.commits.entry((request.key.clone(), request.fingerprint.clone())).or_default();
+                commits.push(fence);
+                let count = commits.len();
+                drop(observed);
+                if fence <= previous {
+                    self.shared.violation(format!(
+                        "S3: fence {fence} granted to {} after fence {previous} for {:?}",
+                        self.region.name(),
+                        request.key.request_id
+                    ));
+                }
+                if count > 1 {
+                    self.shared.violation(format!(
+                        "S1: attempt {} of {:?} committed {count} times (fence {fence} by {})",
+                        request.fingerprint,
+                        request.key.request_id,
+                        self.region.name()
+                    ));
+                }
+                self.shared.trace(Some(self.region), || {
+                    format!("work closed, its signal committed under fence {fence} ({})", request.owner)
+                });
+                self.replicate_later(&request.key);
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
     async fn heartbeat(
         &self,
         key: &RequestKey,

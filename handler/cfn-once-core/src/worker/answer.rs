@@ -91,8 +91,10 @@ impl Worker {
             );
             return self.never_sent(job, fence, status, &why, work_end_ms).await;
         }
-        // The last PUT attempt ends in time to record the delivery.
-        let stop_at_ms = job.budget.put_stop_at_ms();
+        // The last PUT attempt ends in time to record the delivery, and a signal's attempts stop
+        // at its handle's expiry: an attempt past it would only be refused.
+        let handle_expiry_ms = url.presigned_expiry_ms().filter(|_| job.phase == Phase::Work);
+        let stop_at_ms = job.budget.put_stop_at_ms().min(handle_expiry_ms.unwrap_or(u64::MAX));
         let put = put_with_retries(
             self.sink.as_ref(),
             url,

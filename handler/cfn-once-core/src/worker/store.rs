@@ -18,6 +18,15 @@ use crate::metrics::MetricEvent;
 use crate::random::full_jitter_ms;
 use crate::request::{Request, RequestKey, RequestKind};
 
+/// How an acquire takes the lease.
+#[derive(Debug, Clone, Copy)]
+enum Take<'a> {
+    /// As the decision table allows: a record absent, expired, another attempt's, a due poll.
+    Acquire,
+    /// A close of a work: whatever its lease or poll, committing this signal in the same write.
+    Close(&'a [u8]),
+}
+
 /// What an acquire that took the lease found before it, for giving the lease back.
 #[derive(Debug)]
 pub(super) enum Prior {
@@ -36,16 +45,18 @@ impl Worker {
     /// [`Self::acquire`], and what a successful acquire found before it (`Prior::Known(None)`
     /// on a refusal, which changed nothing).
     pub(super) async fn acquire_finding(&self, job: &Job<'_>) -> Result<(Seen, Prior), StoreError> {
-        self.acquire_as(job, false).await
+        self.acquire_as(job, Take::Acquire).await
     }
 
-    /// Takes the lease even from a live holder or a wait whose poll is not due (see
-    /// `AcquireRequest::preempt`): only a close of a work does, never an ordinary delivery.
-    pub(super) async fn preempt(&self, job: &Job<'_>) -> Result<(Seen, Prior), StoreError> {
-        self.acquire_as(job, true).await
+    /// Closes the work `job` is about ([`LeaseStore::close`]): takes its record even from a
+    /// live holder or a wait whose poll is not due, and commits `signal` in the same write.
+    /// `Seen::Mine` when the close is this delivery's.
+    pub(super) async fn close_with(&self, job: &Job<'_>, signal: &[u8]) -> Result<(Seen, Prior), StoreError> {
+        self.acquire_as(job, Take::Close(signal)).await
     }
 
-    async fn acquire_as(&self, job: &Job<'_>, preempt: bool) -> Result<(Seen, Prior), StoreError> {
+    async fn acquire_as(&self, job: &Job<'_>, take: Take<'_>) -> Result<(Seen, Prior), StoreError> {
+        let preempt = matches!(take, Take::Close(_));
         let (settings, request, owner) = (&self.settings, job.request, job.owner.as_str());
         let mut last = StoreError::Transient("no attempt was made".into());
         for attempt in 1..=settings.store_attempts_max.max(1) {
@@ -67,7 +78,13 @@ impl Worker {
                 },
                 preempt,
             };
-            match self.store_call(self.store.acquire(&acquire), job.budget.decide_end_ms()).await {
+            let call = async {
+                match take {
+                    Take::Acquire => self.store.acquire(&acquire).await,
+                    Take::Close(signal) => self.store.close(&acquire, signal).await,
+                }
+            };
+            match self.store_call(call, job.budget.decide_end_ms()).await {
                 Ok(Acquire::Acquired { fence, took_over, interrupted, poll, prior }) => {
                     let polls = poll.as_ref().map(|poll| poll.polls);
                     tracing::info!(fence, took_over, polls, "lease acquired");
@@ -82,10 +99,12 @@ impl Worker {
                 }
                 Err(StoreError::Ambiguous(why)) => {
                     tracing::warn!(why, "acquire outcome unknown; reading the record back");
+                    // What the write leaves: RUNNING for an acquire, COMMITTED for a close.
+                    let left = if preempt { LeaseState::Committed } else { LeaseState::Running };
                     if let Ok(Some(record)) =
                         self.store_call(self.store.read(&request.key), job.budget.decide_end_ms()).await
                         && record.owner == owner
-                        && record.state == LeaseState::Running
+                        && record.state == left
                     {
                         let poll = record.poll_for(&request.fingerprint);
                         // What the record held before this acquire is not known: a takeover may

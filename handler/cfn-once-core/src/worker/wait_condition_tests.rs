@@ -337,6 +337,33 @@ fn a_closes_signal_left_undelivered_is_delivered_by_the_works_own_copy() {
 }
 
 #[test]
+fn a_close_that_dies_right_after_taking_the_work_leaves_a_signal_the_works_copy_sends() {
+    // Seed 313834217021918 of a fresh range: a Delete took the work's lease and died before it
+    // committed (its acquire's reply hung), the work's copies found their attempt superseded
+    // and dropped, and the signal waited for the Delete's copy, hidden past the work's timeout.
+    // A close now takes the record and commits its FAILURE in one write.
+    let h = Harness::new();
+    let (create, sent_ms) = start_five_hour_work(&h);
+    h.clock.advance_ms(60_000);
+    let delete = delete_of(json!({"DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"}));
+    h.store.inject(Op::Close, Fault::Hang);
+    let invocation = h.invocation(900_000);
+    let delivery = QueueRecord { body: Some(&delete), receive_count: 1, sent_ms: Some(h.clock.now_ms()) };
+    let died = drive_until(&h.clock, h.worker("us-east-1").handle(delivery, &invocation), || {
+        work_record(&h).state == LeaseState::Committed
+    });
+    assert!(died.is_none(), "the Delete's Lambda died right after its close was written");
+    assert!(h.sink.bodies(HANDLE).is_empty());
+    // The Create's copy finds its attempt superseded and sends the close's signal first.
+    h.clock.advance_ms(60_000);
+    let sent = deliver(&h, &h.worker("us-west-2"), &create, sent_ms, 2);
+    assert!(matches!(sent, Disposition::Done(Done::Replayed { .. })), "{sent:?}");
+    let signals = signals(&h, HANDLE);
+    assert_eq!((signals.len(), signals[0].status), (1, SignalStatus::Failure));
+    assert!(signals[0].reason.contains("deleted while its work ran"), "{}", signals[0].reason);
+}
+
+#[test]
 fn a_delete_before_the_work_began_still_signals_failure_and_no_work_starts_after() {
     let h = Harness::new();
     let body = long_create(3600, 43_200);

@@ -419,6 +419,13 @@ impl crate::lease::LeaseStore for ChangesBeforeAcquire {
         }
         self.inner.acquire(request).await
     }
+    async fn close(
+        &self,
+        request: &crate::lease::AcquireRequest,
+        signal: &[u8],
+    ) -> Result<crate::lease::Acquire, crate::lease::StoreError> {
+        self.inner.close(request, signal).await
+    }
     async fn heartbeat(
         &self,
         key: &RequestKey,

@@ -23,7 +23,7 @@ use super::store::Prior;
 use super::{DECISIONS_MAX, Job, Worker, describe};
 use crate::lease::{LeaseRecord, LeaseState, Seen};
 use crate::request::{Request, RequestKind};
-use crate::response::Outcome;
+use crate::response::{Outcome, Status};
 use crate::vocabulary::{Disposition, Done};
 use crate::wait_condition::{WaitDeclared, WaitSpec};
 
@@ -63,6 +63,9 @@ impl Worker {
     /// Closes the work `job` is about: `Ok` once its signal (the work's own, or FAILURE with
     /// `why`) is committed and delivered; otherwise the disposition to come back with.
     pub(super) async fn close_work(&self, job: &Job<'_>, why: &str) -> Result<(), Disposition> {
+        // The signal a close commits, the same bytes from whichever region closes.
+        let reason = format!("{}: {why}", describe(job.origin));
+        let (failure, _) = crate::work::signal_body(job.origin, Outcome::failed(reason));
         for _ in 0..DECISIONS_MAX {
             let record = match self.read_record(job).await {
                 Ok(record) => record.filter(|record| record.state != LeaseState::Left),
@@ -78,13 +81,15 @@ impl Worker {
                     self.send_found_signal(job, &record).await?;
                 }
                 // No work yet, work waiting for its poll, a poller that stopped, or a poll in
-                // flight: take it, whatever its lease.
-                record => match self.preempt(job).await {
+                // flight: take it, whatever its lease, and commit FAILURE as its signal in the
+                // same write.
+                record => match self.close_with(job, &failure).await {
                     Ok((Seen::Mine { fence, .. }, prior)) => {
                         tracing::Span::current().record("fence", fence);
-                        let reason = format!("{}: {why}", describe(job.origin));
-                        tracing::warn!(fence, "closing the work: committing FAILURE as its signal");
-                        self.close_under(job, fence, reason).await?;
+                        tracing::warn!(fence, "work closed: FAILURE committed as its signal");
+                        if let Err(error) = self.send_answer(job, fence, &failure, Status::Failed).await {
+                            return Err(self.retry(job, error.to_string()));
+                        }
                         let stopped_until_ms = self.stopped_poll_ends_ms(&prior, record.as_ref(), now_ms);
                         let now_ms = self.clock.now_ms();
                         if let Some(until_ms) = stopped_until_ms
@@ -169,13 +174,5 @@ impl Worker {
             }),
         }
         .filter(|until_ms| *until_ms > now_ms)
-    }
-
-    /// Commits FAILURE as the work's signal under `fence` and sends it.
-    async fn close_under(&self, job: &Job<'_>, fence: u64, reason: String) -> Result<(), Disposition> {
-        match self.commit_and_send(job, fence, Outcome::failed(reason)).await {
-            Disposition::Done(_) => Ok(()),
-            other => Err(other),
-        }
     }
 }

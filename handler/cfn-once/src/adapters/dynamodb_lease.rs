@@ -69,6 +69,15 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
      REMOVE #response, #delivered, #unsent \
      ADD #fence :one, #attempts :fp_set";
 
+/// A close (`LeaseStore::close`): the acquire's update, but COMMITTED with the signal at once,
+/// and no work in progress left.
+const CLOSE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :committed, \
+     #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
+     #updated = :now, #expires = :expires, #response = :response, \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
+     REMOVE #delivered, #unsent, #poll_fp, #poll_state, #poll_at, #waiting_since, #polls \
+     ADD #fence :one, #attempts :fp_set";
+
 /// `lease::admits`: absent; or not superseded (the same attempt, or one that never held the lease
 /// and was not sent before the record's) and (LEFT, or RUNNING and expired past the skew margin,
 /// or COMMITTED for another attempt, or WAITING for another attempt or with its poll due for
@@ -295,9 +304,9 @@ fn lease_record(item: &HashMap<String, AttributeValue>) -> Option<LeaseRecord> {
     parse_record(&key, item).ok()
 }
 
-#[async_trait]
-impl LeaseStore for DynamoLeaseStore {
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+impl DynamoLeaseStore {
+    /// An acquire, or with `signal` a close: one UpdateItem under `lease::admits`.
+    async fn take(&self, request: &AcquireRequest, signal: Option<&[u8]>) -> Result<Acquire, StoreError> {
         let names = [
             ("#owner", attr::OWNER),
             ("#lease_until", attr::LEASE_UNTIL),
@@ -318,7 +327,7 @@ impl LeaseStore for DynamoLeaseStore {
             ("#request_type", attr::REQUEST_TYPE),
             ("#resource_type", attr::RESOURCE_TYPE),
         ];
-        let values = vec![
+        let mut values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
             (":lease_until", number(request.lease_until_ms)),
             (":running", AttributeValue::S(LeaseState::Running.as_str().into())),
@@ -338,10 +347,24 @@ impl LeaseStore for DynamoLeaseStore {
             (":request_type", AttributeValue::S(request.label.request_type.clone())),
             (":resource_type", AttributeValue::S(request.label.resource_type.clone())),
         ];
+        let mut names = names.to_vec();
+        let update = match signal {
+            None => ACQUIRE_UPDATE,
+            Some(signal) => {
+                values.push((":response", AttributeValue::B(Blob::new(signal))));
+                names.extend([
+                    ("#poll_fp", attr::POLL_FINGERPRINT),
+                    ("#poll_state", attr::POLL_STATE),
+                    ("#waiting_since", attr::WAITING_SINCE),
+                    ("#polls", attr::POLLS),
+                ]);
+                CLOSE_UPDATE
+            }
+        };
         let call = Update {
-            update: ACQUIRE_UPDATE,
+            update,
             condition: ACQUIRE_CONDITION,
-            names: names.to_vec(),
+            names,
             values,
             old_on_success: true,
         };
@@ -354,7 +377,8 @@ impl LeaseStore for DynamoLeaseStore {
                         fence: old.fence + 1,
                         took_over: old.fingerprint == request.fingerprint,
                         interrupted: old.fingerprint == request.fingerprint && old.state == LeaseState::Running,
-                        poll: old.poll_for(&request.fingerprint),
+                        // A close commits at once: no work in progress is left to poll.
+                        poll: old.poll_for(&request.fingerprint).filter(|_| signal.is_none()),
                         prior: Some(Box::new(old)),
                     })
                 }
@@ -371,6 +395,18 @@ impl LeaseStore for DynamoLeaseStore {
                 Ok(Acquire::Refused(Box::new(parse_record(&request.key, &item)?)))
             }
         }
+    }
+
+}
+
+#[async_trait]
+impl LeaseStore for DynamoLeaseStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.take(request, None).await
+    }
+
+    async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError> {
+        self.take(request, Some(signal)).await
     }
 
     async fn heartbeat(
