@@ -253,13 +253,20 @@ impl MetricsSink for RecordedMetrics {
     }
 }
 
-/// `Custom::Echo` that counts every run (clones share the counts) and fails with
-/// [`ProviderError::Transient`] as many times as [`CountingEcho::fail_transiently`] says first.
+/// `Custom::Echo` that counts every run (clones share the counts), records the fence of each
+/// (and the fence it was told it took over from), and fails with [`ProviderError::Transient`]
+/// as many times as [`CountingEcho::fail_transiently`] says first, then with
+/// [`ProviderError::Unknown`] as many times as [`CountingEcho::lose_answers`] says.
 #[derive(Debug, Clone, Default)]
 pub struct CountingEcho {
     calls: Arc<AtomicU32>,
     transient_failures: Arc<AtomicU32>,
+    lost_answers: Arc<AtomicU32>,
+    runs: Arc<Mutex<Vec<Run>>>,
 }
+
+/// One run of a [`CountingEcho`]: its fence, and the fence it was told it took over from.
+pub type Run = (u64, Option<u64>);
 
 impl CountingEcho {
     /// How many times any operation ran.
@@ -267,19 +274,34 @@ impl CountingEcho {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// Every run's fence, and the fence it was told it took over from, in order.
+    pub fn runs(&self) -> Vec<Run> {
+        lock(&self.runs).clone()
+    }
+
     /// The next `times` runs fail transiently.
     pub fn fail_transiently(&self, times: u32) {
         self.transient_failures.store(times, Ordering::SeqCst);
     }
 
-    fn run(&self) -> Result<(), ProviderError> {
+    /// The next `times` runs do their work and then lose their answer: an outcome nobody saw.
+    pub fn lose_answers(&self, times: u32) {
+        self.lost_answers.store(times, Ordering::SeqCst);
+    }
+
+    fn run(&self, ctx: &ProviderContext) -> Result<(), ProviderError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let failing =
-            self.transient_failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1));
-        match failing {
-            Ok(_) => Err(ProviderError::Transient("downstream throttled".into())),
-            Err(_) => Ok(()),
+        lock(&self.runs).push((ctx.fence.value, ctx.took_over_from));
+        let take = |counter: &AtomicU32| {
+            counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1)).is_ok()
+        };
+        if take(&self.transient_failures) {
+            return Err(ProviderError::Transient("downstream throttled".into()));
         }
+        if take(&self.lost_answers) {
+            return Err(ProviderError::Unknown("the downstream call timed out after it was sent".into()));
+        }
+        Ok(())
     }
 }
 
@@ -288,7 +310,7 @@ impl Provider for CountingEcho {
     type Properties = PropertyMap;
 
     async fn create(&self, ctx: &ProviderContext, properties: PropertyMap) -> Result<Step, ProviderError> {
-        self.run()?;
+        self.run(ctx)?;
         Echo.create(ctx, properties).await
     }
 
@@ -299,7 +321,7 @@ impl Provider for CountingEcho {
         properties: PropertyMap,
         old: Option<PropertyMap>,
     ) -> Result<Step, ProviderError> {
-        self.run()?;
+        self.run(ctx)?;
         Echo.update(ctx, id, properties, old).await
     }
 
@@ -309,12 +331,12 @@ impl Provider for CountingEcho {
         id: &str,
         properties: PropertyMap,
     ) -> Result<Step<()>, ProviderError> {
-        self.run()?;
+        self.run(ctx)?;
         Echo.delete(ctx, id, properties).await
     }
 
     async fn poll(&self, ctx: &ProviderContext, state: serde_json::Value) -> Result<Step, ProviderError> {
-        self.run()?;
+        self.run(ctx)?;
         Echo.poll(ctx, state).await
     }
 }

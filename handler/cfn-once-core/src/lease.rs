@@ -248,15 +248,25 @@ pub enum StoreError {
     /// record back before deciding.
     #[error("lease store outcome unknown: {0}")]
     Ambiguous(String),
+    /// Certainly not applied, and nothing this invocation can do changes that (credentials
+    /// that expired and that nothing in this process can refresh): not retried now, the
+    /// message comes back later, when a new invocation may have new ones.
+    #[error("lease store refused the request for now, the write was not applied: {0}")]
+    Deferred(String),
     /// Retrying will not help (missing table, access denied, validation).
     #[error("lease store refused the request: {0}")]
     Permanent(String),
 }
 
 impl StoreError {
-    /// Whether retrying the same call may succeed.
+    /// Whether retrying the same call may succeed (later, for `Deferred`).
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Self::Permanent(_))
+    }
+
+    /// Whether another attempt within this invocation may succeed.
+    pub fn retry_now(&self) -> bool {
+        matches!(self, Self::Transient(_) | Self::Ambiguous(_))
     }
 }
 

@@ -246,9 +246,19 @@ pub enum ProviderError {
     /// Final: answered FAILED with this reason.
     #[error("{0}")]
     Failed(String),
-    /// Worth retrying (throttling, a 5xx): retried with backoff while the deadline allows.
+    /// Certainly not applied, and worth retrying (throttling, a refused connection): the
+    /// provider is called again under the same fence, with backoff, while the deadline allows.
     #[error("{0}")]
     Transient(String),
+    /// Maybe applied: a call of the provider's may have had effects nobody saw (a timeout after
+    /// the request was sent, a 5xx, a connection reset mid-response, a Lambda Invoke whose
+    /// answer was lost while the function kept running). The provider runs again only under a
+    /// higher fence, so everything the earlier run writes through fences is refused from then
+    /// on; where the deadline leaves no room for that, the request is answered FAILED saying
+    /// the outcome is unknown. Your code can thus run again after an outcome nobody saw, always
+    /// with a higher fence: make its side effects fenced or idempotent.
+    #[error("{0}")]
+    Unknown(String),
 }
 
 impl From<PropertyError> for ProviderError {

@@ -177,7 +177,8 @@ impl From<Failure> for ProviderError {
     /// A DynamoDB failure of a provider's own call: retried if it may clear, FAILED if not.
     fn from(failure: Failure) -> Self {
         match failure {
-            Failure::NotApplied(text) | Failure::Unknown(text) => ProviderError::Transient(text),
+            Failure::NotApplied(text) | Failure::Deferred(text) => ProviderError::Transient(text),
+            Failure::Unknown(text) => ProviderError::Unknown(text),
             Failure::Permanent(text) => ProviderError::Failed(text),
         }
     }
@@ -332,7 +333,9 @@ impl FencedTable {
         match classify(error) {
             // An unknown outcome is retried: a repeated fenced write with the same fence is
             // accepted (`<=`), so the retry is idempotent.
-            Failure::NotApplied(text) | Failure::Unknown(text) => FencedWriteError::Transient(text),
+            Failure::NotApplied(text) | Failure::Unknown(text) | Failure::Deferred(text) => {
+                FencedWriteError::Transient(text)
+            }
             Failure::Permanent(text) => FencedWriteError::Permanent(text),
         }
     }

@@ -44,6 +44,16 @@ enum Run {
     Finished(Outcome),
     InProgress(Waiting),
     LeaseLost,
+    /// The provider's last call may have had effects nobody saw: it runs again only under a
+    /// higher fence.
+    OutcomeUnknown(String),
+}
+
+/// What one run of the provider (its transient errors retried) came to.
+enum Ran {
+    Progress(Progress),
+    /// `ProviderError::Unknown`, its reason already bounded.
+    Unknown(String),
 }
 
 impl Worker {
@@ -155,8 +165,61 @@ impl Worker {
                 self.metrics.record(MetricEvent::FenceConflict);
                 return self.retry(job, "the lease was taken over while the provider ran; nothing committed".into());
             }
+            Run::OutcomeUnknown(unknown) => return self.run_again_under_a_higher_fence(job, fence, unknown).await,
         };
         self.commit_and_send(job, fence, outcome).await
+    }
+
+    /// After a provider call whose outcome is unknown: the provider never runs again under
+    /// `fence` (a Lambda Invoke whose answer was lost keeps running, and two runs under one
+    /// fence cannot be told apart by fenced writes). This delivery ends its lease and comes
+    /// back, and the next delivery takes the lease under a higher fence (a takeover, which the
+    /// provider is told of) and runs it again. Where the deadline leaves no time for that run,
+    /// the answer is FAILED saying the outcome is unknown.
+    async fn run_again_under_a_higher_fence(&self, job: &Job<'_>, fence: u64, unknown: String) -> Disposition {
+        let now_ms = self.clock.now_ms();
+        // The next run takes the lease after the backoff floor; a run needs at least a minimum
+        // before the lease cap. Without that, answer now.
+        let next_run_ms = now_ms + self.settings.skew_ms + u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        if job.budget.deadline_near(next_run_ms) || job.budget.run_window().closed(next_run_ms) {
+            let reason = format!(
+                "{}: the outcome of its last call is unknown ({unknown}), and no time is left before {}, set by {}, to run it again under a higher fence",
+                describe(job.request),
+                job.phase.deadline_name(),
+                job.budget.deadline.describe()
+            );
+            tracing::error!(reason, "provider outcome unknown near the deadline; answering FAILED");
+            return self.commit_and_send(job, fence, Outcome::failed(reason)).await;
+        }
+        tracing::warn!(
+            fence,
+            unknown,
+            "the provider's outcome is unknown: it runs again only under a higher fence; ending this lease"
+        );
+        // A lease that ends now is taken over at once; if this write fails, the lease ends
+        // by itself at its time, and the takeover waits for that.
+        let end_ms = job.budget.decide_end_ms();
+        let ended = self
+            .write_under_fence(
+                job.request,
+                fence,
+                end_ms,
+                |now_ms| self.store.heartbeat(&job.request.key, fence, 0, now_ms),
+                |record| (record.lease_until_ms == 0).then_some(()),
+            )
+            .await;
+        let until_ms = match ended {
+            Ok(_) => now_ms,
+            Err(error) => {
+                tracing::warn!(fence, %error, "could not end the lease; it ends by itself");
+                job.budget.lease_until_ms(now_ms) + self.settings.skew_ms
+            }
+        };
+        self.come_back(
+            job,
+            until_ms + self.jitter_ms(),
+            &format!("the provider's outcome is unknown ({unknown}); it runs again under a higher fence"),
+        )
     }
 
     /// Commits and PUTs FAILED without running the provider: the request's deadline leaves no
@@ -263,8 +326,9 @@ impl Worker {
         .await;
 
         match ended {
-            Some(Ok(Progress::Finished(outcome))) => Run::Finished(outcome),
-            Some(Ok(Progress::InProgress(waiting))) => Run::InProgress(waiting),
+            Some(Ok(Ran::Progress(Progress::Finished(outcome)))) => Run::Finished(outcome),
+            Some(Ok(Ran::Progress(Progress::InProgress(waiting)))) => Run::InProgress(waiting),
+            Some(Ok(Ran::Unknown(unknown))) => Run::OutcomeUnknown(unknown),
             Some(Err(())) => {
                 tracing::warn!("heartbeat found the lease taken over; provider abandoned");
                 Run::LeaseLost
@@ -276,16 +340,18 @@ impl Worker {
         }
     }
 
-    /// The provider call (or poll), transient errors retried for `provider_retry_ms`. `Err(())` is
-    /// reserved for the supervisor's lease-lost signal and never produced here.
+    /// The provider call (or poll), transient errors retried for `provider_retry_ms` (a call
+    /// that certainly did nothing may run again under the same fence); an unknown outcome ends
+    /// the run (`Ran::Unknown`). `Err(())` is reserved for the supervisor's lease-lost signal
+    /// and never produced here.
     async fn run_provider(
         &self,
         request: &Request,
         context: &ProviderContext,
         poll: Option<&PollRecord>,
-    ) -> Result<Progress, ()> {
+    ) -> Result<Ran, ()> {
         let label = describe(request);
-        let failed = |reason: String| Ok(Progress::Finished(Outcome::failed(reason)));
+        let failed = |reason: String| Ok(Ran::Progress(Progress::Finished(Outcome::failed(reason))));
         let started_ms = self.clock.now_ms();
         let mut attempt = 0u32;
         loop {
@@ -310,7 +376,12 @@ impl Worker {
                 }
             };
             match result {
-                Ok(progress) => return Ok(progress),
+                Ok(progress) => return Ok(Ran::Progress(progress)),
+                Err(ProviderError::Unknown(reason)) => {
+                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
+                    tracing::warn!(attempt, reason, "the provider's outcome is unknown");
+                    return Ok(Ran::Unknown(reason));
+                }
                 Err(ProviderError::Failed(reason)) => {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
                     return failed(format!("{label} failed: {reason}"));

@@ -115,7 +115,7 @@ impl Worker {
                     }
                     last = StoreError::Ambiguous(why);
                 }
-                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) if !error.retry_now() => return Err(error),
                 Err(error) => last = error,
             }
             if !self.store_backoff(attempt, job.budget.decide_end_ms()).await {
@@ -137,7 +137,7 @@ impl Worker {
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
             match self.store_call(self.store.read(&job.request.key), job.budget.decide_end_ms()).await {
                 Ok(record) => return Ok(record),
-                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) if !error.retry_now() => return Err(error),
                 Err(error) => last = error,
             }
             if !self.store_backoff(attempt, job.budget.decide_end_ms()).await {
@@ -182,7 +182,7 @@ impl Worker {
                     None => last = StoreError::Transient("write not applied".into()),
                 },
                 Ok(Conditional::Refused(_)) => return Ok(None),
-                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) if !error.retry_now() => return Err(error),
                 Err(error) => last = error,
             }
             if !self.store_backoff(attempt, end_ms).await {
@@ -208,7 +208,7 @@ impl Worker {
         for attempt in 1..=self.settings.store_attempts_max.max(1) {
             let mark = self.store.mark_delivered(key, fence, unsent, self.clock.now_ms());
             match self.store_call(mark, end_ms).await {
-                Err(error @ StoreError::Permanent(_)) => return Err(error),
+                Err(error) if !error.retry_now() => return Err(error),
                 Err(error) => last = error,
                 Ok(answer) => return Ok(answer),
             }

@@ -1012,3 +1012,47 @@ fn a_primary_counts_requests_whose_deadline_leaves_the_secondary_no_time() {
     h.handle(&secondary, &third.to_string());
     assert_eq!(count(), 1, "only primaries count");
 }
+
+#[test]
+fn a_provider_whose_outcome_is_unknown_runs_again_only_under_a_higher_fence() {
+    let h = Harness::new();
+    h.counting.lose_answers(1);
+    let body = request("Create", "Custom::Counting", json!({"A": "1"}), URL);
+    let first = h.handle(&h.worker("us-east-1"), &body);
+    let delay_s = match &first {
+        Disposition::Retry { delay_s, why } if why.contains("runs again under a higher fence") => *delay_s,
+        other => panic!("{other:?}"),
+    };
+    assert!(h.sink.all().is_empty(), "nothing answered on an unknown outcome");
+    assert_eq!(h.record().lease_until_ms, 0, "the lease was ended, for the next run to take over at once");
+    h.clock.advance_ms(u64::from(delay_s) * 1000);
+    // Either region's copy runs it again, under the next fence, told whose run it follows.
+    assert_eq!(answered(&h.handle(&h.worker("us-west-2"), &body)), (2, Status::Success));
+    assert_eq!(h.counting.runs(), vec![(1, None), (2, Some(1))], "never twice under one fence");
+    assert_eq!(h.bodies(URL).len(), 1);
+}
+
+#[test]
+fn a_transient_failure_runs_again_under_the_same_fence() {
+    // Certainly not applied: nothing ran, so the same fence is right, and cheaper.
+    let h = Harness::new();
+    h.counting.fail_transiently(1);
+    let body = request("Create", "Custom::Counting", json!({"A": "1"}), URL);
+    assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &body)), (1, Status::Success));
+    assert_eq!(h.counting.runs(), vec![(1, None), (1, None)]);
+}
+
+#[test]
+fn an_unknown_outcome_with_no_time_to_run_again_is_answered_failed_saying_so() {
+    let h = Harness::new();
+    h.counting.lose_answers(1);
+    // A ServiceTimeout of 24 s: its 20 s deadline margin begins before a second run could
+    // take the lease (a backoff floor of 4 s and the skew margin away).
+    let body = request("Create", "Custom::Counting", json!({"A": "1", "ServiceTimeout": "24"}), URL);
+    let answered = answered(&h.handle(&h.worker("us-east-1"), &body));
+    assert_eq!(answered, (1, Status::Failed));
+    let reason = h.bodies(URL)[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("the outcome of its last call is unknown"), "{reason}");
+    assert!(reason.contains("timed out after it was sent"), "{reason}");
+    assert_eq!(h.counting.runs(), vec![(1, None)], "not run again under the same fence");
+}

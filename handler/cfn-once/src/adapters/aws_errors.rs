@@ -28,6 +28,9 @@ pub enum Failure {
     NotApplied(String),
     /// Maybe applied: timed out after sending, a 5xx, an unreadable response.
     Unknown(String),
+    /// Certainly not applied, and nothing this process can do changes that now (credentials
+    /// that expired and that nothing here can refresh): tried again by a later invocation.
+    Deferred(String),
     /// Will never work as sent: missing table, denied, invalid.
     Permanent(String),
 }
@@ -36,7 +39,7 @@ impl Failure {
     /// What went wrong, in a line.
     pub fn into_text(self) -> String {
         match self {
-            Self::NotApplied(text) | Self::Unknown(text) | Self::Permanent(text) => text,
+            Self::NotApplied(text) | Self::Unknown(text) | Self::Deferred(text) | Self::Permanent(text) => text,
         }
     }
 
@@ -167,6 +170,7 @@ mod tests {
             let got = match of_answer(status, code, String::new()) {
                 Failure::NotApplied(_) => "not applied",
                 Failure::Unknown(_) => "unknown",
+                Failure::Deferred(_) => "deferred",
                 Failure::Permanent(_) => "permanent",
             };
             assert_eq!(got, expected, "HTTP {status} {code:?}");

@@ -592,6 +592,7 @@ fn of_failure(failure: Failure) -> StoreError {
     match failure {
         Failure::NotApplied(text) => StoreError::Transient(text),
         Failure::Unknown(text) => StoreError::Ambiguous(text),
+        Failure::Deferred(text) => StoreError::Deferred(text),
         Failure::Permanent(text) => StoreError::Permanent(text),
     }
 }
