@@ -332,8 +332,10 @@ impl ProviderTest {
     }
 
     /// A delivery of `request` to the primary region, run to its end; while the provider's work
-    /// is in progress, the message comes back when the worker asked (the clock moves on) and is
-    /// delivered again, until the request is answered or the message is given up.
+    /// is in progress, or the provider is to run again under a higher fence after an outcome
+    /// nobody saw (`ProviderError::Unknown`), the message comes back when the worker asked (the
+    /// clock moves on) and is delivered again, until the request is answered or the message is
+    /// given up.
     pub fn deliver(&mut self, request: &TestRequest) -> Answer {
         let worker = self.worker(Role::Primary, "us-east-1");
         let body = request.request.to_string();
@@ -352,7 +354,8 @@ impl ProviderTest {
         panic!("the request was still in progress after {WAITING_DELIVERIES_MAX} deliveries")
     }
 
-    /// Whether `request`'s record says its provider's work is in progress.
+    /// Whether `request`'s record says its provider's work is in progress, or that its lease
+    /// was ended for the provider to run again under a higher fence.
     fn waiting(&self, request: &TestRequest) -> bool {
         let key = crate::request::RequestKey {
             stack_id: crate::request::StackArn::parse(STACK_ID)
@@ -360,7 +363,11 @@ impl ProviderTest {
             request_id: request.request["RequestId"].as_str().unwrap_or_default().to_owned(),
         };
         let record = drive(&self.clock, self.store.read(&key));
-        matches!(record, Ok(Some(record)) if record.state == LeaseState::Waiting)
+        matches!(
+            record,
+            Ok(Some(record)) if record.state == LeaseState::Waiting
+                || (record.state == LeaseState::Running && record.lease_until_ms == 0)
+        )
     }
 
     /// `copies` deliveries of `request` at the same moment, in both regions (SQS delivers at

@@ -18,10 +18,20 @@
 //!   until it answers `"IsComplete": true`; its `Data` is merged over the output's.
 //! * **Errors.** A function error (an exception) is a FAILED answer with the error's type and
 //!   message (bounded and stripped like any provider text); a function timeout is a FAILED
-//!   saying so; a throttled or failing Invoke is retried as any transient provider error is
-//!   (within the provider's retry budget and the run's time); an unreadable answer is a FAILED
-//!   naming what was wrong. Data over CloudFormation's 4 KB limit is refused by the response
-//!   builder, as for any provider.
+//!   saying so; an Invoke that certainly did not run the function (throttled, the function
+//!   busy being updated, a connection refused) is retried as any transient provider error is
+//!   (within the provider's retry budget and the run's time, under the same fence); an
+//!   unreadable answer is a FAILED naming what was wrong. Data over CloudFormation's 4 KB
+//!   limit is refused by the response builder, as for any provider.
+//! * **An outcome nobody saw.** A synchronous Invoke keeps running after the caller hangs up,
+//!   so one whose outcome is unknown (no answer in time after it was sent, a 5xx, a connection
+//!   reset mid-response) is never invoked again under the same fence: `onEvent` and `isComplete`
+//!   run again under a higher fence (`ProviderError::Unknown`: the function sees
+//!   `CfnOnce.Fence` rise and `TookOverFrom` name the earlier one, so what the first run wrote
+//!   through fences is refused from then on), and a function that answers by itself has its
+//!   answer read from the object it was given, as after any Invoke; it runs again, with a new
+//!   object under a later poll's higher fence, only once no run of it can still answer
+//!   ([`FUNCTION_RUN_MS_MAX`]).
 //! * **Functions that answer by themselves** (`cfn-response:` in `CFN_ONCE_FUNCTIONS`) get the
 //!   CloudFormation request with, as its ResponseURL, a presigned URL of an object of cfn-once's
 //!   for this execution only, in this region's answer bucket; what they PUT there is the answer
@@ -57,9 +67,15 @@ pub enum Invoked {
 /// Why an invoke did not return.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvokeError {
-    /// Worth trying again: throttled, a 5xx, a network failure, a timeout.
+    /// The function certainly did not run, and trying again may work: throttled, the function
+    /// busy being updated, a connection refused before anything was sent.
     #[error("{0}")]
     Transient(String),
+    /// The function may have run: a timeout after the request was sent, a 5xx, a connection
+    /// reset mid-response. A synchronous Invoke keeps running after the caller hangs up, so
+    /// it is never invoked again under the same fence (see `ProviderError::Unknown`).
+    #[error("{0}")]
+    Unknown(String),
     /// Will not work by trying again: no such function, access denied, a payload refused.
     #[error("{0}")]
     Permanent(String),
@@ -95,22 +111,29 @@ impl FunctionInvoker for LambdaInvoker {
         let call =
             self.client.invoke().function_name(function).payload(aws_sdk_lambda::primitives::Blob::new(payload)).send();
         let output = match tokio::time::timeout(Duration::from_millis(timeout_ms), call).await {
+            // The request may well have been sent: the function may be running.
             Err(_) => {
-                return Err(InvokeError::Transient(format!(
+                return Err(InvokeError::Unknown(format!(
                     "the Invoke of {function} had no answer within {timeout_ms} ms"
                 )));
             }
             Ok(Ok(output)) => output,
             Ok(Err(error)) => {
+                use crate::adapters::Failure;
                 let failure = crate::adapters::classify(&error);
-                // A function being updated or not ready yet will take the Invoke shortly.
+                // A function being updated or not ready yet refused the Invoke unrun, and will
+                // take one shortly.
                 let busy = matches!(
                     error.as_service_error(),
                     Some(Sdk::ResourceConflictException(_) | Sdk::ResourceNotReadyException(_))
                 );
-                let retryable = failure.is_retryable() || busy;
-                let why = format!("the Invoke of {function} failed: {}", failure.into_text());
-                return Err(if retryable { InvokeError::Transient(why) } else { InvokeError::Permanent(why) });
+                let why = |text: String| format!("the Invoke of {function} failed: {text}");
+                return Err(match failure {
+                    _ if busy => InvokeError::Transient(why(failure.into_text())),
+                    Failure::NotApplied(text) | Failure::Deferred(text) => InvokeError::Transient(why(text)),
+                    Failure::Unknown(text) => InvokeError::Unknown(why(text)),
+                    Failure::Permanent(text) => InvokeError::Permanent(why(text)),
+                });
             }
         };
         let payload = output.payload.map(|blob| blob.into_inner()).unwrap_or_default();
@@ -191,6 +214,8 @@ impl FunctionProvider {
         let payload = self.with_cfn_once(ctx, event);
         self.invoker.invoke(function, payload, ctx.remaining_ms().max(1)).await.map_err(|error| match error {
             InvokeError::Transient(why) => ProviderError::Transient(why),
+            // Invoked again only under a higher fence: the function may be running still.
+            InvokeError::Unknown(why) => ProviderError::Unknown(why),
             InvokeError::Permanent(why) => ProviderError::Failed(why),
         })
     }
@@ -266,17 +291,29 @@ impl FunctionProvider {
         });
         let url = answers.upload_url(&object.key, answers_itself::UPLOAD_URL_VALID_FOR).await.map_err(drop_error)?;
         event.insert("ResponseURL".into(), url.expose_secret().into());
-        let invoked = self.invoke(ctx, function, event).await?;
-        // The function has run: from here on, never invoke it again for this execution; a read
-        // that fails now is tried again by the next poll.
+        let mut wait = wait;
+        let invoked = match self.invoke(ctx, function, event).await {
+            Ok(invoked) => Some(invoked),
+            // The function may have run, and may still PUT its answer to this object: it is read
+            // where it is, as after any Invoke, and the function runs again (under a later
+            // poll's higher fence, with a new object) only once it can no longer be running.
+            Err(ProviderError::Unknown(why)) => {
+                tracing::warn!(function, why, "the Invoke's outcome is unknown: waiting for the function's answer");
+                wait[INVOKED_UNSEEN_AT_MS] = ctx.now_ms().into();
+                None
+            }
+            Err(other) => return Err(other),
+        };
+        // The function has run (or may have): from here on, never invoke it again for this
+        // execution; a read that fails now is tried again by the next poll.
         let read = answers.read(&object, cfn_once_core::response::BODY_BYTES_MAX).await;
         match (read, invoked) {
             (Ok(Some(answer)), _) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
-            (Ok(None), Invoked::FunctionError(document)) => {
+            (Ok(None), Some(Invoked::FunctionError(document))) => {
                 Err(ProviderError::Failed(format!("{} before it answered", function_error(function, &document))))
             }
-            (Ok(None), Invoked::Response(_)) => {
-                tracing::info!(function, "the function returned without answering yet: waiting for its answer");
+            (Ok(None), _) => {
+                tracing::info!(function, "the function has not answered yet: waiting for its answer");
                 Step::in_progress(wait, POLL_AFTER)
             }
             (Err(error), _) => {
@@ -309,6 +346,26 @@ impl FunctionProvider {
         let elsewhere = object.region != answers.region();
         match answers.read(&object, cfn_once_core::response::BODY_BYTES_MAX).await {
             Ok(Some(answer)) => answers_itself::answer_from(ForRequest::of(ctx), function, &answer),
+            // An Invoke whose outcome nobody saw, and no answer since for longer than any
+            // function runs: it did not run (or died unanswered). It runs again here, under this
+            // poll's fence, which is higher than the Invoke's.
+            Ok(None)
+                if state
+                    .get(INVOKED_UNSEEN_AT_MS)
+                    .and_then(Value::as_u64)
+                    .is_some_and(|at_ms| ctx.now_ms() >= at_ms.saturating_add(FUNCTION_RUN_MS_MAX)) =>
+            {
+                let Some(Value::Object(event)) = state.get("Event").cloned() else {
+                    return Err(ProviderError::Failed(
+                        "the stored state of the wait has no event to run the function again with".into(),
+                    ));
+                };
+                tracing::warn!(
+                    function,
+                    "no answer since an Invoke whose outcome was unknown: running the function again"
+                );
+                self.answered_by_itself(ctx, event).await
+            }
             Ok(None) => {
                 if let Some(wait) = state.as_object_mut() {
                     wait.remove(UNREADABLE_POLLS);
@@ -352,6 +409,13 @@ impl FunctionProvider {
 
 /// The wait's count of polls in a row that could not read the other region's bucket.
 const UNREADABLE_POLLS: &str = "UnreadablePolls";
+
+/// In a wait's state: when an Invoke whose outcome was unknown was sent (epoch ms), if one was.
+const INVOKED_UNSEEN_AT_MS: &str = "InvokedUnseenAtMs";
+
+/// How long after an Invoke whose outcome nobody saw its function may still answer: Lambda's
+/// longest function timeout (15 minutes), and a minute for its PUT.
+pub const FUNCTION_RUN_MS_MAX: u64 = 16 * 60 * 1000;
 
 /// After this many polls in a row (one poll interval apart) could not read the other region's
 /// bucket, that region is taken as out and the function runs again in the polling region.
@@ -712,6 +776,34 @@ mod tests {
         assert_eq!(script.events().len(), 3);
     }
 
+    #[test]
+    fn an_invoke_whose_outcome_is_unknown_runs_again_only_under_a_higher_fence() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", Err(InvokeError::Unknown("the Invoke of on-event had no answer within 900 ms".into())));
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-gi"})));
+        let created = kit(&script, false).create("Custom::Reservation", json!({"Name": "gi"}));
+        assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "r-gi"));
+        let fences: Vec<(Value, Value)> = script
+            .events()
+            .iter()
+            .map(|(_, event)| (event["CfnOnce"]["Fence"]["Value"].clone(), event["CfnOnce"]["TookOverFrom"].clone()))
+            .collect();
+        assert_eq!(fences, vec![(json!(1), Value::Null), (json!(2), json!(1))], "never twice under one fence");
+    }
+
+    #[test]
+    fn an_is_complete_whose_outcome_is_unknown_is_polled_again_under_a_higher_fence() {
+        let script = Arc::new(Script::default());
+        script.then("on-event", ok(json!({"PhysicalResourceId": "r-hu"})));
+        script.then("is-complete", Err(InvokeError::Unknown("the Invoke of is-complete failed: 502".into())));
+        script.then("is-complete", ok(json!({"IsComplete": true})));
+        let created = kit(&script, true).create("Custom::Reservation", json!({"Name": "hu"}));
+        assert_eq!(created.status(), Some(Status::Success), "{:?}", created.reason());
+        let fences: Vec<Value> =
+            script.events().iter().map(|(_, event)| event["CfnOnce"]["Fence"]["Value"].clone()).collect();
+        assert_eq!(fences, vec![json!(1), json!(2), json!(3)]);
+    }
+
     /// A fake answer bucket: objects in memory, URLs that name their key.
     #[derive(Debug, Default)]
     struct Bucket {
@@ -771,6 +863,9 @@ mod tests {
         fail: bool,
         /// From the second invocation on, the first one's late PUT lands right after its own.
         race: bool,
+        /// The first invocation's outcome is lost: it answered (`Some(true)`) or did not run
+        /// (`Some(false)`), and the caller saw neither.
+        first_unseen: Option<bool>,
         events: Mutex<Vec<Value>>,
     }
 
@@ -779,6 +874,16 @@ mod tests {
         async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
             let event: Value = serde_json::from_slice(&payload).unwrap();
             self.events.lock().unwrap().push(event.clone());
+            let run = self.events.lock().unwrap().len();
+            match self.first_unseen {
+                Some(answered) if run == 1 => {
+                    if answered {
+                        self.bucket.put_answer(&event, "SUCCESS", "greeting-1");
+                    }
+                    return Err(InvokeError::Unknown("the Invoke of greeter had no answer within 900 ms".into()));
+                }
+                _ => {}
+            }
             if self.fail {
                 return Ok(Invoked::FunctionError(br#"{"errorType":"KeyError","errorMessage":"'Name'"}"#.to_vec()));
             }
@@ -798,8 +903,14 @@ mod tests {
 
     fn responder_kit(now: bool, fail: bool) -> (Arc<Bucket>, Arc<Responder>, ProviderTest) {
         let bucket = Arc::new(Bucket::default());
-        let responder =
-            Arc::new(Responder { bucket: Arc::clone(&bucket), now, fail, race: true, events: Mutex::default() });
+        let responder = Arc::new(Responder {
+            bucket: Arc::clone(&bucket),
+            now,
+            fail,
+            race: true,
+            first_unseen: None,
+            events: Mutex::default(),
+        });
         let route = FunctionRoute {
             resource_type: "Custom::Greeting".into(),
             on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
@@ -810,6 +921,49 @@ mod tests {
         let answers: Arc<dyn AnswerDrop> = bucket.clone();
         let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
         (bucket, responder, ProviderTest::new().provider("Custom::Greeting", provider))
+    }
+
+    fn unseen_kit(answered: bool) -> (Arc<Responder>, ProviderTest) {
+        let bucket = Arc::new(Bucket::default());
+        let responder = Arc::new(Responder {
+            bucket: Arc::clone(&bucket),
+            now: true,
+            fail: false,
+            race: false,
+            first_unseen: Some(answered),
+            events: Mutex::default(),
+        });
+        let route = FunctionRoute {
+            resource_type: "Custom::Greeting".into(),
+            on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
+            is_complete: None,
+            answers_itself: true,
+        };
+        let invoker: Arc<dyn FunctionInvoker> = responder.clone();
+        let answers: Arc<dyn AnswerDrop> = bucket;
+        let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
+        (responder, ProviderTest::new().provider("Custom::Greeting", provider))
+    }
+
+    #[test]
+    fn an_answer_put_by_a_function_whose_invoke_outcome_was_unknown_is_read_not_run_again() {
+        // The function created the resource and answered; its Invoke's answer was lost.
+        let (responder, mut kit) = unseen_kit(true);
+        let created = kit.create("Custom::Greeting", json!({"Name": "ida"}));
+        assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "greeting-1"));
+        assert_eq!(responder.events.lock().unwrap().len(), 1, "read from its object, never invoked again");
+    }
+
+    #[test]
+    fn a_function_silent_since_an_unknown_invoke_runs_again_after_any_run_could_end_under_a_higher_fence() {
+        let (responder, mut kit) = unseen_kit(false);
+        let created = kit.create("Custom::Greeting", json!({"Name": "jo"}));
+        assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "greeting-2"));
+        let events = responder.events.lock().unwrap().clone();
+        assert_eq!(events.len(), 2);
+        let (first, second) = (&events[0]["CfnOnce"]["Fence"]["Value"], &events[1]["CfnOnce"]["Fence"]["Value"]);
+        assert!(second.as_u64() > first.as_u64(), "the second run's fence {second} is above the first's {first}");
+        assert_ne!(events[0]["ResponseURL"], events[1]["ResponseURL"], "its own object");
     }
 
     #[test]
