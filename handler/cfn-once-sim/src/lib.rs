@@ -301,6 +301,16 @@ mod tests {
     }
 
     #[test]
+    fn the_planted_rerun_under_the_same_fence_is_caught_within_1000_seeds() {
+        let found =
+            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::RerunSameFence) }, 0..1_000);
+        assert!(
+            found.iter().any(|(_, v)| v.starts_with("OVERLAP")),
+            "a provider run again under the same fence after a lost answer went unnoticed for 1000 seeds: {found:?}"
+        );
+    }
+
+    #[test]
     fn an_eventually_consistent_table_is_caught() {
         let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
@@ -393,6 +403,9 @@ mod tests {
             "long life: an Update a day after the Create answered",
             "long life: an Update a month after the Create answered",
             "long life: an Update a year after the Create answered",
+            "scenario: provider calls and fenced writes whose outcome nobody saw",
+            "provider's answer lost after it ran",
+            "an outcome nobody saw: the lease ended for a run under a higher fence",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

@@ -10,6 +10,7 @@
 //! cfn-once-sim --seeds 1000 --planted-bug               # a store whose commit ignores its fence
 //! cfn-once-sim --seeds 1000 --planted-bug=signal-again  # a store that forgets a work's signal on a takeover
 //! cfn-once-sim --seeds 1000 --planted-bug=expired-retried  # S3's 403 to an expired handle made retryable
+//! cfn-once-sim --seeds 1000 --planted-bug=rerun-same-fence  # a lost answer reported as transient
 //! ```
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
@@ -52,7 +53,9 @@ const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--s
                   =signal-again forgets a wait condition work's committed signal when another
                   execution takes its lease, so the takeover signals the handle a second time;
                   =expired-retried has the response bucket answer a PUT to an expired wait
-                  condition handle with a retryable error instead of S3's final 403";
+                  condition handle with a retryable error instead of S3's final 403;
+                  =rerun-same-fence has the provider report a call whose answer was lost as
+                  transient, so it runs again under the same fence while the first run goes on";
 
 struct Args {
     seeds: u64,
@@ -91,7 +94,7 @@ fn parse() -> Result<Args, String> {
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
                 let bug = PlantedBug::parse(name).ok_or_else(|| {
-                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again or expired-retried")
+                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried or rerun-same-fence")
                 })?;
                 args.options.planted_bug = Some(bug);
             }

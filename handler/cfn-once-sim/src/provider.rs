@@ -97,6 +97,47 @@ impl SimProvider {
         Ok(())
     }
 
+    /// A run (or poll) under `ctx`'s fence begins: no other run of the request under the same
+    /// fence may be running (OVERLAP: fenced writes cannot tell two runs under one fence apart).
+    fn run_begins(&self, ctx: &ProviderContext) {
+        let now_ms = self.shared.elapsed_ms();
+        let run = (ctx.fence.scope.clone(), ctx.fence.value);
+        let mut observed = self.shared.observed();
+        let running = observed.runs.get(&run).is_some_and(|until_ms| *until_ms > now_ms);
+        observed.runs.insert(run, u64::MAX);
+        drop(observed);
+        if running {
+            self.shared.violation(format!(
+                "OVERLAP: a run of the provider under fence {} began while another under the same fence was still running",
+                ctx.fence.value
+            ));
+        }
+    }
+
+    /// The run under `ctx`'s fence returned to its caller; a run whose answer was lost goes on
+    /// for `goes_on_ms` more.
+    fn run_ends(&self, ctx: &ProviderContext, goes_on_ms: u64) {
+        let until_ms = self.shared.elapsed_ms() + goes_on_ms;
+        self.shared.observed().runs.insert((ctx.fence.scope.clone(), ctx.fence.value), until_ms);
+    }
+
+    /// Whether this run's answer is lost (the seed's fault), and then what its caller sees:
+    /// an unknown outcome, or with the planted bug, a transient error.
+    fn lost_answer(&self, ctx: &ProviderContext) -> Option<ProviderError> {
+        if !self.shared.fault(self.shared.faults.provider_lost_reply) {
+            return None;
+        }
+        self.shared.cover("provider's answer lost after it ran");
+        self.shared.fault_happened(self.region, "provider's answer lost after it ran");
+        self.run_ends(ctx, 1_000 + self.shared.below(30_000));
+        let why = "simulated Invoke: no answer after it was sent".to_owned();
+        Some(if self.shared.lost_answer_transient {
+            ProviderError::Transient(why)
+        } else {
+            ProviderError::Unknown(why)
+        })
+    }
+
     /// Panics with `percent` probability: users' code does.
     fn maybe_panic(&self, percent: u64, item: &str) {
         if percent > 0 && self.shared.dice(percent as f64 / 100.0) {
@@ -126,6 +167,16 @@ impl SimProvider {
     }
 
     async fn run(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
+        self.run_begins(ctx);
+        let step = self.run_once(ctx, properties).await;
+        if let Some(lost) = self.lost_answer(ctx) {
+            return Err(lost);
+        }
+        self.run_ends(ctx, 0);
+        step
+    }
+
+    async fn run_once(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
         self.maybe_panic(properties.panic_percent, &properties.item);
         self.work(ctx, &properties.item, properties.work_ms).await?;
         if properties.wait_ms == 0 {
@@ -174,6 +225,18 @@ impl Provider for SimProvider {
     }
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
+        self.run_begins(ctx);
+        let step = self.poll_once(ctx, state).await;
+        if let Some(lost) = self.lost_answer(ctx) {
+            return Err(lost);
+        }
+        self.run_ends(ctx, 0);
+        step
+    }
+}
+
+impl SimProvider {
+    async fn poll_once(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
         let mut wait: SimWait = serde_json::from_value(state)?;
         let elapsed_ms = self.shared.elapsed_ms();
         self.shared.observed().poll_starts.push((wait.item.clone(), elapsed_ms));

@@ -86,6 +86,10 @@ pub enum PlantedBug {
     /// The response bucket answers a PUT to an expired wait condition handle with a retryable
     /// error instead of S3's final 403, so the handler retries a signal nobody can take.
     ExpiredRetried,
+    /// The provider reports a call whose answer was lost as transient (certainly not applied)
+    /// instead of unknown, so the worker runs it again under the same fence while the first
+    /// run goes on.
+    RerunSameFence,
 }
 
 impl PlantedBug {
@@ -95,12 +99,15 @@ impl PlantedBug {
             Self::UnfencedCommit => "unfenced-commit",
             Self::SignalAgain => "signal-again",
             Self::ExpiredRetried => "expired-retried",
+            Self::RerunSameFence => "rerun-same-fence",
         }
     }
 
     /// Parses [`PlantedBug::name`].
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried].into_iter().find(|bug| bug.name() == name)
+        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried, Self::RerunSameFence]
+            .into_iter()
+            .find(|bug| bug.name() == name)
     }
 }
 
@@ -162,6 +169,12 @@ pub enum Kind {
     /// by its deadline; an Update runs its provider unless it names a new handle; a refused
     /// signal is never retried.
     LongLife,
+    /// Calls whose outcome nobody saw: in the fault window, a provider run or poll that does
+    /// its work and loses its answer while it goes on running for a while, and fenced writes
+    /// applied whose reply is lost. The provider runs again only under a higher fence, never
+    /// beside a run under the same one; a write that stands is never reported failed; each
+    /// request's counter is added once.
+    UnseenOutcomes,
 }
 
 impl Kind {
@@ -181,6 +194,7 @@ impl Kind {
             Self::CloseMidWork => "scenario: a close (Delete or new-handle Update) mid-work near its deadline",
             Self::LostRepliesAfterHandOver => "scenario: store replies lost to a handed-over request's copies",
             Self::LongLife => "scenario: a resource's life over a year: updates, rollbacks and a delete",
+            Self::UnseenOutcomes => "scenario: provider calls and fenced writes whose outcome nobody saw",
         }
     }
 }
@@ -284,6 +298,12 @@ pub struct Faults {
     pub freeze: f64,
     /// Per read of the active-region control: it answers later than the call's timeout.
     pub control_slow: f64,
+    /// Per run or poll of the provider: it does its work and its answer is lost (an Invoke that
+    /// timed out after it was sent, a reset), while it keeps running for a while: the caller
+    /// sees an unknown outcome (`Kind::UnseenOutcomes`).
+    pub provider_lost_reply: f64,
+    /// Per fenced write of the provider: it is applied and its reply is lost.
+    pub fenced_lost_reply: f64,
 }
 
 /// Lease-store faults outside the fault window, in every region: (from, to) elapsed ms, and
@@ -382,6 +402,7 @@ impl Scenario {
             44..48 => Kind::CloseMidWork,
             48..51 => Kind::LostRepliesAfterHandOver,
             51..55 => Kind::LongLife,
+            55..60 => Kind::UnseenOutcomes,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -456,6 +477,9 @@ impl Scenario {
             duplicate: draw.probability(0.3),
             freeze: draw.probability(0.3),
             control_slow: draw.probability(0.2),
+            // Drawn for the one story that uses them, at the end: every other seed draws as before.
+            provider_lost_reply: 0.0,
+            fenced_lost_reply: 0.0,
         };
         let mut outages = Vec::new();
         for _ in 0..draw.below(3) {
@@ -887,6 +911,11 @@ impl Scenario {
                         old_from: Some(index),
                     });
                 }
+            }
+            Kind::UnseenOutcomes => {
+                // Drawn last, so that the rest of the seed is drawn as for the weather.
+                faults.provider_lost_reply = 0.05 + draw.probability(0.25);
+                faults.fenced_lost_reply = 0.05 + draw.probability(0.25);
             }
         }
         Self {

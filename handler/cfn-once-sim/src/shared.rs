@@ -33,6 +33,10 @@ pub struct Observed {
     pub puts: BTreeMap<String, Vec<(u64, Vec<u8>)>>,
     /// PUTs S3 refused because their handle had expired: (elapsed ms, URL, region).
     pub refused: Vec<(u64, String, Region)>,
+    /// Runs of the provider by (scope, fence): until when each may still be running (elapsed
+    /// ms; `u64::MAX` while its call has not returned). A run whose answer was lost goes on a
+    /// while after its caller gave up.
+    pub runs: BTreeMap<(String, u64), u64>,
     /// When the sweeper removed records (elapsed ms).
     pub sweeps: Vec<u64>,
     /// The RequestIds whose provider's Update ran (at least once).
@@ -91,6 +95,8 @@ pub struct Shared {
     pub handle_expiries: BTreeMap<String, u64>,
     /// The planted bug: a PUT to an expired handle fails as if it could be retried.
     pub expired_retryable: bool,
+    /// The planted bug: the provider reports a lost answer as transient.
+    pub lost_answer_transient: bool,
     pub tracing: bool,
     /// The handler's deadline margin: near a deadline, even a drained primary answers.
     pub deadline_margin_ms: u64,
@@ -113,6 +119,7 @@ impl Shared {
             late_store_faults: None,
             handle_expiries: BTreeMap::new(),
             expired_retryable: false,
+            lost_answer_transient: false,
             tracing,
             deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
@@ -140,6 +147,11 @@ impl Shared {
     /// an expired handle retryable.
     pub fn with_handle_expiries(self, handle_expiries: BTreeMap<String, u64>, expired_retryable: bool) -> Self {
         Self { handle_expiries, expired_retryable, ..self }
+    }
+
+    /// The same, with the planted bug that reports a provider's lost answer as transient.
+    pub fn with_lost_answer_transient(self, lost_answer_transient: bool) -> Self {
+        Self { lost_answer_transient, ..self }
     }
 
     /// Whether the late store faults' window is open now.

@@ -562,6 +562,8 @@ mod tests {
             duplicate: 0.0,
             freeze: 0.0,
             control_slow: 0.0,
+            provider_lost_reply: 0.0,
+            fenced_lost_reply: 0.0,
         }
     }
 

@@ -274,6 +274,9 @@ impl World {
                 .with_handle_expiries(
                     handle_expiries,
                     scenario.options.planted_bug == Some(crate::scenario::PlantedBug::ExpiredRetried),
+                )
+                .with_lost_answer_transient(
+                    scenario.options.planted_bug == Some(crate::scenario::PlantedBug::RerunSameFence),
                 ),
         );
         shared.cover(scenario.kind.name());
@@ -1379,6 +1382,9 @@ fn observe(shared: &Shared, region: Region, handled: &Handled, handovers: &BTree
         Disposition::Done(Done::Replayed { .. }) => shared.cover("stored answer re-sent"),
         Disposition::Done(Done::Superseded) => shared.cover("superseded attempt dropped"),
         Disposition::Retry { why, .. } if why.contains("standby") => shared.cover("drained primary left the message"),
+        Disposition::Retry { why, .. } if why.contains("runs again under a higher fence") => {
+            shared.cover("an outcome nobody saw: the lease ended for a run under a higher fence")
+        }
         _ => {}
     }
     shared.trace(Some(region), || {
