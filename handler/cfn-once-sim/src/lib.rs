@@ -262,6 +262,17 @@ mod tests {
         replays_clean(313_834_217_021_918);
     }
 
+    // SIGNAL, the check's own mistake, from the fresh range 481726672000000-481726672999999: a
+    // resource's Create was answered FAILED (a drained primary, the secondary down), so no
+    // work ever started, and an Update naming a new handle a day later was answered; the check
+    // asked for a signal from a work that never was. SIGNAL now owes one only for a work that
+    // was handed over, and only while its handle could still take it.
+
+    #[test]
+    fn seed_481726672987859_signal_a_close_owes_no_signal_for_a_work_never_handed_over() {
+        replays_clean(481_726_672_987_859);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =
