@@ -91,7 +91,7 @@ where
         };
         match failure {
             Failure::Unknown(text) => {
-                tracing::warn!(attempt = number, why = text, "fenced write outcome unknown; sending it again");
+                tracing::warn!(attempt = number, why = text, "fenced table call outcome unknown; sending it again");
                 unknown.get_or_insert_with(|| text.clone());
                 last = text;
             }
