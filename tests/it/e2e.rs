@@ -95,12 +95,22 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     assert_eq!(item["cfn_once_fence"].as_n().ok().map(String::as_str), Some("1"), "the write carries its fence");
 
     // What the application's own reader finds on a live item: its attributes, and cfn-once's
-    // owner and fence (README, "Shipped providers").
+    // owner, fence and write token (README, "Shipped providers").
     let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
     names.sort_unstable();
     assert_eq!(
         names,
-        ["Plan", "Regions", "Seats", "SsoEnabled", "cfn_once_fence", "cfn_once_fence_scope", "cfn_once_owner", "pk"],
+        [
+            "Plan",
+            "Regions",
+            "Seats",
+            "SsoEnabled",
+            "cfn_once_fence",
+            "cfn_once_fence_scope",
+            "cfn_once_owner",
+            "cfn_once_write",
+            "pk"
+        ],
         "{item:?}"
     );
 

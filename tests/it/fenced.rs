@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once::fenced::{Deleted, FencedTable, FencedWriteError, WriteRules};
 use cfn_once_core::ownership::Fence;
-use cfn_once_tests::{LocalRegion, Options};
+use cfn_once_tests::{CUSTOMER_REGION, LocalRegion, Options};
 
 fn item(value: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([
@@ -17,6 +17,12 @@ fn item(value: &str) -> HashMap<String, AttributeValue> {
 
 fn key() -> HashMap<String, AttributeValue> {
     HashMap::from([("pk".to_owned(), AttributeValue::S("tenant#1".into()))])
+}
+
+/// `name` in the customer region (where `LocalRegion` makes the item table), as a provider makes
+/// it: `FencedTable::new` on the function's SDK configuration.
+fn table(region: &LocalRegion, name: &str) -> FencedTable {
+    FencedTable::new(&region.sdk, name).in_region(CUSTOMER_REGION)
 }
 
 fn fence(scope: &str, value: u64) -> Fence {
@@ -31,7 +37,7 @@ async fn plan(region: &LocalRegion) -> Option<String> {
 #[tokio::test]
 async fn s2_a_stale_fence_is_refused_and_a_newer_one_accepted() {
     let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+    let table = table(&region, &region.item_table);
 
     table.put_item(&fence("request-a", 1), item("one")).await.expect("first write");
     table.put_item(&fence("request-a", 2), item("two")).await.expect("a newer fence is accepted");
@@ -82,7 +88,7 @@ async fn stored(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>>
 #[tokio::test]
 async fn s2_an_opt_in_tombstone_refuses_a_stale_write_after_a_newer_delete() {
     let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+    let table = table(&region, &region.item_table);
     table.put_item(&fence("request-a", 1), item("one")).await.expect("fence 1 writes");
     let deleted = table.write(WriteRules::fenced(&fence("request-a", 2))).leaving_tombstone().delete(key()).await;
     assert_eq!(deleted, Ok(Deleted::Deleted), "fence 2 deletes, leaving a tombstone");
@@ -110,7 +116,7 @@ async fn s2_an_opt_in_tombstone_refuses_a_stale_write_after_a_newer_delete() {
 #[tokio::test]
 async fn a_missing_table_is_named() {
     let region = LocalRegion::new(Options::default()).await;
-    let table = FencedTable::new(region.customer_dynamodb.clone(), "no-such-table");
+    let table = table(&region, "no-such-table");
     assert_eq!(
         table.put_item(&fence("request-a", 1), item("x")).await,
         Err(FencedWriteError::NoSuchTable { table: "no-such-table".into() })
@@ -136,7 +142,7 @@ mod owned {
     #[tokio::test]
     async fn a_resource_writes_what_is_free_or_its_own_and_nothing_else() {
         let region = LocalRegion::new(Options::default()).await;
-        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let table = table(&region, &region.item_table);
         let mine = rules("stack-a", "Tenant", "create-1", 1);
         assert_eq!(table.write(mine.clone()).put(key(), attributes("one")).await, Ok(Written::Created));
         assert_eq!(
@@ -191,7 +197,7 @@ mod owned {
             .send()
             .await
             .expect("a pre-existing item");
-        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let table = table(&region, &region.item_table);
         let create = rules("stack-a", "Tenant", "create-1", 1);
         assert_eq!(
             table.write(create.clone()).put(key(), attributes("oops")).await,
@@ -204,7 +210,7 @@ mod owned {
     #[tokio::test]
     async fn updates_are_fenced_owned_and_may_carry_a_condition_of_their_own() {
         let region = LocalRegion::new(Options::default()).await;
-        let table = FencedTable::new(region.customer_dynamodb.clone(), &region.item_table);
+        let table = table(&region, &region.item_table);
         let seats = |count: &str| {
             Update::new()
                 .set("#plan = :plan")

@@ -12,6 +12,7 @@ mod e2e;
 mod emf;
 mod esm;
 mod fenced;
+mod fenced_unknown;
 mod functions;
 mod hostile;
 mod http_sink;

@@ -65,7 +65,7 @@ impl BucketPolicy<DynamoPolicyStore> {
     /// `ProviderEnvironment`), `bucket-policies` by default.
     pub fn on_dynamodb(setup: &ProviderSetup<'_>) -> Self {
         let table = setup.var("POLICY_TABLE").unwrap_or("bucket-policies");
-        Self::new(DynamoPolicyStore(FencedTable::new(aws_sdk_dynamodb::Client::new(setup.sdk()), table)))
+        Self::new(DynamoPolicyStore(FencedTable::new(setup.sdk(), table)))
     }
 }
 

@@ -15,6 +15,17 @@
 //! DynamoDB table (`cfn_once::FencedTable`) sends it as one condition expression, the test kit's
 //! `FencedMap` checks it under one lock. [`WriteRules`] is what both take; a provider gets its
 //! own from its context (`ProviderContext::owned`).
+//!
+//! **A write that stands is never reported failed.** A write's outcome can be unknown: it timed
+//! out, or was answered with a 5xx, or its reply was lost, after the table applied it. So every
+//! write carries a token unique to it (all its attempts carry the same one), leaves it on the
+//! item, and holds only where the item does not carry it already: two attempts of one write never
+//! both apply, whatever order they land in (an `ADD` is never applied twice). The write is then
+//! sent again, and if that attempt is refused, the item that refused it tells what happened
+//! ([`WriteRules::refused_write`], [`WriteRules::refused_delete`]): this write's token on it
+//! means the earlier attempt applied and stands ([`Written::Stands`]); otherwise the rules or the
+//! author's own condition refused a write that is not in the item. What "a write" is, and when
+//! an outcome stays unknown, is the table's (`cfn_once::fenced`).
 
 /// The fencing token of one execution of one request.
 ///
@@ -125,6 +136,49 @@ impl WriteRules {
         Ok(Deleted::Deleted)
     }
 
+    /// What a create or update whose token is `token` comes to when its condition was refused
+    /// by the item `found`, which carries `found_token` (the token of the write that left it;
+    /// `None` for no item, or one without a token).
+    ///
+    /// The write's own token on the item means an earlier attempt of this write applied (its
+    /// reply was lost) and stands: [`Written::Stands`], whatever the write's condition says of
+    /// the item now. Otherwise the write is not in the item: the rules refuse it
+    /// ([`Refusal::Rules`]: a newer fence, another owner), or, where they would admit it, the
+    /// author's own condition is false ([`Refusal::Condition`]).
+    ///
+    /// It does not tell an earlier attempt that applied and was then overwritten by another
+    /// writer (another request's or resource's, before this attempt) from one that never
+    /// applied: the item keeps only the last write's token.
+    pub fn refused_write(&self, token: &str, found: &Found, found_token: Option<&str>) -> Result<Written, Refusal> {
+        if found_token == Some(token) {
+            return Ok(Written::Stands);
+        }
+        match self.admits_write(found) {
+            Ok(_) => Err(Refusal::Condition),
+            Err(refused) => Err(Refusal::Rules(refused)),
+        }
+    }
+
+    /// As [`WriteRules::refused_write`], for a delete whose token is `token` (a delete leaving
+    /// a tombstone stamps it there; a delete that removes the item leaves none).
+    ///
+    /// A tombstone carrying the token is this delete's, applied by an earlier attempt:
+    /// [`Deleted::Deleted`]. No item, a tombstone of another write, or an item that is not the
+    /// resource's are successes as [`WriteRules::admits_delete`] says ([`Deleted::Absent`],
+    /// [`Deleted::NotOwned`]); after an attempt whose outcome was unknown, `Absent` may be this
+    /// delete's own work, which removed the item and left nothing to tell it by. An item the
+    /// rules would delete refused it by the author's own condition ([`Refusal::Condition`]).
+    pub fn refused_delete(&self, token: &str, found: &Found, found_token: Option<&str>) -> Result<Deleted, Refusal> {
+        if found_token == Some(token) && matches!(found, Found::Tombstone { .. }) {
+            return Ok(Deleted::Deleted);
+        }
+        match self.admits_delete(found) {
+            Ok(Deleted::Deleted) => Err(Refusal::Condition),
+            Ok(other) => Ok(other),
+            Err(refused) => Err(Refusal::Rules(refused)),
+        }
+    }
+
     /// `attribute_not_exists(fence) OR scope <> :scope OR fence <= :fence`.
     fn check_fence(&self, found: &Found) -> Result<(), WriteRefused> {
         match found.fence() {
@@ -181,6 +235,10 @@ pub enum Written {
         /// Who owned it; `None` if cfn-once did not write it.
         previous_owner: Option<Owner>,
     },
+    /// An earlier attempt of this write applied (its reply was lost, or it timed out) and the
+    /// item still carries it: written, but whether it created, replaced or adopted the item is
+    /// not known.
+    Stands,
 }
 
 /// What a delete did. Every one of these is a success: a Delete must succeed whether or not
@@ -217,6 +275,16 @@ pub enum WriteRefused {
         /// Its owner; `None` if cfn-once did not write it.
         owner: Option<Owner>,
     },
+}
+
+/// Why a write's condition was refused where the write is not in the item
+/// ([`WriteRules::refused_write`], [`WriteRules::refused_delete`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The rules refuse it: a newer execution of the request wrote the item, or it is another's.
+    Rules(WriteRefused),
+    /// The rules admit it: the write's own condition (the author's) is false where the item is.
+    Condition,
 }
 
 fn owned_by_another(owner: Option<&Owner>) -> String {
@@ -271,6 +339,72 @@ mod tests {
         );
         let fenced = WriteRules::fenced(&fence("r", 2));
         assert_eq!(fenced.admits_write(&item(None, None)), Ok(Written::Replaced), "fenced only: no owner rule");
+    }
+
+    #[test]
+    fn a_refused_write_stands_where_the_item_carries_its_token() {
+        let mine = Some("stack/Mine");
+        let check = |found: Found, found_token: Option<&str>, expected: Result<Written, Refusal>| {
+            assert_eq!(rules(false).refused_write("t1", &found, found_token), expected, "{found:?}, {found_token:?}");
+        };
+        // An earlier attempt applied: whatever refused this one (the author's condition, which
+        // that attempt made false; the token clause), the write stands.
+        check(item(mine, Some(fence("r", 2))), Some("t1"), Ok(Written::Stands));
+        // ... even where a later write of the rules' kind would be refused: the token is what
+        // counts, and only this write carries it.
+        check(item(Some("stack/Other"), Some(fence("r", 2))), Some("t1"), Ok(Written::Stands));
+        // Another write's token: the rules explain the refusal, or else the author's condition.
+        check(item(mine, Some(fence("r", 2))), Some("t0"), Err(Refusal::Condition));
+        check(item(mine, Some(fence("r", 1))), None, Err(Refusal::Condition));
+        check(Found::Absent, None, Err(Refusal::Condition));
+        check(Found::Tombstone { fence: Some(fence("r", 1)) }, Some("t0"), Err(Refusal::Condition));
+        check(
+            item(mine, Some(fence("r", 3))),
+            Some("t3"),
+            Err(Refusal::Rules(WriteRefused::FencedOut { fence: 2, newer: 3 })),
+        );
+        check(
+            Found::Tombstone { fence: Some(fence("r", 3)) },
+            Some("t3"),
+            Err(Refusal::Rules(WriteRefused::FencedOut { fence: 2, newer: 3 })),
+        );
+        check(
+            item(Some("stack/Other"), Some(fence("x", 1))),
+            Some("t9"),
+            Err(Refusal::Rules(WriteRefused::OwnedByAnother { owner: Some(Owner::from_stored("stack/Other")) })),
+        );
+        check(item(None, None), None, Err(Refusal::Rules(WriteRefused::OwnedByAnother { owner: None })));
+        let adopting = rules(true);
+        assert_eq!(adopting.refused_write("t1", &item(None, None), None), Err(Refusal::Condition), "adopt admits it");
+        let fenced = WriteRules::fenced(&fence("r", 2));
+        assert_eq!(fenced.refused_write("t1", &item(None, Some(fence("r", 2))), Some("t1")), Ok(Written::Stands));
+        assert_eq!(fenced.refused_write("t1", &item(None, None), None), Err(Refusal::Condition));
+    }
+
+    #[test]
+    fn a_refused_delete_is_explained_by_its_tombstone_or_the_rules() {
+        let check = |found: Found, found_token: Option<&str>, expected: Result<Deleted, Refusal>| {
+            assert_eq!(rules(false).refused_delete("t1", &found, found_token), expected, "{found:?}, {found_token:?}");
+        };
+        // This delete's own tombstone: an earlier attempt deleted the item.
+        check(Found::Tombstone { fence: Some(fence("r", 2)) }, Some("t1"), Ok(Deleted::Deleted));
+        // Nothing there, or another's tombstone: nothing to delete (maybe this delete removed it).
+        check(Found::Absent, None, Ok(Deleted::Absent));
+        check(Found::Tombstone { fence: Some(fence("r", 1)) }, Some("t0"), Ok(Deleted::Absent));
+        check(
+            item(Some("stack/Other"), None),
+            Some("t0"),
+            Ok(Deleted::NotOwned { owner: Some(Owner::from_stored("stack/Other")) }),
+        );
+        // The resource's own item, which the rules would delete: the author's condition refused.
+        check(item(Some("stack/Mine"), Some(fence("r", 1))), Some("t0"), Err(Refusal::Condition));
+        // An item carrying this delete's token is no tombstone: this delete did not remove it.
+        check(item(Some("stack/Mine"), Some(fence("r", 2))), Some("t1"), Err(Refusal::Condition));
+        check(
+            item(Some("stack/Mine"), Some(fence("r", 5))),
+            Some("t5"),
+            Err(Refusal::Rules(WriteRefused::FencedOut { fence: 2, newer: 5 })),
+        );
     }
 
     #[test]

@@ -134,12 +134,16 @@ pub fn control(
 /// `timeout_ms`: the worker retries with its own bounded, deadline-aware loop, and resolves a
 /// call that timed out after the table applied it from the record (an unknown outcome).
 pub fn dynamodb_client(sdk: &SdkConfig, timeout_ms: u64, region: &str) -> aws_sdk_dynamodb::Client {
-    let config = aws_sdk_dynamodb::config::Builder::from(sdk)
-        .region(aws_sdk_dynamodb::config::Region::new(region.to_owned()))
+    let config = dynamodb_config(sdk, timeout_ms).region(aws_sdk_dynamodb::config::Region::new(region.to_owned()));
+    aws_sdk_dynamodb::Client::from_conf(config.build())
+}
+
+/// The configuration of every DynamoDB client cfn-once makes (the lease store's, and each
+/// `FencedTable`'s), in `sdk`'s region: one attempt per call, given up after `timeout_ms`.
+pub fn dynamodb_config(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::from(sdk)
         .timeout_config(call_timeouts(timeout_ms))
         .retry_config(RetryConfig::standard().with_max_attempts(1))
-        .build();
-    aws_sdk_dynamodb::Client::from_conf(config)
 }
 
 /// An SQS client whose calls give up after `timeout_ms`, one attempt each: the calls it makes

@@ -61,7 +61,9 @@ impl<'a> ProviderSetup<'a> {
         Self { sdk, environment }
     }
 
-    /// The AWS SDK configuration: build clients with it (`aws_sdk_dynamodb::Client::new(setup.sdk())`).
+    /// The AWS SDK configuration: build clients with it (`aws_sdk_s3::Client::new(setup.sdk())`;
+    /// a table written under fences with `FencedTable::new(setup.sdk(), "table")`, which makes
+    /// its own client).
     pub fn sdk(&self) -> &'a SdkConfig {
         self.sdk
     }
@@ -160,10 +162,7 @@ impl Handler {
     /// # async fn start() -> Result<(), cfn_once::Error> {
     /// Handler::from_env()?
     ///     .provider_with("Custom::Inventory", |setup| Inventory {
-    ///         table: FencedTable::new(
-    ///             aws_sdk_dynamodb::Client::new(setup.sdk()),
-    ///             setup.var("INVENTORY_TABLE").unwrap_or("inventory"),
-    ///         ),
+    ///         table: FencedTable::new(setup.sdk(), setup.var("INVENTORY_TABLE").unwrap_or("inventory")),
     ///     })
     ///     .run()
     ///     .await

@@ -107,7 +107,7 @@ impl DynamoDbItem {
             .entry(region.to_owned())
             .or_insert_with(|| crate::app::dynamodb_client(&self.sdk, self.attempt_timeout_ms, region))
             .clone();
-        FencedTable::new(client, table)
+        FencedTable::with_client(client, table)
     }
 
     fn check_table(&self, table: &str) -> Result<TableRef, ProviderError> {

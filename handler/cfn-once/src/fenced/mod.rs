@@ -1,0 +1,474 @@
+//! Fenced and owned DynamoDB writes, for provider authors (invariant S2, and "a provider owns
+//! only what it created").
+//!
+//! Every write carries the execution's fence and is conditioned on no newer fence of the same
+//! request having written the item:
+//!
+//! ```text
+//! attribute_not_exists(cfn_once_fence) OR cfn_once_fence_scope <> :scope OR cfn_once_fence <= :fence
+//! ```
+//!
+//! So when a stale execution (a Lambda that lost its lease but has not noticed yet) writes after
+//! the execution that took over, its write is refused. An *owned* write
+//! (`ctx.owned()`, the rule the shipped providers follow) also records the resource that
+//! wrote the item in [`OWNER_ATTRIBUTE`], and holds only where the item is absent, deleted, or
+//! that resource's own; a delete removes only an item the resource owns and otherwise does
+//! nothing. Fenced and owned are one condition expression on one write, never a read followed
+//! by a write. See `cfn_once_core::ownership` for the rules themselves.
+//!
+//! ```no_run
+//! use cfn_once::prelude::*;
+//! use cfn_once::fenced::{Condition, Update};
+//! # async fn example(table: &FencedTable, ctx: &ProviderContext) -> Result<(), ProviderError> {
+//! let key = item([("pk", AttributeValue::S("tenant#42".into()))]);
+//! // Create or replace the resource's item; another resource's item is refused.
+//! let written = table.write(ctx.owned()).put(key.clone(), item([("Plan", AttributeValue::S("pro".into()))])).await?;
+//! // An atomic counter, only while the plan is not frozen.
+//! let counted = table
+//!     .write(ctx.owned())
+//!     .condition(Condition::new("#plan <> :frozen").name("#plan", "Plan").value(":frozen", AttributeValue::S("frozen".into())))
+//!     .update(key.clone(), Update::new().add_to("#seats :one").name("#seats", "Seats").value(":one", AttributeValue::N("1".into())))
+//!     .await?;
+//! // Delete it, if it is still this resource's: succeeds whatever is there, leaves nothing.
+//! let deleted = table.write(ctx.owned()).delete(key).await?;
+//! # let _ = (written, counted, deleted);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **A write that stands is never reported failed, and is never applied twice.** A write can
+//! time out, be answered with a 5xx, or lose its reply after the table applied it. So each write
+//! ([`Write::put`], [`Write::update`], [`Write::delete`]) carries a token of its own, stamps it
+//! in [`WRITE_ATTRIBUTE`], and holds only where the item does not carry that token already: two
+//! attempts of one write never both apply, whatever order they land in, so an `ADD` is never
+//! added twice. [`FencedTable`] makes its own client, one attempt per call ended by explicit
+//! connect, attempt and operation timeouts (the lease store's), so no attempt is repeated unseen
+//! inside the SDK. After an attempt whose outcome is unknown, the write is sent again with the
+//! same token, at most [`WRITE_ATTEMPTS_MAX`] attempts in all, and the first attempt that reaches
+//! the table settles it: applied (the earlier one was not), or refused by an item that carries
+//! the token (the earlier one was applied and stands: a put says [`Written::Stands`], an update
+//! returns the item, a delete that left a tombstone says [`Deleted::Deleted`]), or refused by an
+//! item that does not (the fence, the owner or your own condition refused a write that is not in
+//! the table). A delete that removes the item leaves no token: after an unknown outcome, an item
+//! gone is success ([`Deleted::Absent`]), whether this delete or an earlier one removed it. Only
+//! when no later attempt reaches the table does the outcome stay unknown:
+//! [`FencedWriteError::Unknown`], which `?` makes `ProviderError::Unknown`, so the provider runs
+//! again only under a higher fence (never [`FencedWriteError::ConditionFailed`], which says the
+//! write is not in the table). The item keeps only its last write's token, so a write whose
+//! earlier attempt was applied and then overwritten by another request's or resource's write
+//! before the next attempt looks not applied; only items several requests or resources write at
+//! once (fenced-only writes, [`WriteRules::fenced`]) can meet that.
+//!
+//! **A delete deletes.** [`Write::delete`] is one conditional `DeleteItem`: the item goes, and
+//! nothing of cfn-once's is left for the table's other readers (the application, a `Scan`, a
+//! stream consumer, an export) to see. What it gives up: a key with no item has no fence, so the
+//! fence condition admits any later write there, a stale execution's included. That matters only
+//! where one request both writes and deletes the same key, so that a stale execution of the
+//! request could write it back after a newer execution of the *same* request deleted it; writes
+//! of other requests are never refused by a fence (their scope differs), tombstone or not (the
+//! residual case in ARCHITECTURE.md, S2). The shipped providers' requests never write a key they
+//! delete (`tests/it/e2e.rs` `a_shipped_provider_request_never_writes_a_key_it_deleted`).
+//!
+//! **Tombstones, for providers that need them.** [`Write::leaving_tombstone`] makes a delete
+//! replace the item with a tombstone instead: its key, the fence, owner and write attributes,
+//! [`DELETED_ATTRIBUTE`] (when) and [`EXPIRES_ATTRIBUTE`] (epoch seconds,
+//! [`TOMBSTONE_RETENTION_S`] later), which refuses a stale write of the same request as an item
+//! would. [`FencedTable::get_item`] reads a tombstone as no item, and any resource may write
+//! where a tombstone is. Every other reader of the table must skip items carrying
+//! [`DELETED_ATTRIBUTE`]. Clean-up: enable DynamoDB TTL on [`EXPIRES_ATTRIBUTE`] and tombstones
+//! go by themselves (a day is far longer than any straggler can live: a Lambda is killed at its
+//! function timeout, at most 15 minutes); without TTL (an MRSC table has none) each stays until
+//! its key is written again. Choose it per table, for every delete there: a plain delete of a
+//! tombstoned key removes the tombstone.
+//!
+//! Placeholders of your own conditions and updates must not start with `#cfn_once` or
+//! `:cfn_once`, which these writes use. Fences order executions of one request; different
+//! requests for the same resource are ordered by CloudFormation itself, which sends the next
+//! operation only after the previous one was answered (see ARCHITECTURE.md for the one residual
+//! case).
+
+mod attempts;
+mod expression;
+mod stored;
+
+use std::collections::HashMap;
+
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use cfn_once_core::clock::Clock;
+pub use cfn_once_core::ownership::{Deleted, Found, Owner, WriteRefused, WriteRules, Written};
+use cfn_once_core::ownership::{Fence, Refusal};
+use cfn_once_core::provider::ProviderError;
+
+pub use self::attempts::WRITE_ATTEMPTS_MAX;
+use self::attempts::{BACKOFF_MS_BASE, Sent, attempt, send};
+pub use self::expression::{Condition, Update};
+use self::expression::{Expression, Kind};
+use self::stored::{found, new_token, stamp, token_of};
+pub use crate::adapters::{Failure, classify};
+
+/// A DynamoDB item or key: attribute names to values.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// An item from `(name, value)` pairs: `item([("pk", AttributeValue::S("x".into()))])`.
+pub fn item<const N: usize>(attributes: [(&str, AttributeValue); N]) -> Item {
+    attributes.into_iter().map(|(name, value)| (name.to_owned(), value)).collect()
+}
+
+/// The attribute holding the fence value of the last accepted write.
+pub const FENCE_ATTRIBUTE: &str = "cfn_once_fence";
+/// The attribute holding the scope (request) of that fence.
+pub const SCOPE_ATTRIBUTE: &str = "cfn_once_fence_scope";
+/// The attribute holding the item's owner (`<StackId>/<LogicalResourceId>`), on owned writes.
+pub const OWNER_ATTRIBUTE: &str = "cfn_once_owner";
+/// The attribute holding the token of the last accepted write: unique to that write, the same
+/// in all its attempts, so that an attempt whose outcome was unknown is told from another's.
+pub const WRITE_ATTRIBUTE: &str = "cfn_once_write";
+/// On a tombstone ([`Write::leaving_tombstone`]): when the item was deleted, epoch ms.
+pub const DELETED_ATTRIBUTE: &str = "cfn_once_deleted_ms";
+/// On a tombstone: when it may go, epoch seconds (DynamoDB TTL's unit).
+pub const EXPIRES_ATTRIBUTE: &str = "cfn_once_expires_at";
+/// How long a tombstone is kept, in seconds: a day.
+pub const TOMBSTONE_RETENTION_S: u64 = 86_400;
+/// How long one call of a [`FencedTable`] may take by default (connecting included), in
+/// milliseconds: the lease store's default (`CFN_ONCE_STORE_TIMEOUT_MS`).
+pub const CALL_TIMEOUT_MS_DEFAULT: u64 = cfn_once_core::config::STORE_TIMEOUT_MS_DEFAULT;
+
+/// A table written under fences (and owners): see the [module](self) for the rules.
+///
+/// ```no_run
+/// use cfn_once::prelude::*;
+///
+/// # async fn example(ctx: &ProviderContext, setup: &ProviderSetup<'_>) -> Result<(), ProviderError> {
+/// let table = FencedTable::new(setup.sdk(), "tenants");
+/// let key = item([("pk", AttributeValue::S("tenant#42".into()))]);
+/// table.write(ctx.owned()).put(key.clone(), item([("Plan", AttributeValue::S("pro".into()))])).await?;
+/// let now = table.get_item(key.clone()).await?; // consistent; a deleted item reads as None
+/// table.write(ctx.owned()).delete(key).await?;
+/// # let _ = now;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedTable {
+    client: Client,
+    table_name: String,
+}
+
+/// Why a fenced write did not happen, or may not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FencedWriteError {
+    /// A newer execution of the same request already wrote this item.
+    #[error("a newer execution of this request already wrote the item; this stale write (fence {fence}) was refused")]
+    FencedOut {
+        /// The refused write's fence.
+        fence: u64,
+    },
+    /// An owned write found an item of another resource, or one cfn-once did not write.
+    #[error("{}", WriteRefused::OwnedByAnother { owner: owner.clone() })]
+    OwnedByAnother {
+        /// The item's owner; `None` if cfn-once did not write it.
+        owner: Option<Owner>,
+    },
+    /// The condition of your own ([`Write::condition`]) did not hold, and the write is not in
+    /// the table.
+    #[error("the write's condition did not hold")]
+    ConditionFailed,
+    /// The table does not exist (in the client's region).
+    #[error("table {table} does not exist")]
+    NoSuchTable {
+        /// The table named.
+        table: String,
+    },
+    /// Certainly not applied (throttled, a write conflict) by any attempt: the write may be
+    /// made again under the same fence.
+    #[error("DynamoDB is unavailable: {0}")]
+    Transient(String),
+    /// An attempt's outcome is unknown (a timeout, a 5xx, a lost reply) and no later attempt
+    /// reached the table to settle it: the write may stand. As a `ProviderError` it is
+    /// `Unknown`: the provider runs again only under a higher fence.
+    #[error("whether the write was applied is unknown ({0}); it may stand")]
+    Unknown(String),
+    /// Refused for good (access denied, invalid item).
+    #[error("DynamoDB refused the write: {0}")]
+    Permanent(String),
+}
+
+impl From<FencedWriteError> for ProviderError {
+    fn from(error: FencedWriteError) -> Self {
+        match error {
+            FencedWriteError::Transient(_) => ProviderError::Transient(error.to_string()),
+            FencedWriteError::Unknown(_) => ProviderError::Unknown(error.to_string()),
+            _ => ProviderError::Failed(error.to_string()),
+        }
+    }
+}
+
+impl From<WriteRefused> for FencedWriteError {
+    fn from(refused: WriteRefused) -> Self {
+        match refused {
+            WriteRefused::FencedOut { fence, .. } => Self::FencedOut { fence },
+            WriteRefused::OwnedByAnother { owner } => Self::OwnedByAnother { owner },
+        }
+    }
+}
+
+impl From<Refusal> for FencedWriteError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Rules(refused) => refused.into(),
+            Refusal::Condition => Self::ConditionFailed,
+        }
+    }
+}
+
+impl From<Failure> for ProviderError {
+    /// A DynamoDB failure of a provider's own call: retried if it may clear, FAILED if not.
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::NotApplied(text) | Failure::Deferred(text) => ProviderError::Transient(text),
+            Failure::Unknown(text) => ProviderError::Unknown(text),
+            Failure::Permanent(text) => ProviderError::Failed(text),
+        }
+    }
+}
+
+/// One write being put together: its rules, and a condition of your own.
+#[derive(Debug, Clone)]
+pub struct Write<'t> {
+    table: &'t FencedTable,
+    rules: WriteRules,
+    condition: Option<Condition>,
+    tombstone: bool,
+}
+
+impl FencedTable {
+    /// Fenced writes to `table_name` in `sdk`'s region (e.g. `setup.sdk()`, see `ProviderSetup`),
+    /// on a client of the table's own: one attempt per call, each given up after
+    /// [`CALL_TIMEOUT_MS_DEFAULT`] (connecting after at most 2 s of it).
+    pub fn new(sdk: &SdkConfig, table_name: impl Into<String>) -> Self {
+        let config = crate::app::dynamodb_config(sdk, CALL_TIMEOUT_MS_DEFAULT).build();
+        Self::with_client(Client::from_conf(config), table_name)
+    }
+
+    /// The same table in `region` (an AWS region name, e.g. `eu-west-1`).
+    pub fn in_region(self, region: &str) -> Self {
+        let config = self.client.config().to_builder().region(aws_sdk_dynamodb::config::Region::new(region.to_owned()));
+        Self { client: Client::from_conf(config.build()), ..self }
+    }
+
+    /// Each call given up after `timeout_ms` (connecting after at most 2 s of it) instead of
+    /// [`CALL_TIMEOUT_MS_DEFAULT`]. A write makes at most [`WRITE_ATTEMPTS_MAX`] calls.
+    pub fn call_timeout_ms(self, timeout_ms: u64) -> Self {
+        let config = self.client.config().to_builder().timeout_config(crate::app::call_timeouts(timeout_ms));
+        Self { client: Client::from_conf(config.build()), ..self }
+    }
+
+    /// Fenced writes to `table_name` through `client`, which must make one attempt per call with
+    /// explicit timeouts (`app::dynamodb_client` makes one): a retry inside the SDK after an
+    /// unknown outcome is what the table's own attempts exist to see.
+    pub(crate) fn with_client(client: Client, table_name: impl Into<String>) -> Self {
+        Self { client, table_name: table_name.into() }
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.table_name
+    }
+
+    /// A write under `rules`: fenced and owned (`ctx.owned()`, the rule to follow) or
+    /// [`WriteRules::fenced`].
+    pub fn write(&self, rules: WriteRules) -> Write<'_> {
+        Write { table: self, rules, condition: None, tombstone: false }
+    }
+
+    /// Puts `item` (replacing any previous version), stamped with `fence`: fenced only.
+    pub async fn put_item(&self, fence: &Fence, mut item: Item) -> Result<(), FencedWriteError> {
+        // A fenced-only put names no key attribute; the fence condition needs none.
+        let key: Item = Item::new();
+        item.retain(|name, _| !name.starts_with("cfn_once_"));
+        self.write(WriteRules::fenced(fence)).put(key, item).await.map(|_| ())
+    }
+
+    /// Deletes the item at `key` unless a newer execution of the same request wrote it: fenced
+    /// only (prefer an owned [`Write::delete`]).
+    pub async fn delete_item(&self, fence: &Fence, key: Item) -> Result<(), FencedWriteError> {
+        self.write(WriteRules::fenced(fence)).delete(key).await.map(|_| ())
+    }
+
+    /// The item at `key`, read consistently; `None` when there is none or only a tombstone.
+    /// Read at most [`WRITE_ATTEMPTS_MAX`] times; a read has no effect, so an unknown outcome
+    /// is only [`FencedWriteError::Transient`].
+    pub async fn get_item(&self, key: Item) -> Result<Option<Item>, FencedWriteError> {
+        let read = || {
+            let call =
+                self.client.get_item().table_name(&self.table_name).set_key(Some(key.clone())).consistent_read(true);
+            async move { attempt(call.send().await) }
+        };
+        let item = match send(&self.table_name, BACKOFF_MS_BASE, read).await {
+            Ok(Sent::Applied(output)) => output.item,
+            // A read is never refused by a condition.
+            Ok(Sent::Refused(item)) => item,
+            Err(FencedWriteError::Unknown(text)) => return Err(FencedWriteError::Transient(text)),
+            Err(error) => return Err(error),
+        };
+        Ok(item.filter(|item| !item.contains_key(DELETED_ATTRIBUTE)))
+    }
+}
+
+impl Write<'_> {
+    /// ANDs `condition` with the fence and owner condition.
+    pub fn condition(mut self, condition: Condition) -> Self {
+        self.condition = Some(condition);
+        self
+    }
+
+    /// Puts the item `key` + `attributes` (replacing any previous version), stamped with the
+    /// fence, the write's token and, for an owned write, the owner. Says whether the item is
+    /// new, was the resource's, or was adopted; or, when an attempt whose reply was lost is
+    /// found applied, that the write stands ([`Written::Stands`]).
+    pub async fn put(self, key: Item, attributes: Item) -> Result<Written, FencedWriteError> {
+        let (rules, table) = (&self.rules, self.table);
+        let token = new_token(&rules.fence);
+        let expression = Expression::for_write(rules, &key, Kind::Write, &token, self.condition.as_ref());
+        let mut item = key;
+        item.extend(attributes.into_iter().filter(|(name, _)| !name.starts_with("cfn_once_")));
+        stamp(&mut item, rules, &token);
+        let put = || {
+            let call = table
+                .client
+                .put_item()
+                .table_name(&table.table_name)
+                .set_item(Some(item.clone()))
+                .condition_expression(&expression.text)
+                .set_expression_attribute_names(Some(expression.names.clone()))
+                .set_expression_attribute_values(Some(expression.values.clone()))
+                .return_values(ReturnValue::AllOld)
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            async move { attempt(call.send().await) }
+        };
+        match send(&table.table_name, BACKOFF_MS_BASE, put).await? {
+            Sent::Applied(output) => Ok(self.written(output.attributes.as_ref())),
+            Sent::Refused(old) => Ok(rules.refused_write(&token, &found(old.as_ref()), token_of(old.as_ref()))?),
+        }
+    }
+
+    /// Updates the item at `key` with `update` (creating it if absent), under the rules and
+    /// stamped as a put is. Returns the item as it is now (with this update in it, also when an
+    /// attempt whose reply was lost is found applied).
+    pub async fn update(self, key: Item, update: Update) -> Result<Item, FencedWriteError> {
+        let (rules, table) = (&self.rules, self.table);
+        let token = new_token(&rules.fence);
+        let mut expression = Expression::for_write(rules, &key, Kind::Write, &token, self.condition.as_ref());
+        let text = expression.update_text(rules, update);
+        let update = || {
+            let call = table
+                .client
+                .update_item()
+                .table_name(&table.table_name)
+                .set_key(Some(key.clone()))
+                .update_expression(&text)
+                .condition_expression(&expression.text)
+                .set_expression_attribute_names(Some(expression.names.clone()))
+                .set_expression_attribute_values(Some(expression.values.clone()))
+                .return_values(ReturnValue::AllNew)
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            async move { attempt(call.send().await) }
+        };
+        match send(&table.table_name, BACKOFF_MS_BASE, update).await? {
+            Sent::Applied(output) => Ok(output.attributes.unwrap_or_default()),
+            Sent::Refused(now) => {
+                rules.refused_write(&token, &found(now.as_ref()), token_of(now.as_ref()))?;
+                // The item carries this update's token: it is the item as the update left it
+                // (and as any write since left it).
+                Ok(now.unwrap_or_default())
+            }
+        }
+    }
+
+    /// A delete of this write replaces the item with a tombstone instead of removing it (the
+    /// [module](self)'s "Tombstones"): for a provider whose requests both write and delete the
+    /// same key, so that a stale write of the request after its delete is still refused. Every
+    /// reader of the table other than [`FencedTable::get_item`] must then skip items carrying
+    /// [`DELETED_ATTRIBUTE`].
+    pub fn leaving_tombstone(mut self) -> Self {
+        self.tombstone = true;
+        self
+    }
+
+    /// Deletes the item at `key` with one conditional `DeleteItem`, leaving nothing (or, with
+    /// [`Write::leaving_tombstone`], a tombstone with the fence and the write's token). An owned
+    /// delete removes only the resource's own item and otherwise does nothing; every outcome but
+    /// a refusal by the fence (or your own condition) is a success. After an attempt whose
+    /// outcome was unknown, [`Deleted::Absent`] may be this delete's own work.
+    pub async fn delete(self, key: Item) -> Result<Deleted, FencedWriteError> {
+        let token = new_token(&self.rules.fence);
+        if self.tombstone {
+            return self.delete_to_tombstone(key, &token).await;
+        }
+        let (rules, table) = (&self.rules, self.table);
+        let expression = Expression::for_write(rules, &key, Kind::Delete, &token, self.condition.as_ref());
+        let delete = || {
+            let call = table
+                .client
+                .delete_item()
+                .table_name(&table.table_name)
+                .set_key(Some(key.clone()))
+                .condition_expression(&expression.text)
+                .set_expression_attribute_names(Some(expression.names.clone()))
+                .set_expression_attribute_values(Some(expression.values.clone()))
+                .return_values(ReturnValue::AllOld)
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            async move { attempt(call.send().await) }
+        };
+        match send(&table.table_name, BACKOFF_MS_BASE, delete).await? {
+            // A fenced-only delete of a key with no item (or a tombstone) succeeds: say so.
+            Sent::Applied(output) => Ok(match found(output.attributes.as_ref()) {
+                Found::Item { .. } => Deleted::Deleted,
+                Found::Absent | Found::Tombstone { .. } => Deleted::Absent,
+            }),
+            Sent::Refused(old) => Ok(rules.refused_delete(&token, &found(old.as_ref()), token_of(old.as_ref()))?),
+        }
+    }
+
+    /// [`Write::delete`] with a tombstone: a put of the key, the fence, owner and `token`, and
+    /// when it was deleted, under the delete's condition (and the token's).
+    async fn delete_to_tombstone(self, key: Item, token: &str) -> Result<Deleted, FencedWriteError> {
+        let (rules, table) = (&self.rules, self.table);
+        let expression = Expression::for_write(rules, &key, Kind::Tombstone, token, self.condition.as_ref());
+        let now_ms = crate::clock::SystemClock.now_ms();
+        let mut tombstone = key;
+        stamp(&mut tombstone, rules, token);
+        tombstone.insert(DELETED_ATTRIBUTE.into(), AttributeValue::N(now_ms.to_string()));
+        tombstone
+            .insert(EXPIRES_ATTRIBUTE.into(), AttributeValue::N((now_ms / 1000 + TOMBSTONE_RETENTION_S).to_string()));
+        let put = || {
+            let call = table
+                .client
+                .put_item()
+                .table_name(&table.table_name)
+                .set_item(Some(tombstone.clone()))
+                .condition_expression(&expression.text)
+                .set_expression_attribute_names(Some(expression.names.clone()))
+                .set_expression_attribute_values(Some(expression.values.clone()))
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            async move { attempt(call.send().await) }
+        };
+        match send(&table.table_name, BACKOFF_MS_BASE, put).await? {
+            Sent::Applied(_) => Ok(Deleted::Deleted),
+            Sent::Refused(old) => Ok(rules.refused_delete(token, &found(old.as_ref()), token_of(old.as_ref()))?),
+        }
+    }
+
+    /// What a put applied by its attempt did, from the item it replaced.
+    fn written(&self, old: Option<&Item>) -> Written {
+        match (found(old), &self.rules.owner) {
+            (Found::Absent | Found::Tombstone { .. }, _) => Written::Created,
+            (Found::Item { owner: stored, .. }, Some(owner)) if stored.as_ref() != Some(owner) => {
+                Written::Adopted { previous_owner: stored }
+            }
+            _ => Written::Replaced,
+        }
+    }
+}
