@@ -322,6 +322,20 @@ mod tests {
     }
 
     #[test]
+    fn the_planted_lost_reply_read_as_a_refusal_is_caught_within_1000_seeds() {
+        let found =
+            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnknownAsNotApplied) }, 0..1_000);
+        assert!(
+            found.iter().any(|(_, v)| v.starts_with("STANDS")),
+            "a fenced write that stands, reported failed after its reply was lost, went unnoticed for 1000 seeds: {found:?}"
+        );
+        assert!(
+            found.iter().any(|(_, v)| v.starts_with("COUNT")),
+            "an ADD applied twice after its reply was lost went unnoticed for 1000 seeds: {found:?}"
+        );
+    }
+
+    #[test]
     fn an_eventually_consistent_table_is_caught() {
         let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
@@ -417,6 +431,9 @@ mod tests {
             "scenario: provider calls and fenced writes whose outcome nobody saw",
             "provider's answer lost after it ran",
             "an outcome nobody saw: the lease ended for a run under a higher fence",
+            "fenced write applied, its reply lost",
+            "fenced write stood after its reply was lost",
+            "a counter added to",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

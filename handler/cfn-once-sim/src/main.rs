@@ -11,6 +11,7 @@
 //! cfn-once-sim --seeds 1000 --planted-bug=signal-again  # a store that forgets a work's signal on a takeover
 //! cfn-once-sim --seeds 1000 --planted-bug=expired-retried  # S3's 403 to an expired handle made retryable
 //! cfn-once-sim --seeds 1000 --planted-bug=rerun-same-fence  # a lost answer reported as transient
+//! cfn-once-sim --seeds 1000 --planted-bug=unknown-as-not-applied  # a fenced write's lost reply read as a refusal
 //! ```
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
@@ -55,7 +56,11 @@ const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--s
                   =expired-retried has the response bucket answer a PUT to an expired wait
                   condition handle with a retryable error instead of S3's final 403;
                   =rerun-same-fence has the provider report a call whose answer was lost as
-                  transient, so it runs again under the same fence while the first run goes on";
+                  transient, so it runs again under the same fence while the first run goes on;
+                  =unknown-as-not-applied sends a fenced write whose reply was lost again as if
+                  it had not applied (no token in its condition, a refusal read without it), so
+                  an ADD counts twice and a create whose condition it made false is reported
+                  failed although it stands";
 
 struct Args {
     seeds: u64,
@@ -94,7 +99,7 @@ fn parse() -> Result<Args, String> {
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
                 let bug = PlantedBug::parse(name).ok_or_else(|| {
-                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried or rerun-same-fence")
+                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried, rerun-same-fence or unknown-as-not-applied")
                 })?;
                 args.options.planted_bug = Some(bug);
             }

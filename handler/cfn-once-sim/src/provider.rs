@@ -15,12 +15,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cfn_once_core::ownership::{Fence, Found, Refusal, WriteRules, Written};
 use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::scenario::Region;
-use crate::shared::Shared;
+use crate::shared::{FencedItem, Shared};
+
+/// Attempts of one fenced write, as `cfn_once::fenced` makes them.
+const WRITE_ATTEMPTS_MAX: u32 = 3;
+
+/// What a fenced write does to its item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// Sets it.
+    Put,
+    /// Adds 1 to its count (DynamoDB's `ADD`): applied twice, it counts twice.
+    Add,
+    /// Creates it, with the author's condition that it is absent, which the write itself makes
+    /// false: a retry of a write that applied is refused by it.
+    PutIfAbsent,
+}
 
 /// The ResourceType the simulation sends.
 pub const SIM_TYPE: &str = "Custom::Sim";
@@ -72,29 +88,106 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
-    /// `attribute_not_exists(fence) OR scope <> :scope OR fence <= :fence`, then the write.
-    fn fenced_write(&self, item: &str, scope: &str, fence: u64) -> Result<(), ProviderError> {
+    /// A fenced write of `item`, as `cfn_once::FencedTable` sends it: `attribute_not_exists(fence)
+    /// OR scope <> :scope OR fence <= :fence`, not where the item carries this write's token
+    /// already, and the author's own condition of `op`. A reply lost after the write applied (the
+    /// seed's `fenced_lost_reply`) is an unknown outcome: the write is sent again with its token,
+    /// at most [`WRITE_ATTEMPTS_MAX`] times, and the item that refuses an attempt says what
+    /// happened (`WriteRules::refused_write`, the core's decision, which `FencedTable` uses too).
+    /// What no attempt settles is `ProviderError::Unknown`: the provider runs again under a
+    /// higher fence. With the planted bug the write is sent again as if it had not applied
+    /// (without its token in the condition) and a refusal is read without the token.
+    fn fenced_write(&self, item: &str, fence: &Fence, op: Op) -> Result<(), ProviderError> {
+        let rules = WriteRules::fenced(fence);
+        let token = self.next_token(fence);
+        let blind = self.shared.unknown_as_not_applied;
+        for _ in 0..WRITE_ATTEMPTS_MAX {
+            let found = {
+                let mut observed = self.shared.observed();
+                let stored = observed.fenced.get(item).cloned();
+                let fence_holds = stored.as_ref().is_none_or(|s| s.scope != fence.scope || s.fence <= fence.value);
+                let token_new = blind || stored.as_ref().is_none_or(|s| s.token != token);
+                let author_holds = op != Op::PutIfAbsent || stored.is_none();
+                if fence_holds && token_new && author_holds {
+                    let mut written = stored.clone().unwrap_or_default();
+                    (written.scope, written.fence, written.token) = (fence.scope.clone(), fence.value, token.clone());
+                    if op == Op::Add {
+                        written.count += 1;
+                        written.added.push(token.clone());
+                    }
+                    observed.fenced.insert(item.to_owned(), written);
+                    drop(observed);
+                    if let Some(stored) = stored.filter(|s| s.scope == fence.scope && s.fence > fence.value) {
+                        self.shared.violation(format!(
+                            "S2: {item} accepted fence {} after fence {}",
+                            fence.value, stored.fence
+                        ));
+                    }
+                    if self.lost_reply() {
+                        continue;
+                    }
+                    return Ok(());
+                }
+                stored
+            };
+            match self.refused(&rules, &token, found.as_ref()) {
+                Ok(_) => {
+                    self.shared.cover("fenced write stood after its reply was lost");
+                    return Ok(());
+                }
+                Err(Refusal::Rules(_)) => {
+                    self.shared.cover("stale fenced write refused");
+                    return Err(ProviderError::Failed(format!(
+                        "a newer execution already wrote {item}; fence {} refused",
+                        fence.value
+                    )));
+                }
+                Err(Refusal::Condition) => {
+                    self.reported_failed(item, &token);
+                    return Err(ProviderError::Failed(format!("the write of {item} was refused by its condition")));
+                }
+            }
+        }
+        self.shared.cover("fenced write left unknown: the provider runs again under a higher fence");
+        Err(ProviderError::Unknown(format!(
+            "the write of {item} was sent {WRITE_ATTEMPTS_MAX} times without an answer"
+        )))
+    }
+
+    /// A write's own token, unique to it: its fence and a number.
+    fn next_token(&self, fence: &Fence) -> String {
         let mut observed = self.shared.observed();
-        let accepted = match observed.fenced.get(item) {
-            Some((stored_scope, stored_fence)) => stored_scope != scope || *stored_fence <= fence,
-            None => true,
-        };
-        if !accepted {
-            drop(observed);
-            self.shared.cover("stale fenced write refused");
-            return Err(ProviderError::Failed(format!(
-                "a newer execution already wrote {item}; fence {fence} refused"
-            )));
+        observed.fenced_writes += 1;
+        format!("{}.{}.{}", fence.scope, fence.value, observed.fenced_writes)
+    }
+
+    /// Whether the reply to a write that applied is lost (the seed's fault, in its window).
+    fn lost_reply(&self) -> bool {
+        let lost = self.shared.fault(self.shared.faults.fenced_lost_reply);
+        if lost {
+            self.shared.cover("fenced write applied, its reply lost");
+            self.shared.fault_happened(self.region, "fenced write applied, its reply lost");
         }
-        let previous = observed.fenced.insert(item.to_owned(), (scope.to_owned(), fence));
-        drop(observed);
-        if let Some((stored_scope, stored_fence)) = previous
-            && stored_scope == scope
-            && stored_fence > fence
-        {
-            self.shared.violation(format!("S2: {item} accepted fence {fence} after fence {stored_fence}"));
+        lost
+    }
+
+    /// What a refused attempt of the write `token` comes to, from the item that refused it; with
+    /// the planted bug, read as if the item did not carry the token.
+    fn refused(&self, rules: &WriteRules, token: &str, found: Option<&FencedItem>) -> Result<Written, Refusal> {
+        let stored = found.map_or(Found::Absent, |found| Found::Item {
+            owner: None,
+            fence: Some(Fence { scope: found.scope.clone(), value: found.fence }),
+        });
+        let found_token = found.map(|found| found.token.as_str()).filter(|_| !self.shared.unknown_as_not_applied);
+        rules.refused_write(token, &stored, found_token)
+    }
+
+    /// STANDS: a write reported failed must not be in the store.
+    fn reported_failed(&self, item: &str, token: &str) {
+        let stands = self.shared.observed().fenced.get(item).is_some_and(|stored| stored.token == token);
+        if stands {
+            self.shared.violation(format!("STANDS: a fenced write of {item} that stands was reported failed"));
         }
-        Ok(())
     }
 
     /// A run (or poll) under `ctx`'s fence begins: no other run of the request under the same
@@ -147,10 +240,14 @@ impl SimProvider {
         }
     }
 
-    /// Sleeps half of `work_ms`, writes `item` under the fence, sleeps the rest.
+    /// Sleeps half of `work_ms`; under the fence, puts `item`, adds 1 to its counter (an ADD)
+    /// and creates the run's own marker (a put whose author's condition is "absent"); sleeps
+    /// the rest.
     async fn work(&self, ctx: &ProviderContext, item: &str, work_ms: u64) -> Result<(), ProviderError> {
         ctx.sleep_ms(work_ms / 2).await;
-        self.fenced_write(item, &ctx.fence.scope, ctx.fence.value)?;
+        self.fenced_write(item, &ctx.fence, Op::Put)?;
+        self.fenced_write(&format!("count-{item}"), &ctx.fence, Op::Add)?;
+        self.fenced_write(&format!("made-{item}-{}", ctx.fence.value), &ctx.fence, Op::PutIfAbsent)?;
         ctx.sleep_ms(work_ms - work_ms / 2).await;
         Ok(())
     }

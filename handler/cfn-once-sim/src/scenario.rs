@@ -90,6 +90,9 @@ pub enum PlantedBug {
     /// instead of unknown, so the worker runs it again under the same fence while the first
     /// run goes on.
     RerunSameFence,
+    /// A fenced write's retry after a lost reply reads the item that refused it as if it did not
+    /// carry the write's own token, so a write that stands is taken for one refused.
+    UnknownAsNotApplied,
 }
 
 impl PlantedBug {
@@ -100,12 +103,13 @@ impl PlantedBug {
             Self::SignalAgain => "signal-again",
             Self::ExpiredRetried => "expired-retried",
             Self::RerunSameFence => "rerun-same-fence",
+            Self::UnknownAsNotApplied => "unknown-as-not-applied",
         }
     }
 
     /// Parses [`PlantedBug::name`].
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried, Self::RerunSameFence]
+        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried, Self::RerunSameFence, Self::UnknownAsNotApplied]
             .into_iter()
             .find(|bug| bug.name() == name)
     }

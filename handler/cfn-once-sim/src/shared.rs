@@ -41,8 +41,10 @@ pub struct Observed {
     pub sweeps: Vec<u64>,
     /// The RequestIds whose provider's Update ran (at least once).
     pub updates_run: std::collections::BTreeSet<String>,
-    /// The fenced downstream store: item to (scope, fence) of the last accepted write.
-    pub fenced: BTreeMap<String, (String, u64)>,
+    /// The fenced downstream store: each item as its last accepted write left it.
+    pub fenced: BTreeMap<String, FencedItem>,
+    /// Fenced writes numbered so far, for their tokens.
+    pub fenced_writes: u64,
     /// MREC replication in flight: (due ms, to region, record).
     pub replications: Vec<(u64, Region, LeaseRecord)>,
     /// Every fault that happened, with when (elapsed ms) and where: the evidence the L1 check
@@ -66,6 +68,18 @@ pub struct Observed {
     /// beside its acquire may be answered "active" after its invocation started, and then keeps
     /// its lease rightly.
     pub primary_told_active: Vec<u64>,
+}
+
+/// An item of the simulated provider's fenced store, as its last accepted write left it: the
+/// fence and its scope, the token of that write (`cfn_once::fenced`'s `cfn_once_write`), and for a
+/// counter its count and the token of every ADD applied to it.
+#[derive(Debug, Clone, Default)]
+pub struct FencedItem {
+    pub scope: String,
+    pub fence: u64,
+    pub token: String,
+    pub count: u64,
+    pub added: Vec<String>,
 }
 
 /// A lease a drained primary took before its control answered: it must be given back before
@@ -97,6 +111,9 @@ pub struct Shared {
     pub expired_retryable: bool,
     /// The planted bug: the provider reports a lost answer as transient.
     pub lost_answer_transient: bool,
+    /// The planted bug: a fenced write's retry after a lost reply reads the item as if it did
+    /// not carry the write's own token (the unknown outcome taken as "not applied").
+    pub unknown_as_not_applied: bool,
     pub tracing: bool,
     /// The handler's deadline margin: near a deadline, even a drained primary answers.
     pub deadline_margin_ms: u64,
@@ -120,6 +137,7 @@ impl Shared {
             handle_expiries: BTreeMap::new(),
             expired_retryable: false,
             lost_answer_transient: false,
+            unknown_as_not_applied: false,
             tracing,
             deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
@@ -152,6 +170,11 @@ impl Shared {
     /// The same, with the planted bug that reports a provider's lost answer as transient.
     pub fn with_lost_answer_transient(self, lost_answer_transient: bool) -> Self {
         Self { lost_answer_transient, ..self }
+    }
+
+    /// The same, with the planted bug that takes a fenced write's unknown outcome as not applied.
+    pub fn with_unknown_as_not_applied(self, unknown_as_not_applied: bool) -> Self {
+        Self { unknown_as_not_applied, ..self }
     }
 
     /// Whether the late store faults' window is open now.

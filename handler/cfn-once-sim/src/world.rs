@@ -221,6 +221,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     world.check_wait_survived();
     world.check_signals();
     world.check_long_life();
+    world.check_counts();
     let mut observed = world.shared.observed();
     SeedOutcome {
         seed: scenario.seed,
@@ -277,6 +278,9 @@ impl World {
                 )
                 .with_lost_answer_transient(
                     scenario.options.planted_bug == Some(crate::scenario::PlantedBug::RerunSameFence),
+                )
+                .with_unknown_as_not_applied(
+                    scenario.options.planted_bug == Some(crate::scenario::PlantedBug::UnknownAsNotApplied),
                 ),
         );
         shared.cover(scenario.kind.name());
@@ -1122,6 +1126,31 @@ impl World {
             self.shared.cover(name);
         }
         for violation in violations {
+            self.shared.violation(violation);
+        }
+    }
+
+    /// COUNT: every ADD to a counter of the provider's fenced store was applied once, however
+    /// often it was sent (after a lost reply, with its token): a counter counts each provider
+    /// run that added to it once.
+    fn check_counts(&self) {
+        let observed = self.shared.observed();
+        let mut wrong = Vec::new();
+        let mut added = false;
+        for (item, stored) in observed.fenced.iter().filter(|(item, _)| item.starts_with("count-")) {
+            added |= stored.count > 0;
+            let mut tokens = stored.added.clone();
+            tokens.sort();
+            tokens.dedup();
+            if tokens.len() != stored.added.len() {
+                wrong.push(format!("COUNT: {item} counts {} ADDs of {} writes", stored.count, tokens.len()));
+            }
+        }
+        drop(observed);
+        if added {
+            self.shared.cover("a counter added to");
+        }
+        for violation in wrong {
             self.shared.violation(violation);
         }
     }
