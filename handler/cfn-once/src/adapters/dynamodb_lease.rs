@@ -374,7 +374,7 @@ impl DynamoLeaseStore {
                 Some(old) => {
                     let old = parse_record(&request.key, &old)?;
                     Ok(Acquire::Acquired {
-                        fence: old.fence + 1,
+                        fence: next_fence(old.fence)?,
                         took_over: old.fingerprint == request.fingerprint,
                         interrupted: old.fingerprint == request.fingerprint && old.state == LeaseState::Running,
                         // A close commits at once: no work in progress is left to poll.
@@ -576,6 +576,18 @@ fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
     item
 }
 
+/// The fence an acquire's `ADD fence :one` wrote over `old`. DynamoDB's numbers go far past
+/// `u64::MAX`, so a fence written by hand at `u64::MAX` is incremented there, and read back it
+/// would wrap to 0 in a release build: an execution holding fence 0 is fenced out by every
+/// write, and one at 1 passes for the first. It is refused instead, as the malformed record it is.
+fn next_fence(old: u64) -> Result<u64, StoreError> {
+    old.checked_add(1).ok_or_else(|| {
+        StoreError::Permanent(format!(
+            "the lease record's fence is {old}, the largest a fence can be; it was written by hand: delete the record to let the request be answered"
+        ))
+    })
+}
+
 fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
@@ -651,3 +663,16 @@ fn parse_poll(item: &HashMap<String, AttributeValue>) -> Result<Option<PollRecor
 
 /// The key schema the store expects, for provisioning tools (`make local`, tests, templates).
 pub const KEY_ATTRIBUTES: (&str, &str) = (attr::PK, attr::SK);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_at_its_largest_is_refused_instead_of_wrapping() {
+        assert_eq!(next_fence(0), Ok(1));
+        assert_eq!(next_fence(u64::MAX - 1), Ok(u64::MAX));
+        let refused = next_fence(u64::MAX).expect_err("no fence after u64::MAX");
+        assert!(matches!(&refused, StoreError::Permanent(why) if why.contains("18446744073709551615")), "{refused:?}");
+    }
+}
