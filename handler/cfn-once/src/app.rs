@@ -16,6 +16,7 @@ use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::vocabulary::Handled;
 use cfn_once_core::worker::{Ports, Worker};
 
+use crate::adapters::Refresh;
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
@@ -68,7 +69,10 @@ impl App {
         let dynamodb = dynamodb_client(sdk, config.store_timeout_ms, &config.table_region);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ports = Ports {
-            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)),
+            store: Arc::new(
+                DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)
+                    .with_refresh(Refresh::of(sdk.credentials_provider())),
+            ),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
             router: Arc::new(router),
             clock: Arc::clone(&clock),

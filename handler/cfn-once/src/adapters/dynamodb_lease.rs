@@ -29,7 +29,7 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::request::{RequestKey, StackArn};
 
-use super::aws_errors::{Failure, classify};
+use super::aws_errors::{Failure, Refresh, classify};
 
 /// A DynamoDB item.
 type Item = HashMap<String, AttributeValue>;
@@ -99,6 +99,8 @@ const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_sta
 pub struct DynamoLeaseStore {
     client: Client,
     table_name: String,
+    /// Whether expired credentials are refreshed here (retried now) or not (deferred).
+    refresh: Refresh,
 }
 
 /// What a conditional write came to: applied (with the old item, when asked for), or refused by
@@ -119,9 +121,25 @@ struct Update<'a> {
 }
 
 impl DynamoLeaseStore {
-    /// A store on `table_name`, every call through `client`.
+    /// A store on `table_name`, every call through `client`, whose refusals for expired
+    /// credentials are deferred to a later invocation (nothing refreshes them: see [`Refresh`]).
     pub fn new(client: Client, table_name: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into() }
+        Self { client, table_name: table_name.into(), refresh: Refresh::of(None) }
+    }
+
+    /// The store, with refusals for expired credentials retried now where `refresh` says the
+    /// SDK's identity cache loads new ones (`Refresh::of(sdk.credentials_provider())`).
+    pub fn with_refresh(mut self, refresh: Refresh) -> Self {
+        self.refresh = refresh;
+        self
+    }
+
+    /// A failed call as the port's error.
+    async fn failed<E>(&self, error: &SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        of_failure(self.refresh.reconsider(classify(error)).await)
     }
 
     fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
@@ -156,7 +174,7 @@ impl DynamoLeaseStore {
                     _ => None,
                 }))
             }
-            Err(other) => Err(store_error(&other)),
+            Err(other) => Err(self.failed(&other).await),
         }
     }
 
@@ -189,7 +207,7 @@ impl DynamoLeaseStore {
                     _ => None,
                 }))
             }
-            Err(other) => Err(store_error(&other)),
+            Err(other) => Err(self.failed(&other).await),
         }
     }
 
@@ -202,9 +220,11 @@ impl DynamoLeaseStore {
             .set_key(Some(Self::key(key)))
             .consistent_read(true)
             .send()
-            .await
-            .map_err(|error| store_error(&error))?;
-        Ok(output.item)
+            .await;
+        match output {
+            Ok(output) => Ok(output.item),
+            Err(error) => Err(self.failed(&error).await),
+        }
     }
 
     /// A conditional update that returns nothing on success and the old item on failure.
@@ -592,6 +612,8 @@ fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
+/// A failed operator read as the port's error (expired credentials deferred: the operator's own
+/// tools read once and report).
 fn store_error<E>(error: &SdkError<E, HttpResponse>) -> StoreError
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,

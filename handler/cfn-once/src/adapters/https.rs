@@ -46,6 +46,8 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
+use crate::adapters::aws_errors::SignedAt;
+
 /// The variable naming a PEM file whose certificates replace the compiled-in trust roots.
 pub const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
 
@@ -190,6 +192,9 @@ impl Pool {
 
 impl HttpConnector for Pool {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        // The answer carries the request's signing time, against which the classification holds
+        // the answer's Date when a signature is refused for its time (`aws_errors::SignedAt`).
+        let signed_at = request.headers().get("x-amz-date").and_then(SignedAt::parse);
         let request = match request.try_into_http1x() {
             Ok(request) => request,
             Err(error) => return HttpConnectorFuture::ready(Err(ConnectorError::user(error.into()))),
@@ -204,8 +209,12 @@ impl HttpConnector for Pool {
                 None => sending.await,
             }
             .map_err(classify)?;
-            HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
-                .map_err(|error| ConnectorError::other(error.into(), None))
+            let mut response = HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
+                .map_err(|error| ConnectorError::other(error.into(), None))?;
+            if let Some(signed_at) = signed_at {
+                response.add_extension(signed_at);
+            }
+            Ok(response)
         })
     }
 }
