@@ -6,6 +6,9 @@
 //! cannot be made to now (leave it to a later invocation), or will never work (stop). It reads
 //! what the AWS SDK's own retry classifiers read, and promises no more than they do:
 //!
+//! - **Nothing was sent**: the connection failed (DNS, TCP, TLS, the connect timeout:
+//!   hyper-util's `is_connect`), or the SDK failed before it handed the request to a connection
+//!   (credentials, endpoint, signing): not applied.
 //! - **An answer**, by its HTTP status and error code. The SDK's throttling codes, 429 and write
 //!   conflicts were refused unread: not applied. Two of the SDK's "throttling" codes say the
 //!   opposite, an identical request still in progress (`TransactionInProgressException`,
@@ -21,7 +24,7 @@
 //!   ones; where the credentials carry an expiry, the identity cache does load new ones, and
 //!   [`Refresh::reconsider`] makes the refusal not applied. Everything else (a missing table,
 //!   access denied, a bad request): permanent.
-//! - **No answer**: a timeout, a reset, an unreadable answer, a failure to send: unknown.
+//! - **No answer after sending**: a timeout, a reset, an unreadable answer: unknown.
 //!
 //! The worker retries within the invocation's time whatever is retryable now; the SDK clients
 //! make one attempt per call, so the decision is the worker's, deadline-aware.
@@ -33,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_runtime_api::client::result::{ConnectorError, SdkError};
 use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
@@ -42,7 +45,8 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 /// (`ProviderError::from(classify(&error))`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// Certainly not applied: throttled, conflicted, refused before it was processed.
+    /// Certainly not applied: throttled, conflicted, refused before it was processed, or never
+    /// sent at all.
     NotApplied(String),
     /// Maybe applied: timed out after sending, a 5xx, an unreadable response, an identical
     /// request still in progress.
@@ -158,12 +162,36 @@ where
         SdkError::ConstructionFailure(_) => Failure::Permanent(text),
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Failure::Unknown(text),
         SdkError::DispatchFailure(dispatch) if dispatch.is_user() => Failure::Permanent(text),
-        SdkError::DispatchFailure(_) => Failure::Unknown(text),
+        SdkError::DispatchFailure(dispatch) => match dispatch.as_connector_error() {
+            Some(connector) if nothing_sent(connector) => Failure::NotApplied(text),
+            _ => Failure::Unknown(text),
+        },
         SdkError::ServiceError(service) => {
             let raw = service.raw();
             of_answer(raw.status().as_u16(), service.err().code().unwrap_or_default(), signature_off_ms(raw), text)
         }
         _ => Failure::Unknown(text),
+    }
+}
+
+/// Whether a dispatch failure happened before any byte of the request was sent. A connector
+/// (this function's, `https.rs`, or the SDK's own) reports hyper-util's error, whose
+/// `is_connect` is a failure to connect: DNS, TCP (refused, unreachable), TLS, the connect
+/// timeout; anything else it reports may have come after the request went out. The SDK's
+/// orchestrator reports a failure of its own before it hands the request to a connector (the
+/// credentials, the endpoint, the signature, an interceptor) as an unclassified connector error
+/// around an error that is not hyper-util's; a connector reports an answer it could not convert
+/// (`HttpError`) or an I/O failure as such, and those are after sending.
+fn nothing_sent(error: &ConnectorError) -> bool {
+    let source = error.source();
+    match source.and_then(|source| source.downcast_ref::<hyper_util::client::legacy::Error>()) {
+        Some(transport) => transport.is_connect(),
+        None => {
+            let after_sending = source.is_some_and(|source| {
+                source.is::<aws_smithy_runtime_api::http::HttpError>() || source.is::<std::io::Error>()
+            });
+            error.is_other() && error.as_other().is_none() && !after_sending
+        }
     }
 }
 
@@ -415,5 +443,134 @@ mod tests {
         ] {
             assert_eq!(refresh.reconsider(other.clone()).await, other);
         }
+    }
+
+    /// A DynamoDB client as the function builds it (its HTTP client, one attempt, explicit
+    /// timeouts) for `endpoint` (`None`: none, and no region either), signing with `credentials`.
+    fn dynamodb_at(endpoint: Option<&str>, credentials: SharedCredentialsProvider) -> aws_sdk_dynamodb::Client {
+        let tls = crate::adapters::https::client_config_with(&crate::adapters::https::Roots::Compiled).expect("tls");
+        let mut config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .credentials_provider(credentials)
+            .http_client(crate::adapters::https::sdk_http_client(tls))
+            .timeout_config(crate::app::call_timeouts(2_000))
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1));
+        if let Some(endpoint) = endpoint {
+            config = config.endpoint_url(endpoint).region(aws_sdk_dynamodb::config::Region::new("us-east-1"));
+        }
+        aws_sdk_dynamodb::Client::from_conf(config.build())
+    }
+
+    fn test_credentials() -> SharedCredentialsProvider {
+        SharedCredentialsProvider::new(aws_credential_types::Credentials::new("AKID", "secret", None, None, "test"))
+    }
+
+    /// What one GetItem at `endpoint` fails with, classified.
+    async fn get_item_at(endpoint: Option<&str>, credentials: SharedCredentialsProvider) -> Failure {
+        let error = dynamodb_at(endpoint, credentials)
+            .get_item()
+            .table_name("leases")
+            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("k".into()))
+            .send()
+            .await
+            .expect_err("nothing answers");
+        classify(&error)
+    }
+
+    /// A loopback listener that hands each connection to `serve` on its own thread, and counts
+    /// the connections.
+    fn listener(
+        serve: impl Fn(std::net::TcpStream) + Send + Sync + 'static,
+    ) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (counted, serve) = (Arc::clone(&accepted), Arc::new(serve));
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let serve = Arc::clone(&serve);
+                std::thread::spawn(move || serve(stream));
+            }
+        });
+        (port, accepted)
+    }
+
+    /// Reads a request's head (up to its blank line), so the peer has certainly sent it.
+    fn read_head(stream: &std::net::TcpStream) {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(stream);
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|read| read > 0) && line != "\r\n" {
+            line.clear();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_sent_nothing() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
+        assert_eq!(named(&failure), "not applied", "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_sent_nothing() {
+        let failure = get_item_at(Some("http://cfn-once-nowhere.invalid"), test_credentials()).await;
+        assert_eq!(named(&failure), "not applied", "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_tls_handshake_sent_nothing() {
+        // A peer that answers the ClientHello in plain HTTP.
+        let (port, _) = listener(|mut stream| {
+            use std::io::Write;
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        });
+        let failure = get_item_at(Some(&format!("https://127.0.0.1:{port}")), test_credentials()).await;
+        assert_eq!(named(&failure), "not applied", "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn credentials_that_cannot_be_loaded_sent_nothing() {
+        #[derive(Debug)]
+        struct Missing;
+        impl ProvideCredentials for Missing {
+            fn provide_credentials<'a>(&'a self) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+            where
+                Self: 'a,
+            {
+                aws_credential_types::provider::future::ProvideCredentials::ready(Err(
+                    aws_credential_types::provider::error::CredentialsError::not_loaded("no credentials in this test"),
+                ))
+            }
+        }
+        let (port, accepted) = listener(|_| {});
+        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), SharedCredentialsProvider::new(Missing)).await;
+        assert_eq!(named(&failure), "not applied", "{failure:?}");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing connected");
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_cannot_be_resolved_sent_nothing() {
+        // No endpoint and no region: the SDK's endpoint rules have nowhere to send it.
+        let failure = get_item_at(None, test_credentials()).await;
+        assert_eq!(named(&failure), "not applied", "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_after_the_request_was_sent_is_unknown() {
+        let (port, _) = listener(|stream| read_head(&stream));
+        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
+        assert_eq!(named(&failure), "unknown", "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn no_answer_after_the_request_was_sent_is_unknown() {
+        let (port, _) = listener(|stream| {
+            read_head(&stream);
+            std::thread::sleep(Duration::from_secs(5));
+        });
+        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
+        assert_eq!(named(&failure), "unknown", "{failure:?}");
     }
 }

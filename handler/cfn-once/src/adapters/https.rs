@@ -209,8 +209,11 @@ impl HttpConnector for Pool {
                 None => sending.await,
             }
             .map_err(classify)?;
-            let mut response = HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
-                .map_err(|error| ConnectorError::other(error.into(), None))?;
+            // An answer that arrived but cannot be converted came after sending: an I/O failure,
+            // never "other", which the classification reads as a failure before sending.
+            let mut response = HttpResponse::try_from(response.map(SdkBody::from_body_1_x)).map_err(|error| {
+                ConnectorError::io(std::io::Error::new(std::io::ErrorKind::InvalidData, error).into())
+            })?;
             if let Some(signed_at) = signed_at {
                 response.add_extension(signed_at);
             }
