@@ -390,6 +390,23 @@ async fn response_put_answered_403_once() {
 }
 
 #[tokio::test]
+async fn response_put_answered_400_request_timeout_is_sent_again_at_once() {
+    // S3 stored nothing (it did not receive the body in time): the invocation that met it PUTs
+    // again within the request's time, where a 400 used to wait for the next delivery.
+    let faulty = Faulty::new(&[]).await;
+    let body = concat!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>"#,
+        "<Error><Code>RequestTimeout</Code><Message>Your socket connection to the server was not read from or ",
+        "written to within the timeout period. Idle connections will be closed.</Message></Error>"
+    );
+    faulty.proxy.inject(Match::Put, answer(400, "application/xml", body), 1);
+    let sent = faulty.send(json!({})).await;
+    let case = "PUT: HTTP 400 RequestTimeout";
+    answered_by_the_invocation_that_met_it(&faulty, &sent, case, Duration::from_secs(2)).await;
+    assert_eq!(faulty.proxy.count(&Match::Put), 2, "the refused PUT, then the one S3 stored");
+}
+
+#[tokio::test]
 async fn response_put_hangs() {
     case("PUT: hung connection", json!({}), |proxy| proxy.inject(Match::Put, Fault::Hang, 1), Status::Success, 1).await;
 }

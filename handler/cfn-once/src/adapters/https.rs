@@ -18,8 +18,10 @@
 //!
 //! The AWS SDK's calls go through [`sdk_http_client`], an implementation of the SDK's `HttpClient`
 //! on hyper's pooled client (`hyper-util`, `hyper-rustls`) with this configuration, handed to
-//! `aws_config`; the ResponseURL sink (`reqwest`) gets the same configuration, so all share one
-//! TLS session cache. Why not the SDK's own default client (`aws-smithy-http-client`): its trust
+//! `aws_config`; the ResponseURL sink (`http_sink.rs`) is a pool of the same client on the same
+//! configuration, so all share one connector ([`hyper_client`]: one timeout over resolution, TCP
+//! and TLS, idle connections dropped within S3's idle limit, TCP keepalive) and one TLS session
+//! cache. Why not the SDK's own default client (`aws-smithy-http-client`): its trust
 //! store takes the image's native roots or PEM text, so it would parse the image's store at every
 //! cold start (the 10 to 16 ms above) or parse PEM-encoded Mozilla roots again for each of its
 //! connectors; it would also bring `rustls-native-certs` into the function. This file is the glue
