@@ -156,6 +156,19 @@ pub fn sqs_client(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// The longest one call of the sweeper (a Scan page, a DeleteItem) may take, retries included.
+const SWEEP_CALL_TIMEOUT_MS: u64 = 5_000;
+
+/// The sweeper's DynamoDB client, in `sdk`'s region: explicit timeouts on every call, with the
+/// SDK's standard retries within them. The SDK's defaults set no timeout on a call at all; the
+/// sweep cuts every call at its stop time whatever (`sweeper::sweep`), and the timeout keeps one
+/// hung call from spending the rest of the run.
+pub fn sweeper_client(sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
+    let config =
+        aws_sdk_dynamodb::config::Builder::from(sdk).timeout_config(call_timeouts(SWEEP_CALL_TIMEOUT_MS)).build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
 /// Explicit timeouts for one call: connecting, the attempt, and the whole operation.
 pub fn call_timeouts(timeout_ms: u64) -> TimeoutConfig {
     TimeoutConfig::builder()
