@@ -80,6 +80,10 @@ struct Args {
     /// How the results were produced, for BENCHMARKS.md.
     #[arg(long, value_name = "TEXT", default_value = "make bench")]
     command: String,
+    /// Print each run's first invocation call by call: when each call reached the proxy, the
+    /// round trip added there, moto's time, when it was answered (ms from the hand-out).
+    #[arg(long)]
+    timeline: bool,
 }
 
 #[tokio::main]
@@ -145,6 +149,11 @@ async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
             for side in order {
                 let sample = run_once(&bench, mode, side, pair, args.warm_batches).await?;
                 eprintln!("  pair {}/{} {}: {}", pair + 1, args.pairs, side.name(), sample.one_line());
+                if args.timeline {
+                    for line in &sample.first_timeline {
+                        eprintln!("    {line}");
+                    }
+                }
                 report.add(side, sample);
             }
         }

@@ -156,6 +156,10 @@ pub struct Sample {
     /// Round trips to AWS the first request waited for, one after another, before its PUT went
     /// out (calls sent side by side count once; see `fault_proxy::waited_for`).
     pub first_round_trips_before_put: usize,
+    /// The first invocation's calls, one line each, in ms from its hand-out: when the call
+    /// reached the proxy, the round trip added there, moto's time, when it was answered; and
+    /// when the invocation's response was posted (`cfn-once-bench --timeline`).
+    pub first_timeline: Vec<String>,
 }
 
 impl Sample {
@@ -321,7 +325,25 @@ pub async fn run_once(
             *warm_calls.entry(operation(index)).or_default() += 1.0 / warm_requests;
         }
     }
+    let mut first_timeline: Vec<String> = first_window
+        .iter()
+        .map(|index| {
+            let exchange = &log[*index];
+            let at = |instant: Instant| ms(first_handed, instant);
+            let moto = exchange.upstream_took.map_or("-".to_owned(), |took| format!("{:.1}", took.as_secs_f64() * 1e3));
+            format!(
+                "{:>22} at {:>6.1}, added {:>4} ms, moto {:>5} ms, answered at {}",
+                operation(*index),
+                at(exchange.arrived),
+                exchange.added_latency.map_or(0, |added| added.as_millis()),
+                moto,
+                exchange.replied.map_or("-".to_owned(), |replied| format!("{:.1}", at(replied))),
+            )
+        })
+        .collect();
+    first_timeline.push(format!("{:>22} at {:>6.1}", "response posted", ms(first_handed, first_posted)));
     Ok(Sample {
+        first_timeline,
         cold_start_ms: ms(started, first_next),
         init_cpu_ms: init_cpu as f64 / 1e6,
         first_alone_ms: ms(first_handed, first_posted),

@@ -1,5 +1,5 @@
-//! The response PUT against a real HTTP peer: success, retryable and permanent failures, and a
-//! redirect that must not be followed.
+//! The response PUT against a real HTTP peer: success, retryable and permanent failures, a
+//! redirect that must not be followed, and the exact request the sink puts on the wire.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,6 +9,7 @@ use std::time::Duration;
 use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response_url::{AllowedPrefix, UrlPolicy};
+use cfn_once_tests::{Fault, FaultProxy, Match};
 
 /// Answers each connection with `status_line` and `extra_headers`, and reports the request
 /// line and body it received.
@@ -92,4 +93,53 @@ async fn a_refused_connection_is_retryable_and_names_no_url() {
     let error = put(port).await.expect_err("nobody listens");
     assert!(matches!(error, PutError::Retryable(_)), "{error:?}");
     assert!(!error.to_string().contains("secret") && !error.to_string().contains("/bucket/key"), "{error}");
+}
+
+/// A ResponseURL shaped as CloudFormation's: the key is the stack ARN, the logical id and the
+/// request id, percent-encoded; the query is SigV4's, its credential scope percent-encoded.
+const PATH_AND_QUERY: &str = "/bucket/arn%3Aaws%3Acloudformation%3Aus-east-1%3A123456789012%3Astack/s/0a1b%7CLogical%7Crequest-1\
+    ?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20261203%2Fus-east-1%2Fs3%2Faws4_request\
+    &X-Amz-Date=20261203T161500Z&X-Amz-Expires=7200&X-Amz-SignedHeaders=host&X-Amz-Signature=0123abcd";
+
+#[tokio::test]
+async fn the_put_is_the_urls_request_line_and_two_headers_exactly() {
+    // The proxy answers as S3 does to a stored object, without forwarding anything.
+    let proxy = FaultProxy::start("http://127.0.0.1:9");
+    let stored = Fault::Respond { status: 200, content_type: "application/xml".into(), body: String::new() };
+    proxy.inject(Match::Put, stored, 1);
+    let base = proxy.url();
+    let url = UrlPolicy::new(vec![AllowedPrefix::parse(&format!("{base}/bucket/")).expect("prefix")])
+        .check(&format!("{base}{PATH_AND_QUERY}"))
+        .expect("allowed");
+    let body = br#"{"Status":"SUCCESS","Reason":"","PhysicalResourceId":"p","StackId":"s","RequestId":"r","LogicalResourceId":"l"}"#;
+    HttpResponseSink::new(2_000).expect("client").put(&url, body).await.expect("stored");
+    let heads = proxy.heads(&Match::Put);
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert_eq!(heads[0].line, format!("PUT {PATH_AND_QUERY} HTTP/1.1"), "the URL's path and query, byte for byte");
+    let mut headers = heads[0].headers.clone();
+    headers.sort();
+    let authority = base.strip_prefix("http://").expect("http");
+    assert_eq!(
+        headers,
+        [("content-length".to_owned(), body.len().to_string()), ("host".to_owned(), authority.to_owned())],
+        "host and content-length, nothing else: no Content-Type (the URL was signed without one), no Expect"
+    );
+    assert_eq!(proxy.bodies(&Match::Put), [body.to_vec()]);
+}
+
+#[tokio::test]
+async fn s3s_request_timeout_is_retryable() {
+    let timeout = r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>RequestTimeout</Code><Message>Your socket connection to the server was not read from or written to within the timeout period.</Message></Error>"#;
+    let proxy = FaultProxy::start("http://127.0.0.1:9");
+    proxy.inject(
+        Match::Put,
+        Fault::Respond { status: 400, content_type: "application/xml".into(), body: timeout.into() },
+        1,
+    );
+    let base = proxy.url();
+    let url = UrlPolicy::new(vec![AllowedPrefix::parse(&format!("{base}/bucket/")).expect("prefix")])
+        .check(&format!("{base}{PATH_AND_QUERY}"))
+        .expect("allowed");
+    let error = HttpResponseSink::new(2_000).expect("client").put(&url, b"{}").await.expect_err("not stored");
+    assert!(matches!(error, PutError::Retryable(ref why) if why.contains("RequestTimeout")), "{error:?}");
 }

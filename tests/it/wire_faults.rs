@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::config::Credentials;
 use cfn_once::app::App;
 use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::doubles::CountingEcho;
@@ -47,12 +48,22 @@ struct Faulty {
 
 impl Faulty {
     async fn new(overrides: &[(&str, &str)]) -> Self {
-        Self::with_signing_clock(overrides, Duration::ZERO, false).await
+        Self::with_sdk(overrides, |sdk| sdk).await
     }
 
     /// As `new`, with the handler's AWS SDK signing on a clock `skew` ahead (`behind`: behind)
     /// of true time.
     async fn with_signing_clock(overrides: &[(&str, &str)], skew: Duration, behind: bool) -> Self {
+        Self::with_sdk(overrides, |sdk| sdk.time_source(SkewedClock { skew, behind })).await
+    }
+
+    /// As `new`, with the handler's AWS SDK configuration changed by `customize` (its clock, its
+    /// credentials). The configuration is the function's: cfn-once's HTTP client
+    /// (`adapters::https`), which tells the classification when each refused request was signed.
+    async fn with_sdk(
+        overrides: &[(&str, &str)],
+        customize: impl FnOnce(aws_config::ConfigLoader) -> aws_config::ConfigLoader,
+    ) -> Self {
         let region = LocalRegion::new(Options { visibility_timeout_s: 3, ..Options::default() }).await;
         let proxy = FaultProxy::start(&region.endpoint);
         let allow = format!("{}/{}/", proxy.url(), region.bucket);
@@ -68,13 +79,14 @@ impl Faulty {
         let config = region.config(&settings);
         let counting = CountingEcho::default();
         let router = Router::new().register(ECHO_TYPE, Echo).register(COUNTING_TYPE, counting.clone());
-        let app = if skew.is_zero() {
-            region.app_behind(&proxy, &config, router).await
-        } else {
-            let sdk = cfn_once_cli::local::provision::sdk_config(&proxy.url(), "us-east-1").await;
-            let sdk = sdk.into_builder().time_source(SkewedClock { skew, behind }).build();
-            App::from_config(&config, &sdk, router).expect("the app")
-        };
+        let tls = cfn_once::adapters::https::client_config().expect("the function's TLS configuration");
+        let loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(proxy.url())
+            .credentials_provider(Credentials::new("test", "test", None, None, "wire-faults"))
+            .http_client(cfn_once::adapters::https::sdk_http_client(tls));
+        let sdk = customize(loader).load().await;
+        let app = App::from_config(&config, &sdk, router).expect("the app");
         Self { region, proxy, app, counting }
     }
 
@@ -378,6 +390,23 @@ async fn response_put_answered_403_once() {
 }
 
 #[tokio::test]
+async fn response_put_answered_400_request_timeout_is_sent_again_at_once() {
+    // S3 stored nothing (it did not receive the body in time): the invocation that met it PUTs
+    // again within the request's time, where a 400 used to wait for the next delivery.
+    let faulty = Faulty::new(&[]).await;
+    let body = concat!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>"#,
+        "<Error><Code>RequestTimeout</Code><Message>Your socket connection to the server was not read from or ",
+        "written to within the timeout period. Idle connections will be closed.</Message></Error>"
+    );
+    faulty.proxy.inject(Match::Put, answer(400, "application/xml", body), 1);
+    let sent = faulty.send(json!({})).await;
+    let case = "PUT: HTTP 400 RequestTimeout";
+    answered_by_the_invocation_that_met_it(&faulty, &sent, case, Duration::from_secs(2)).await;
+    assert_eq!(faulty.proxy.count(&Match::Put), 2, "the refused PUT, then the one S3 stored");
+}
+
+#[tokio::test]
 async fn response_put_hangs() {
     case("PUT: hung connection", json!({}), |proxy| proxy.inject(Match::Put, Fault::Hang, 1), Status::Success, 1).await;
 }
@@ -431,7 +460,9 @@ async fn a_slow_store_during_a_long_provider_still_answers_in_time() {
 // the request must be answered once by the invocation that met the faults, well under a second
 // after they struck, with nothing in the DLQ. Before the classification read the HTTP status
 // and the SDK's codes, a 500 `InternalFailure`, a `RequestTimeoutException` and an
-// `ExpiredTokenException` were permanent: the message came back seconds later.
+// `ExpiredTokenException` were permanent: the message came back seconds later. The classes the
+// invocation must not retry (expired credentials nothing refreshes, a signature refused without
+// a skew) are left by the invocation that met them, after one attempt, and answered later.
 
 /// Serves one invocation that receives the request, and checks it answered it: committed, PUT,
 /// the DLQ empty, within `within` of the invocation's start.
@@ -453,6 +484,21 @@ async fn answered_by_the_invocation_that_met_it(faulty: &Faulty, sent: &Sent, ca
     faulty.answered_once(sent, 1).await;
     println!("  {case}: answered in {} ms by the invocation that met the fault", took.as_millis());
     assert!(took < within, "{case}: answered {} ms after the invocation began", took.as_millis());
+}
+
+/// Serves one invocation that receives the request, and checks it left its record to be seen
+/// again, unanswered.
+async fn left_by_the_invocation_that_met_it(faulty: &Faulty, case: &str) {
+    let esm = faulty.region.esm(10).await;
+    loop {
+        let report = esm.poll_once(&handler(&faulty.app)).await.expect("poll");
+        if report.received > 0 {
+            assert_eq!(report.failed, 1, "{case}: the invocation did not leave its record to be seen again");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    faulty.report(case);
 }
 
 /// Two faulted writes (the acquire's first attempt and the commit's), then the answer.
@@ -497,8 +543,67 @@ async fn class_request_timeout_exception() {
 }
 
 #[tokio::test]
-async fn class_expired_token_exception() {
-    two_faulted_writes("ExpiredTokenException", Fault::dynamodb_error(400, "ExpiredTokenException")).await;
+async fn class_transaction_in_progress_is_an_unknown_outcome_read_back() {
+    // An identical request still in progress may yet be applied: each faulted write is read
+    // back (the acquire found nothing, the commit found the lease still running) and tried again.
+    let faulty = Faulty::new(&[]).await;
+    faulty.proxy.inject(acquire(), Fault::dynamodb_error(400, "TransactionInProgressException"), 1);
+    faulty.proxy.inject(commit(), Fault::dynamodb_error(400, "TransactionInProgressException"), 1);
+    let sent = faulty.send(json!({})).await;
+    answered_by_the_invocation_that_met_it(&faulty, &sent, "TransactionInProgressException", Duration::from_secs(1))
+        .await;
+    assert_eq!(faulty.proxy.injected(), 2, "both writes were faulted");
+    let reads = faulty.proxy.count(&Match::Operation("GetItem".into()));
+    let control_reads = faulty.proxy.count(&Match::OperationWith("GetItem".into(), "control#active".into()));
+    assert_eq!(reads - control_reads, 2, "each unknown write was read back");
+    faulty.then_a_clean_request(1).await;
+}
+
+#[tokio::test]
+async fn class_expired_credentials_that_nothing_refreshes_are_left_to_a_later_invocation() {
+    // The function's credentials, as inside Lambda, carry no expiry: the identity cache would
+    // read the same ones again, so the invocation does not retry the acquire; the message comes
+    // back and a later invocation answers.
+    let faulty = Faulty::new(&[]).await;
+    faulty.proxy.inject(acquire(), Fault::dynamodb_error(400, "ExpiredTokenException"), 1);
+    let sent = faulty.send(json!({})).await;
+    left_by_the_invocation_that_met_it(&faulty, "ExpiredTokenException, static credentials").await;
+    assert_eq!(faulty.proxy.count(&acquire()), 1, "the refused acquire was not retried in that invocation");
+    faulty.drain(&sent).await;
+    faulty.answered_once(&sent, 1).await;
+}
+
+#[tokio::test]
+async fn class_expired_credentials_the_identity_cache_refreshes_are_retried_at_once() {
+    let expiring = Credentials::new(
+        "test",
+        "test",
+        Some("token".into()),
+        Some(std::time::SystemTime::now() + Duration::from_secs(3_600)),
+        "expiring",
+    );
+    let faulty = Faulty::with_sdk(&[], |sdk| sdk.credentials_provider(expiring)).await;
+    faulty.proxy.inject(acquire(), Fault::dynamodb_error(400, "ExpiredTokenException"), 1);
+    faulty.proxy.inject(commit(), Fault::dynamodb_error(400, "ExpiredTokenException"), 1);
+    let sent = faulty.send(json!({})).await;
+    let case = "ExpiredTokenException, expiring credentials";
+    answered_by_the_invocation_that_met_it(&faulty, &sent, case, Duration::from_secs(1)).await;
+    assert_eq!(faulty.proxy.injected(), 2, "both writes were faulted");
+    faulty.then_a_clean_request(1).await;
+}
+
+#[tokio::test]
+async fn class_a_signature_refused_without_a_skew_is_permanent() {
+    // Signed on the service's time (the proxy's Date): the signature is wrong for some other
+    // reason, which no retry corrects. The invocation does not retry it; the message comes back.
+    let faulty = Faulty::new(&[]).await;
+    let body = r#"{"__type":"com.amazon.coral.service#InvalidSignatureException","message":"The request signature we calculated does not match the signature you provided"}"#;
+    faulty.proxy.inject(acquire(), answer(400, "application/x-amz-json-1.0", body), 1);
+    let sent = faulty.send(json!({})).await;
+    left_by_the_invocation_that_met_it(&faulty, "InvalidSignatureException, no skew").await;
+    assert_eq!(faulty.proxy.count(&acquire()), 1, "the refused acquire was not retried in that invocation");
+    faulty.drain(&sent).await;
+    faulty.answered_once(&sent, 1).await;
 }
 
 #[tokio::test]

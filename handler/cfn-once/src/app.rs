@@ -16,6 +16,7 @@ use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::vocabulary::Handled;
 use cfn_once_core::worker::{Ports, Worker};
 
+use crate::adapters::Refresh;
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
@@ -68,7 +69,10 @@ impl App {
         let dynamodb = dynamodb_client(sdk, config.store_timeout_ms, &config.table_region);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let ports = Ports {
-            store: Arc::new(DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)),
+            store: Arc::new(
+                DynamoLeaseStore::new(dynamodb.clone(), &config.table_name)
+                    .with_refresh(Refresh::of(sdk.credentials_provider())),
+            ),
             sink: Arc::new(HttpResponseSink::new(config.put_timeout_ms)?),
             router: Arc::new(router),
             clock: Arc::clone(&clock),
@@ -154,6 +158,19 @@ pub fn sqs_client(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_sqs::Client {
         .retry_config(RetryConfig::standard().with_max_attempts(1))
         .build();
     aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// The longest one call of the sweeper (a Scan page, a DeleteItem) may take, retries included.
+const SWEEP_CALL_TIMEOUT_MS: u64 = 5_000;
+
+/// The sweeper's DynamoDB client, in `sdk`'s region: explicit timeouts on every call, with the
+/// SDK's standard retries within them. The SDK's defaults set no timeout on a call at all; the
+/// sweep cuts every call at its stop time whatever (`sweeper::sweep`), and the timeout keeps one
+/// hung call from spending the rest of the run.
+pub fn sweeper_client(sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
+    let config =
+        aws_sdk_dynamodb::config::Builder::from(sdk).timeout_config(call_timeouts(SWEEP_CALL_TIMEOUT_MS)).build();
+    aws_sdk_dynamodb::Client::from_conf(config)
 }
 
 /// Explicit timeouts for one call: connecting, the attempt, and the whole operation.

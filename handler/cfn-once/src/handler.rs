@@ -231,7 +231,7 @@ impl Handler {
 /// The scheduled sweeper: one sweep per invocation, within the invocation's time.
 async fn run_sweeper(config: &SweeperConfig, sdk: &SdkConfig) -> Result<(), Error> {
     use cfn_once_core::clock::Clock;
-    let client = aws_sdk_dynamodb::Client::new(sdk);
+    let client = crate::app::sweeper_client(sdk);
     let (client, table) = (&client, config.table_name.as_str());
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         // Keep 10 s of the invocation to finish the page in hand and report.

@@ -5,7 +5,12 @@
 //! whose time has passed and deletes them, each with the condition that it is still expired, so
 //! a record refreshed meanwhile survives. Only lease records are touched (they have a `fence`);
 //! the `control#active` item is not. A run stops early, leaving the rest to the next run, when
-//! its time budget is spent.
+//! its time budget is spent: between pages and records, and in the middle of a call, which is cut
+//! at the stop time (a delete cut there may or may not have been applied; either way the record
+//! was expired, and the next run finds what is left).
+
+use std::future::Future;
+use std::time::Instant;
 
 use std::collections::HashMap;
 
@@ -28,20 +33,13 @@ pub struct SweepReport {
 }
 
 /// Deletes every lease record of `table_name` whose `expires_ms` is before `now_ms`, until done
-/// or until `stop_at` (checked between pages).
-pub async fn sweep(
-    client: &Client,
-    table_name: &str,
-    now_ms: u64,
-    stop_at: std::time::Instant,
-) -> anyhow::Result<SweepReport> {
+/// or until `stop_at`, which every call is cut at: a run never outlasts it, whatever the client's
+/// own timeouts (`app::sweeper_client`).
+pub async fn sweep(client: &Client, table_name: &str, now_ms: u64, stop_at: Instant) -> anyhow::Result<SweepReport> {
     let mut report = SweepReport::default();
     let mut start: Option<HashMap<String, AttributeValue>> = None;
     loop {
-        if std::time::Instant::now() >= stop_at {
-            return Ok(report);
-        }
-        let page = client
+        let scan = client
             .scan()
             .table_name(table_name)
             .consistent_read(true)
@@ -51,20 +49,21 @@ pub async fn sweep(
             .expression_attribute_names("#expires", "expires_ms")
             .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
             .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|error| anyhow::anyhow!("Scan of {table_name} failed: {}", DisplayErrorContext(&error)))?;
+            .send();
+        let Some(page) = before(stop_at, scan).await else { return Ok(report) };
+        let page =
+            page.map_err(|error| anyhow::anyhow!("Scan of {table_name} failed: {}", DisplayErrorContext(&error)))?;
         report.scanned += u64::try_from(page.scanned_count).unwrap_or(0);
         for key in page.items.unwrap_or_default() {
-            let deleted = client
+            let delete = client
                 .delete_item()
                 .table_name(table_name)
                 .set_key(Some(key))
                 .condition_expression("#expires < :now")
                 .expression_attribute_names("#expires", "expires_ms")
                 .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
-                .send()
-                .await;
+                .send();
+            let Some(deleted) = before(stop_at, delete).await else { return Ok(report) };
             match deleted {
                 Ok(_) => report.deleted += 1,
                 Err(SdkError::ServiceError(service)) if service.err().is_conditional_check_failed_exception() => {
@@ -81,4 +80,12 @@ pub async fn sweep(
             }
         }
     }
+}
+
+/// `call`'s result, or `None` if `stop_at` comes first (or has come).
+async fn before<T>(stop_at: Instant, call: impl Future<Output = T>) -> Option<T> {
+    if Instant::now() >= stop_at {
+        return None;
+    }
+    tokio::time::timeout_at(stop_at.into(), call).await.ok()
 }

@@ -166,10 +166,18 @@ pub struct Exchange {
     pub replied: Option<Instant>,
 }
 
+/// A request's head as it arrived: its request line and its header lines, names as sent, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// `PUT /bucket/key?query HTTP/1.1`
+    pub line: String,
+    pub headers: Vec<(String, String)>,
+}
+
 /// What the proxy keeps of the requests it sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogMode {
-    /// Every exchange with its request body (`count` can match bodies).
+    /// Every exchange with its request body (`count` can match bodies) and head (`heads`).
     Full,
     /// Every exchange, without bodies: for long runs with many uploads.
     WithoutBodies,
@@ -270,6 +278,12 @@ impl FaultProxy {
         self.matching(matcher, |record| record.body.clone())
     }
 
+    /// The heads of the logged requests that matched `matcher`, in arrival order (empty unless
+    /// the proxy logs bodies, [`LogMode::Full`]): what a client sent, to pin it exactly.
+    pub fn heads(&self, matcher: &Match) -> Vec<RequestHead> {
+        self.matching(matcher, |record| record.head.clone()).into_iter().flatten().collect()
+    }
+
     /// How many logged requests matched `matcher` (whatever was done with them).
     pub fn count(&self, matcher: &Match) -> usize {
         self.matching(matcher, |_| ()).len()
@@ -292,10 +306,12 @@ struct Rule {
     left: u32,
 }
 
-/// A logged exchange plus the request body, which `count` needs for `Match::OperationWith`.
+/// A logged exchange plus the request body, which `count` needs for `Match::OperationWith`, and,
+/// in [`LogMode::Full`], the request's head.
 struct Record {
     exchange: Exchange,
     body: Vec<u8>,
+    head: Option<RequestHead>,
 }
 
 struct Inner {
@@ -376,6 +392,8 @@ type Headers = Vec<(String, String)>;
 
 /// A request as read from the client, with its body already de-chunked.
 struct Request {
+    /// The request line as it arrived.
+    line: String,
     method: String,
     target: String,
     headers: Headers,
@@ -421,7 +439,7 @@ impl Inner {
             let body = read_body(&mut reader, framing)?;
             let close = version != "HTTP/1.1" || has_token(&headers, "connection", "close");
             let (method, target) = (method.to_owned(), target.to_owned());
-            let request = Request { method, target, headers, body, framed, close };
+            let request = Request { line: line.clone(), method, target, headers, body, framed, close };
             if !self.handle(&request, stream, &mut reader)? || close || self.stopped.load(Ordering::SeqCst) {
                 break;
             }
@@ -464,8 +482,10 @@ impl Inner {
                 LogMode::Off => None,
                 mode => {
                     let mut log = lock(&self.log);
-                    let body = if mode == LogMode::Full { req.body.clone() } else { Vec::new() };
-                    log.push(Record { exchange, body });
+                    let full = mode == LogMode::Full;
+                    let body = if full { req.body.clone() } else { Vec::new() };
+                    let head = full.then(|| RequestHead { line: req.line.clone(), headers: req.headers.clone() });
+                    log.push(Record { exchange, body, head });
                     Some(log.len() - 1)
                 }
             };

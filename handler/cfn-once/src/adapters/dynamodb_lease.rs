@@ -29,7 +29,7 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::request::{RequestKey, StackArn};
 
-use super::aws_errors::{Failure, classify};
+use super::aws_errors::{Failure, Refresh, classify};
 
 /// A DynamoDB item.
 type Item = HashMap<String, AttributeValue>;
@@ -99,6 +99,8 @@ const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_sta
 pub struct DynamoLeaseStore {
     client: Client,
     table_name: String,
+    /// Whether expired credentials are refreshed here (retried now) or not (deferred).
+    refresh: Refresh,
 }
 
 /// What a conditional write came to: applied (with the old item, when asked for), or refused by
@@ -119,9 +121,25 @@ struct Update<'a> {
 }
 
 impl DynamoLeaseStore {
-    /// A store on `table_name`, every call through `client`.
+    /// A store on `table_name`, every call through `client`, whose refusals for expired
+    /// credentials are deferred to a later invocation (nothing refreshes them: see [`Refresh`]).
     pub fn new(client: Client, table_name: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into() }
+        Self { client, table_name: table_name.into(), refresh: Refresh::of(None) }
+    }
+
+    /// The store, with refusals for expired credentials retried now where `refresh` says the
+    /// SDK's identity cache loads new ones (`Refresh::of(sdk.credentials_provider())`).
+    pub fn with_refresh(mut self, refresh: Refresh) -> Self {
+        self.refresh = refresh;
+        self
+    }
+
+    /// A failed call as the port's error.
+    async fn failed<E>(&self, error: &SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        of_failure(self.refresh.reconsider(classify(error)).await)
     }
 
     fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
@@ -156,7 +174,7 @@ impl DynamoLeaseStore {
                     _ => None,
                 }))
             }
-            Err(other) => Err(store_error(&other)),
+            Err(other) => Err(self.failed(&other).await),
         }
     }
 
@@ -189,7 +207,7 @@ impl DynamoLeaseStore {
                     _ => None,
                 }))
             }
-            Err(other) => Err(store_error(&other)),
+            Err(other) => Err(self.failed(&other).await),
         }
     }
 
@@ -202,9 +220,11 @@ impl DynamoLeaseStore {
             .set_key(Some(Self::key(key)))
             .consistent_read(true)
             .send()
-            .await
-            .map_err(|error| store_error(&error))?;
-        Ok(output.item)
+            .await;
+        match output {
+            Ok(output) => Ok(output.item),
+            Err(error) => Err(self.failed(&error).await),
+        }
     }
 
     /// A conditional update that returns nothing on success and the old item on failure.
@@ -374,7 +394,7 @@ impl DynamoLeaseStore {
                 Some(old) => {
                     let old = parse_record(&request.key, &old)?;
                     Ok(Acquire::Acquired {
-                        fence: old.fence + 1,
+                        fence: next_fence(old.fence)?,
                         took_over: old.fingerprint == request.fingerprint,
                         interrupted: old.fingerprint == request.fingerprint && old.state == LeaseState::Running,
                         // A close commits at once: no work in progress is left to poll.
@@ -576,10 +596,24 @@ fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
     item
 }
 
+/// The fence an acquire's `ADD fence :one` wrote over `old`. DynamoDB's numbers go far past
+/// `u64::MAX`, so a fence written by hand at `u64::MAX` is incremented there, and read back it
+/// would wrap to 0 in a release build: an execution holding fence 0 is fenced out by every
+/// write, and one at 1 passes for the first. It is refused instead, as the malformed record it is.
+fn next_fence(old: u64) -> Result<u64, StoreError> {
+    old.checked_add(1).ok_or_else(|| {
+        StoreError::Permanent(format!(
+            "the lease record's fence is {old}, the largest a fence can be; it was written by hand: delete the record to let the request be answered"
+        ))
+    })
+}
+
 fn number(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
+/// A failed operator read as the port's error (expired credentials deferred: the operator's own
+/// tools read once and report).
 fn store_error<E>(error: &SdkError<E, HttpResponse>) -> StoreError
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
@@ -651,3 +685,16 @@ fn parse_poll(item: &HashMap<String, AttributeValue>) -> Result<Option<PollRecor
 
 /// The key schema the store expects, for provisioning tools (`make local`, tests, templates).
 pub const KEY_ATTRIBUTES: (&str, &str) = (attr::PK, attr::SK);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_at_its_largest_is_refused_instead_of_wrapping() {
+        assert_eq!(next_fence(0), Ok(1));
+        assert_eq!(next_fence(u64::MAX - 1), Ok(u64::MAX));
+        let refused = next_fence(u64::MAX).expect_err("no fence after u64::MAX");
+        assert!(matches!(&refused, StoreError::Permanent(why) if why.contains("18446744073709551615")), "{refused:?}");
+    }
+}

@@ -18,8 +18,10 @@
 //!
 //! The AWS SDK's calls go through [`sdk_http_client`], an implementation of the SDK's `HttpClient`
 //! on hyper's pooled client (`hyper-util`, `hyper-rustls`) with this configuration, handed to
-//! `aws_config`; the ResponseURL sink (`reqwest`) gets the same configuration, so all share one
-//! TLS session cache. Why not the SDK's own default client (`aws-smithy-http-client`): its trust
+//! `aws_config`; the ResponseURL sink (`http_sink.rs`) is a pool of the same client on the same
+//! configuration, so all share one connector ([`hyper_client`]: one timeout over resolution, TCP
+//! and TLS, idle connections dropped within S3's idle limit, TCP keepalive) and one TLS session
+//! cache. Why not the SDK's own default client (`aws-smithy-http-client`): its trust
 //! store takes the image's native roots or PEM text, so it would parse the image's store at every
 //! cold start (the 10 to 16 ms above) or parse PEM-encoded Mozilla roots again for each of its
 //! connectors; it would also bring `rustls-native-certs` into the function. This file is the glue
@@ -28,7 +30,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use aws_smithy_runtime_api::client::http::{
@@ -46,13 +51,30 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
+use crate::adapters::aws_errors::SignedAt;
+
 /// The variable naming a PEM file whose certificates replace the compiled-in trust roots.
 pub const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
 
-/// How long an idle connection stays in the pool: the SDK's own default. Lambda freezes the
-/// process between invocations; a pooled connection the server closed meanwhile fails its next
-/// request as a dispatch failure, which every caller already treats as an unknown outcome.
-const POOL_IDLE: Duration = Duration::from_secs(90);
+/// How long an idle connection stays in the pool: less than S3's idle limit (S3 closes a
+/// connection idle for about 20 s), so the first call after an idle gap, an invocation after a
+/// pause, never goes out on a socket S3 has already closed: that call would fail after sending,
+/// an unknown outcome. The SDK's default, and hyper's, is 90 s. DynamoDB and SQS keep idle
+/// connections longer, but the pools are per timeout pair, not per service, and the cost is one
+/// TLS handshake more after a gap of more than 15 s. Lambda freezes the process between
+/// invocations; the pool checks a connection's idle time when it is checked out, so time spent
+/// frozen counts.
+pub const POOL_IDLE: Duration = Duration::from_secs(15);
+
+/// How long a connection may be silent before TCP keepalive probes it: a synchronous Invoke of a
+/// long-running function sends nothing while the function runs, and NAT gateways and load
+/// balancers drop a TCP flow idle for 350 s (AWS's Invoke documentation asks clients to keep
+/// long connections alive; AWS's .NET SDK turns keepalive on for Lambda's client). Well under
+/// that, and cheap: a probe is an empty segment.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+
+/// The interval between keepalive probes that went unanswered.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Where the trust roots come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,13 +142,30 @@ pub fn sdk_http_client(tls: Arc<ClientConfig>) -> aws_smithy_runtime_api::client
     aws_smithy_runtime_api::client::http::SharedHttpClient::new(SdkHttpClient { tls, pools: Arc::default() })
 }
 
-/// A pooled HTTP/1.1 client on `tls` whose connects give up after `connect_timeout`. Plain
-/// `http://` is allowed: the SDK decides which URLs it calls (its endpoints, `AWS_ENDPOINT_URL`
-/// locally). Nothing here follows redirects or reads proxy settings from the environment.
-pub(crate) fn hyper_client<B>(
-    tls: &ClientConfig,
-    connect_timeout: Option<Duration>,
-) -> Client<HttpsConnector<TcpConnector>, B>
+/// A pooled HTTP/1.1 client on `tls` whose connections are made as AWS's clients make them:
+///
+/// - **One connect timeout** over the name's resolution, the TCP connection and the TLS
+///   handshake together ([`Connector`]), as the AWS SDK's own client wraps its whole connector;
+///   hyper-util's own timeout covers the TCP connection only, so a slow resolver or a handshake
+///   that never completes ran on into the call's whole timeout. A connect that gives up is
+///   hyper-util's `is_connect` failure: nothing was sent, which the classification reads as not
+///   applied (`aws_errors`).
+/// - **Idle connections dropped** after [`POOL_IDLE`], within S3's idle limit.
+/// - **TCP keepalive** ([`KEEPALIVE_IDLE`], [`KEEPALIVE_INTERVAL`]) on every connection.
+///
+/// Plain `http://` is allowed: the SDK decides which URLs it calls (its endpoints,
+/// `AWS_ENDPOINT_URL` locally). Nothing here follows redirects or reads proxy settings from the
+/// environment.
+pub(crate) fn hyper_client<B>(tls: &ClientConfig, connect_timeout: Option<Duration>) -> Client<Connector, B>
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+{
+    hyper_client_idle(tls, connect_timeout, POOL_IDLE)
+}
+
+/// [`hyper_client`] keeping idle connections `idle` (tests shorten it).
+fn hyper_client_idle<B>(tls: &ClientConfig, connect_timeout: Option<Duration>, idle: Duration) -> Client<Connector, B>
 where
     B: http_body::Body + Send + 'static,
     B::Data: Send,
@@ -134,7 +173,8 @@ where
     let mut tcp = TcpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
-    tcp.set_connect_timeout(connect_timeout);
+    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
+    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls.clone())
         .https_or_http()
@@ -143,8 +183,50 @@ where
     Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(POOL_IDLE)
-        .build(https)
+        .pool_idle_timeout(idle)
+        .build(Connector { inner: https, limit: connect_timeout })
+}
+
+/// hyper-rustls' connector (resolution, TCP, TLS) under one timeout: a connect that has not
+/// produced a TLS session within `limit` fails as a timed-out I/O error.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    inner: HttpsConnector<TcpConnector>,
+    limit: Option<Duration>,
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connector").field("limit", &self.limit).finish_non_exhaustive()
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for Connector {
+    type Response = <HttpsConnector<TcpConnector> as tower_service::Service<http::Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, destination: http::Uri) -> Self::Future {
+        let connecting = self.inner.call(destination);
+        let limit = self.limit;
+        Box::pin(async move {
+            let Some(limit) = limit else { return connecting.await };
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection (name, TCP and TLS) within {} ms", limit.as_millis()),
+                )
+                .into()),
+            }
+        })
+    }
 }
 
 type PoolKey = (Option<Duration>, Option<Duration>);
@@ -172,7 +254,7 @@ impl HttpClient for SdkHttpClient {
 
 /// One hyper client (a connection pool) with fixed timeouts.
 struct Pool {
-    client: Client<HttpsConnector<TcpConnector>, SdkBody>,
+    client: Client<Connector, SdkBody>,
     read_timeout: Option<Duration>,
 }
 
@@ -190,6 +272,9 @@ impl Pool {
 
 impl HttpConnector for Pool {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        // The answer carries the request's signing time, against which the classification holds
+        // the answer's Date when a signature is refused for its time (`aws_errors::SignedAt`).
+        let signed_at = request.headers().get("x-amz-date").and_then(SignedAt::parse);
         let request = match request.try_into_http1x() {
             Ok(request) => request,
             Err(error) => return HttpConnectorFuture::ready(Err(ConnectorError::user(error.into()))),
@@ -204,8 +289,15 @@ impl HttpConnector for Pool {
                 None => sending.await,
             }
             .map_err(classify)?;
-            HttpResponse::try_from(response.map(SdkBody::from_body_1_x))
-                .map_err(|error| ConnectorError::other(error.into(), None))
+            // An answer that arrived but cannot be converted came after sending: an I/O failure,
+            // never "other", which the classification reads as a failure before sending.
+            let mut response = HttpResponse::try_from(response.map(SdkBody::from_body_1_x)).map_err(|error| {
+                ConnectorError::io(std::io::Error::new(std::io::ErrorKind::InvalidData, error).into())
+            })?;
+            if let Some(signed_at) = signed_at {
+                response.add_extension(signed_at);
+            }
+            Ok(response)
         })
     }
 }
@@ -281,5 +373,84 @@ mod tests {
         let first = provider.kx_groups.first().expect("key exchange groups").name();
         assert_eq!(first, rustls::NamedGroup::X25519MLKEM768, "post-quantum hybrid first");
         assert!(provider.cipher_suites.iter().all(|suite| suite.version().version != rustls::ProtocolVersion::TLSv1_0));
+    }
+
+    /// A loopback HTTP/1.1 server answering every request 200 with an empty body on
+    /// connections it keeps open; its port and the number of connections it accepted.
+    fn keep_alive_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut reader = std::io::BufReader::new(&stream);
+                    loop {
+                        let mut line = String::new();
+                        match reader.read_line(&mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if line == "\r\n" => {
+                                let _ = (&stream).write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                            }
+                            Ok(_) => {}
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    async fn get(client: &Client<Connector, SdkBody>, port: u16) {
+        let request = http::Request::get(format!("http://127.0.0.1:{port}/")).body(SdkBody::empty()).expect("request");
+        let response = client.request(request).await.expect("an answer");
+        assert_eq!(response.status(), 200);
+        // The empty body is read to its end, so the connection goes back to the pool.
+        let mut body = response.into_body();
+        while std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut body), cx)).await.is_some() {}
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_pool_limit_is_not_reused() {
+        let tls = client_config_with(&Roots::Compiled).expect("config");
+        let (port, accepted) = keep_alive_server();
+        let kept = hyper_client_idle::<SdkBody>(&tls, None, Duration::from_secs(10));
+        get(&kept, port).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        get(&kept, port).await;
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "reused within the idle limit");
+        let (port, accepted) = keep_alive_server();
+        let dropped = hyper_client_idle::<SdkBody>(&tls, None, Duration::from_millis(100));
+        get(&dropped, port).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        get(&dropped, port).await;
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2, "a new connection after the idle limit");
+        const { assert!(POOL_IDLE.as_secs() < 20, "below S3's idle limit of about 20 s") };
+    }
+
+    #[tokio::test]
+    async fn one_timeout_covers_the_tls_handshake() {
+        // A peer that accepts the TCP connection and never answers the ClientHello.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        std::thread::spawn(move || {
+            let held: Vec<_> = listener.incoming().take(1).collect();
+            std::thread::sleep(Duration::from_secs(10));
+            drop(held);
+        });
+        let tls = client_config_with(&Roots::Compiled).expect("config");
+        let client = hyper_client::<SdkBody>(&tls, Some(Duration::from_millis(300)));
+        let request = http::Request::get(format!("https://127.0.0.1:{port}/")).body(SdkBody::empty()).expect("request");
+        let started = std::time::Instant::now();
+        let error = tokio::time::timeout(Duration::from_secs(5), client.request(request))
+            .await
+            .expect("the connect timeout ends it, not the test's")
+            .expect_err("no handshake");
+        assert!(error.is_connect(), "a failure to connect: nothing was sent: {error:?}");
+        assert_eq!(io_kind(&error), Some(std::io::ErrorKind::TimedOut), "{}", chain(&error));
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     }
 }

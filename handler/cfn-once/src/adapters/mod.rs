@@ -11,4 +11,4 @@ pub mod https;
 pub mod s3_answers;
 pub mod sqs_queue;
 
-pub use aws_errors::{Failure, brief, classify, of_answer};
+pub use aws_errors::{Failure, Refresh, SKEW_MEASURED_MS_MIN, SignedAt, brief, classify, of_answer, signature_off_ms};
