@@ -24,7 +24,7 @@ use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::wait_condition::{HANDLE_PROPERTY, SignalStatus, WORK_DATA_NAME};
 use cfn_once_core::worker::Ports;
-use cfn_once_tests::{Sent, TwoRegions};
+use cfn_once_tests::{FaultProxy, Sent, TwoRegions};
 use serde_json::{Value, json};
 
 const TYPE: &str = "Custom::Reservation";
@@ -368,7 +368,7 @@ pub(crate) async fn two_regions_with_a_responder(
     label: &str,
     code: &std::path::Path,
     handler: &str,
-) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
+) -> (PathBuf, [(InvokeApi, String, FaultProxy); 2], TwoRegions) {
     two_regions_with_a_responder_where(label, code, handler, Reach::Both).await
 }
 
@@ -388,7 +388,7 @@ async fn two_regions_with_a_responder_where(
     code: &std::path::Path,
     handler: &str,
     reach: Reach,
-) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions) {
+) -> (PathBuf, [(InvokeApi, String, FaultProxy); 2], TwoRegions) {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let front = cfn_once_tests::moto_front();
@@ -409,8 +409,10 @@ async fn two_regions_with_a_responder_where(
         // The answer bucket is reached over HTTPS, so the URLs presigned for the function are
         // `https://` URLs, as in AWS.
         let https = https_sdk_config(&front.url(), front.ca_file(), region).await.expect("the HTTPS client");
+        // Invokes go through a fault proxy (a plain relay unless a test injects a fault).
+        let proxy = FaultProxy::start(api.endpoint());
         let invoker: Arc<dyn FunctionInvoker> =
-            Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(api.endpoint(), region).await));
+            Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(&proxy.url(), region).await));
         let route = FunctionRoute {
             resource_type: GREETING.to_owned(),
             on_event: FunctionRef::parse("responder", region).expect("a name"),
@@ -430,13 +432,14 @@ async fn two_regions_with_a_responder_where(
         let answers = Arc::new(answers);
         let provider = FunctionProvider::new(route, region, invoker).with_answer_drop(answers);
         routers.push(Router::new().register(GREETING, provider));
-        regions.push((api, bucket));
+        regions.push((api, bucket, proxy));
     }
     let secondary_router = routers.pop().expect("two routers");
     let primary_router = routers.pop().expect("two routers");
     let two =
         TwoRegions::with_ports(DELAY_S, &SETTINGS, with_router(primary_router), with_router(secondary_router)).await;
-    let regions: [(InvokeApi, String); 2] = regions.try_into().unwrap_or_else(|_| unreachable!("two regions"));
+    let regions: [(InvokeApi, String, FaultProxy); 2] =
+        regions.try_into().unwrap_or_else(|_| unreachable!("two regions"));
     (dir, regions, two)
 }
 
@@ -464,7 +467,7 @@ pub(crate) async fn greeting(regions: &TwoRegions, fixture: &str, properties: Va
 #[tokio::test]
 async fn a_function_that_answers_by_itself_is_answered_once_through_an_object_of_its_own() {
     let code = cfn_once_tests::workspace_root().join("examples/functions/cfn-response");
-    let (dir, [(primary_api, primary_bucket), _], mut regions) =
+    let (dir, [(primary_api, primary_bucket, _primary_proxy), _], mut regions) =
         two_regions_with_a_responder("self-answering", &code, "app.handler").await;
     let started = Instant::now();
 
@@ -512,8 +515,11 @@ async fn a_stale_executions_late_self_answer_is_ignored() {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique("slow-responder-code"));
     std::fs::create_dir_all(&dir).expect("a folder for the function");
     std::fs::write(dir.join("responder.py"), SLOW_RESPONDER).expect("the function's code");
-    let (logs_dir, [(primary_api, primary_bucket), (secondary_api, secondary_bucket)], mut regions) =
-        two_regions_with_a_responder("stale-self-answer", &dir, "responder.handler").await;
+    let (
+        logs_dir,
+        [(primary_api, primary_bucket, _primary_proxy), (secondary_api, secondary_bucket, _secondary_proxy)],
+        mut regions,
+    ) = two_regions_with_a_responder("stale-self-answer", &dir, "responder.handler").await;
 
     // In the primary's region the function takes 12 s; the primary dies while it runs.
     let sent =
@@ -628,7 +634,7 @@ async fn late_self_answer(
     label: &str,
     reach: Reach,
     late_by_s: u32,
-) -> (PathBuf, [(InvokeApi, String); 2], TwoRegions, Sent, Instant) {
+) -> (PathBuf, [(InvokeApi, String, FaultProxy); 2], TwoRegions, Sent, Instant) {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique(&format!("{label}-code")));
     std::fs::create_dir_all(&dir).expect("a folder for the function");
     std::fs::write(dir.join("responder.py"), LATE_RESPONDER).expect("the function's code");
@@ -720,8 +726,13 @@ enum PrimaryStops {
 
 /// The secondary's polls read the answer the primary's function PUT into the primary's bucket.
 async fn the_secondary_reads_the_primarys_pending_answer(label: &str, stops: PrimaryStops) {
-    let (log_dir, [(primary_api, primary_bucket), (secondary_api, _)], mut regions, sent, published) =
-        late_self_answer(label, Reach::Both, 8).await;
+    let (
+        log_dir,
+        [(primary_api, primary_bucket, _primary_proxy), (secondary_api, _, _secondary_proxy)],
+        mut regions,
+        sent,
+        published,
+    ) = late_self_answer(label, Reach::Both, 8).await;
     let waiting = regions.record(&sent).await.expect("a record");
     match stops {
         PrimaryStops::Drained => regions.set_active("us-west-2").await,
@@ -755,8 +766,13 @@ async fn a_self_answer_in_the_primarys_bucket_is_found_by_a_poll_the_secondary_h
 /// With the primary's region out (its Lambda stopped, its S3 unreadable from the secondary as
 /// `reach` says), the secondary runs the function again, once, and that answer is the one PUT.
 async fn a_pending_answer_in_a_region_out_is_redone_once(label: &str, reach: Reach) {
-    let (log_dir, [(primary_api, primary_bucket), (secondary_api, secondary_bucket)], mut regions, sent, published) =
-        late_self_answer(label, reach, 20).await;
+    let (
+        log_dir,
+        [(primary_api, primary_bucket, _primary_proxy), (secondary_api, secondary_bucket, _secondary_proxy)],
+        mut regions,
+        sent,
+        published,
+    ) = late_self_answer(label, reach, 20).await;
     let waiting = regions.record(&sent).await.expect("a record");
     regions.kill_primary().await;
 

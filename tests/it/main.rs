@@ -29,5 +29,6 @@ mod sweeper;
 mod templates;
 mod tls;
 mod two_regions;
+mod unseen_invokes;
 mod wait_conditions;
 mod wire_faults;

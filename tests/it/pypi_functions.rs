@@ -39,7 +39,7 @@ async fn greets_and_fails(label: &str, folder: &str, failing: &[(Value, &str)]) 
     let code = function_build::build(&source, folder, &cfn_once_tests::python(), &builds, &|line| println!("{line}"))
         .await
         .expect("the function's build");
-    let (dir, [(primary_api, primary_bucket), _], mut regions) =
+    let (dir, [(primary_api, primary_bucket, _primary_proxy), _], mut regions) =
         two_regions_with_a_responder(label, &code, "app.handler").await;
     let started = Instant::now();
 
