@@ -125,9 +125,13 @@ pub struct Sample {
     pub init_cpu_ms: f64,
     /// The first event handed out → its `/response`.
     pub first_alone_ms: f64,
-    /// Of that, time spent waiting for AWS (moto behind the proxy): the first invocation's calls
+    /// Of that, time spent waiting for AWS (each call from its arrival at the proxy to its
+    /// reply: the round trip added there and moto's own time): the first invocation's calls
     /// are sequential, so the rest is the function's own.
     pub first_aws_ms: f64,
+    /// Of the first request's time to answer, moto's own time (before the PUT was stored):
+    /// what the floor leaves out.
+    pub first_answer_moto_ms: f64,
     /// CPU spent on the first invocation.
     pub first_cpu_ms: f64,
     /// exec → the first `/response`.
@@ -347,10 +351,18 @@ pub async fn run_once(
         cold_start_ms: ms(started, first_next),
         init_cpu_ms: init_cpu as f64 / 1e6,
         first_alone_ms: ms(first_handed, first_posted),
+        // The whole round trip: from the call's arrival at the proxy (its added latency, then
+        // moto) to its reply; counting moto's time alone put the added round trips in "the
+        // function's own".
         first_aws_ms: busy_ms(first_window.iter().filter_map(|index| {
             let exchange = &log[*index];
+            exchange.replied.map(|replied| (exchange.arrived, replied))
+        })),
+        first_answer_moto_ms: busy_ms(first_window.iter().filter_map(|index| {
+            let exchange = &log[*index];
             let forwarded = exchange.arrived + exchange.added_latency.unwrap_or_default();
-            exchange.upstream_took.map(|took| (forwarded, forwarded + took))
+            let took = exchange.upstream_took?;
+            Some((forwarded, (forwarded + took).min(first_put_stored))).filter(|(from, _)| *from < first_put_stored)
         })),
         first_cpu_ms: cpu_ms(first_handed_cpu, first_posted_cpu),
         first_end_to_end_ms: ms(started, first_posted),
