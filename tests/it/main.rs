@@ -14,6 +14,7 @@ mod emf;
 mod esm;
 mod fenced;
 mod fenced_unknown;
+mod formats;
 mod functions;
 mod hostile;
 mod http_sink;

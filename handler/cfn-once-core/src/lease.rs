@@ -107,9 +107,29 @@ pub struct RequestLabel {
     pub resource_type: String,
 }
 
+/// The format of the records this handler writes (answers and works alike; the control item
+/// has its own, [`crate::control::CONTROL_FORMAT`]). A record carries the format of the handler
+/// that last wrote it; a record without one was written before formats (through the first
+/// release that had none, 47ab05d) and is format 1. A handler reads every format up to its own
+/// and writes its own; it never writes, deletes or acts on a record of a newer format
+/// ([`StoreError::NewerFormat`]): it leaves the message for a handler that knows it.
+///
+/// - 1: the records as 47ab05d wrote them.
+/// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`); a
+///   close commits its FAILURE signal in the same write that takes the work's lease.
+///
+/// Raise it with any change an older handler would misread (a new state, a field whose absence
+/// means something else, a new meaning of an old field), and add that version's golden records
+/// (`make golden-records`): `tests/it/golden.rs` fails on a record whose shape changed under an
+/// unchanged format.
+pub const RECORD_FORMAT: u32 = 2;
+
 /// One request's record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRecord {
+    /// The format of the handler that last wrote it ([`RECORD_FORMAT`]; 1 when the stored item
+    /// has none).
+    pub format: u32,
     /// The request this record is for.
     pub key: RequestKey,
     /// Strictly increasing per key (S3).
@@ -256,6 +276,23 @@ pub enum StoreError {
     /// Retrying will not help (missing table, access denied, validation).
     #[error("lease store refused the request: {0}")]
     Permanent(String),
+    /// The record is of a format newer than this handler's ([`RECORD_FORMAT`]): written by a
+    /// newer version of cfn-once (the other region upgraded first, or this one was rolled
+    /// back). Nothing was written; the message is left for a handler that knows the format.
+    #[error(
+        "the record is of format {format}, newer than this handler's {RECORD_FORMAT}: left to a handler that knows it"
+    )]
+    NewerFormat {
+        /// The record's format.
+        format: u32,
+    },
+}
+
+impl StoreError {
+    /// [`StoreError::NewerFormat`] if `record` is of a format this handler does not know.
+    pub fn if_newer(record: &LeaseRecord) -> Result<(), StoreError> {
+        if record.format > RECORD_FORMAT { Err(Self::NewerFormat { format: record.format }) } else { Ok(()) }
+    }
 }
 
 impl StoreError {
@@ -346,6 +383,7 @@ pub fn left_record(
     match prior {
         Some(prior) => LeaseRecord { fence, ..prior.clone() },
         None => LeaseRecord {
+            format: RECORD_FORMAT,
             key: key.clone(),
             fence,
             owner: String::new(),
@@ -537,6 +575,7 @@ mod tests {
 
     fn record(state: LeaseState, fingerprint: &str, lease_until_ms: u64, attempts: &[&str]) -> LeaseRecord {
         LeaseRecord {
+            format: crate::lease::RECORD_FORMAT,
             key: RequestKey {
                 stack_id: crate::request::StackArn::parse("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g")
                     .expect("an ARN"),

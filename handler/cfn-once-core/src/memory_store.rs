@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use crate::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError, admits,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, StoreError,
+    admits,
 };
 use crate::request::RequestKey;
 
@@ -21,6 +22,9 @@ pub struct MemoryLeaseStore {
     records: Mutex<BTreeMap<RequestKey, LeaseRecord>>,
     /// The simulator's self-check only: commit without its condition (see `planted_commit_bug`).
     unconditional_commit: bool,
+    /// The simulator's self-check only: take a record of a newer format for one of this
+    /// handler's (see `planted_format_blind`).
+    format_blind: bool,
 }
 
 impl MemoryLeaseStore {
@@ -33,7 +37,20 @@ impl MemoryLeaseStore {
     /// deliberately broken store for the simulator's self-check, which must catch the double
     /// commits it allows. Never use it for anything else.
     pub fn planted_commit_bug() -> Self {
-        Self { records: Mutex::default(), unconditional_commit: true }
+        Self { unconditional_commit: true, ..Self::default() }
+    }
+
+    /// A store that reads and writes records of a newer format as if they were its own, as a
+    /// handler that checked no format would: a deliberately broken store for the simulator's
+    /// self-check, which must catch the records of an unknown format it overwrites.
+    pub fn planted_format_blind() -> Self {
+        Self { format_blind: true, ..Self::default() }
+    }
+
+    /// Stores `record` as it is, whatever its format: a newer version of cfn-once writing the
+    /// table (the simulator's "future" records, tests).
+    pub fn put_as_written(&self, record: LeaseRecord) {
+        self.records().insert(record.key.clone(), record);
     }
 
     /// Every record, for assertions.
@@ -49,10 +66,12 @@ impl MemoryLeaseStore {
     /// Deletes every record whose `expires_ms` has passed at `now_ms`, as the sweeper does on
     /// the DynamoDB table (MRSC tables have no TTL); returns how many. For tests and the
     /// simulator, which play a stack's life over months.
+    /// A record of a newer format stays: its retention is that format's to say.
     pub fn sweep(&self, now_ms: u64) -> usize {
+        let blind = self.format_blind;
         let mut records = self.records();
         let before = records.len();
-        records.retain(|_, record| record.expires_ms >= now_ms);
+        records.retain(|_, record| record.expires_ms >= now_ms || (record.format > RECORD_FORMAT && !blind));
         before - records.len()
     }
 
@@ -71,20 +90,31 @@ impl MemoryLeaseStore {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Every write's first condition, as the DynamoDB adapter's `attribute_not_exists(format)
+    /// OR format <= :format`: a record of a newer format is refused before anything else.
+    fn known(&self, record: Option<&LeaseRecord>) -> Result<(), StoreError> {
+        match record {
+            Some(record) if !self.format_blind => StoreError::if_newer(record),
+            _ => Ok(()),
+        }
+    }
+
     fn conditional(
         &self,
         key: &RequestKey,
         condition: impl FnOnce(&LeaseRecord) -> bool,
         update: impl FnOnce(&mut LeaseRecord),
-    ) -> Conditional {
+    ) -> Result<Conditional, StoreError> {
         let mut records = self.records();
-        match records.get_mut(key) {
+        self.known(records.get(key))?;
+        Ok(match records.get_mut(key) {
             Some(record) if condition(record) => {
                 update(record);
+                record.format = RECORD_FORMAT;
                 Conditional::Applied
             }
             other => Conditional::Refused(other.map(|record| Box::new(record.clone()))),
-        }
+        })
     }
 }
 
@@ -98,6 +128,7 @@ impl LeaseStore for MemoryLeaseStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let mut records = self.records();
         let existing = records.get(&request.key);
+        self.known(existing)?;
         if !admits(existing, request) {
             let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
             return Ok(Acquire::Refused(Box::new(record)));
@@ -115,6 +146,7 @@ impl LeaseStore for MemoryLeaseStore {
         records.insert(
             request.key.clone(),
             LeaseRecord {
+                format: RECORD_FORMAT,
                 key: request.key.clone(),
                 fence,
                 owner: request.owner.clone(),
@@ -141,6 +173,7 @@ impl LeaseStore for MemoryLeaseStore {
         // One lock for both: the acquire, then the commit, as one write.
         let mut records = self.records();
         let existing = records.get(&request.key);
+        self.known(existing)?;
         if !admits(existing, request) {
             let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
             return Ok(Acquire::Refused(Box::new(record)));
@@ -156,6 +189,7 @@ impl LeaseStore for MemoryLeaseStore {
         records.insert(
             request.key.clone(),
             LeaseRecord {
+                format: RECORD_FORMAT,
                 key: request.key.clone(),
                 fence,
                 owner: request.owner.clone(),
@@ -185,11 +219,11 @@ impl LeaseStore for MemoryLeaseStore {
         lease_until_ms: u64,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
+        self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
             record.lease_until_ms = lease_until_ms;
             record.heartbeat += 1;
             record.updated_ms = now_ms;
-        }))
+        })
     }
 
     async fn commit(
@@ -200,7 +234,7 @@ impl LeaseStore for MemoryLeaseStore {
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
         let unconditional = self.unconditional_commit;
-        Ok(self.conditional(
+        self.conditional(
             key,
             |record| unconditional || under_fence(fence, LeaseState::Running)(record),
             |record| {
@@ -209,7 +243,7 @@ impl LeaseStore for MemoryLeaseStore {
                 record.updated_ms = now_ms;
                 record.poll = None;
             },
-        ))
+        )
     }
 
     async fn wait(
@@ -219,12 +253,12 @@ impl LeaseStore for MemoryLeaseStore {
         poll: &PollRecord,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
+        self.conditional(key, under_fence(fence, LeaseState::Running), |record| {
             record.state = LeaseState::Waiting;
             record.poll = Some(poll.clone());
             record.lease_until_ms = now_ms;
             record.updated_ms = now_ms;
-        }))
+        })
     }
 
     async fn mark_delivered(
@@ -234,20 +268,22 @@ impl LeaseStore for MemoryLeaseStore {
         unsent: Option<&str>,
         now_ms: u64,
     ) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(key, under_fence(fence, LeaseState::Committed), |record| {
+        self.conditional(key, under_fence(fence, LeaseState::Committed), |record| {
             record.delivered = true;
             if let Some(why) = unsent {
                 record.unsent = Some(why.to_owned());
             }
             record.updated_ms = now_ms;
-        }))
+        })
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {
-        Ok(self.records().get(key).cloned())
+        let record = self.records().get(key).cloned();
+        self.known(record.as_ref())?;
+        Ok(record)
     }
 
     async fn leave(&self, left: &LeaseRecord) -> Result<Conditional, StoreError> {
-        Ok(self.conditional(&left.key, under_fence(left.fence, LeaseState::Running), |record| *record = left.clone()))
+        self.conditional(&left.key, under_fence(left.fence, LeaseState::Running), |record| *record = left.clone())
     }
 }

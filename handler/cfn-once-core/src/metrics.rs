@@ -39,6 +39,13 @@ pub enum MetricEvent {
     SignalUnsent,
     /// A provider panicked; its request is answered FAILED.
     ProviderPanicked,
+    /// A record of a format newer than this handler's was met: nothing was written to it, and
+    /// the message was left for a handler that knows the format (an upgrade in progress, or a
+    /// rollback).
+    NewerFormat {
+        /// The record's format.
+        format: u32,
+    },
     /// A primary received a request whose deadline comes before the secondary's copy could be
     /// answered (ServiceTimeout shorter than the secondary's delay plus the deadline margin):
     /// that request has no failover.

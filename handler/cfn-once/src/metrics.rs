@@ -37,6 +37,9 @@ pub mod names {
     pub const PROVIDER_PANICS: &str = "ProviderPanics";
     /// Work signals never sent because their wait condition handle had expired or refused them.
     pub const SIGNALS_UNSENT: &str = "SignalsUnsent";
+    /// Records met of a format newer than this handler's, left untouched (an upgrade or a
+    /// rollback in progress: the other region, or this one upgraded, finishes them).
+    pub const NEWER_FORMAT_RECORDS: &str = "NewerFormatRecords";
     /// Requests a primary received whose ServiceTimeout is shorter than the secondary's delay
     /// plus the deadline margin: they have no failover.
     pub const SHORT_SERVICE_TIMEOUTS: &str = "ShortServiceTimeout";
@@ -80,6 +83,7 @@ pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
         names::FENCE_CONFLICTS,
         names::DLQ_BOUND_FAILURES,
         names::SIGNALS_UNSENT,
+        names::NEWER_FORMAT_RECORDS,
     ] {
         metrics::describe_counter!(counter, Unit::Count, "");
     }
@@ -118,6 +122,7 @@ impl MetricsSink for EmfMetrics {
             MetricEvent::DlqBound => metrics::counter!(names::DLQ_BOUND_FAILURES).increment(1),
             MetricEvent::ProviderPanicked => metrics::counter!(names::PROVIDER_PANICS).increment(1),
             MetricEvent::SignalUnsent => metrics::counter!(names::SIGNALS_UNSENT).increment(1),
+            MetricEvent::NewerFormat { .. } => metrics::counter!(names::NEWER_FORMAT_RECORDS).increment(1),
             MetricEvent::ShortServiceTimeout => metrics::counter!(names::SHORT_SERVICE_TIMEOUTS).increment(1),
         }
     }

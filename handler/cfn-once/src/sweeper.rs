@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
+use cfn_once_core::lease::RECORD_FORMAT;
 use serde::Serialize;
 
 /// What a run did.
@@ -32,6 +33,10 @@ pub struct SweepReport {
     pub complete: bool,
 }
 
+/// Records of a format this sweeper knows: a newer format's retention is that format's to say,
+/// and its records are left to a newer sweeper (`lease::RECORD_FORMAT`).
+const KNOWN_FORMAT: &str = "(attribute_not_exists(#format) OR #format <= :format)";
+
 /// Deletes every lease record of `table_name` whose `expires_ms` is before `now_ms`, until done
 /// or until `stop_at`, which every call is cut at: a run never outlasts it, whatever the client's
 /// own timeouts (`app::sweeper_client`).
@@ -43,11 +48,13 @@ pub async fn sweep(client: &Client, table_name: &str, now_ms: u64, stop_at: Inst
             .scan()
             .table_name(table_name)
             .consistent_read(true)
-            .filter_expression("attribute_exists(#fence) AND #expires < :now")
+            .filter_expression(format!("attribute_exists(#fence) AND #expires < :now AND {KNOWN_FORMAT}"))
             .projection_expression("pk, sk")
             .expression_attribute_names("#fence", "fence")
             .expression_attribute_names("#expires", "expires_ms")
+            .expression_attribute_names("#format", "format")
             .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+            .expression_attribute_values(":format", AttributeValue::N(RECORD_FORMAT.to_string()))
             .set_exclusive_start_key(start.take())
             .send();
         let Some(page) = before(stop_at, scan).await else { return Ok(report) };
@@ -59,9 +66,11 @@ pub async fn sweep(client: &Client, table_name: &str, now_ms: u64, stop_at: Inst
                 .delete_item()
                 .table_name(table_name)
                 .set_key(Some(key))
-                .condition_expression("#expires < :now")
+                .condition_expression(format!("#expires < :now AND {KNOWN_FORMAT}"))
                 .expression_attribute_names("#expires", "expires_ms")
+                .expression_attribute_names("#format", "format")
                 .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string()))
+                .expression_attribute_values(":format", AttributeValue::N(RECORD_FORMAT.to_string()))
                 .send();
             let Some(deleted) = before(stop_at, delete).await else { return Ok(report) };
             match deleted {

@@ -371,6 +371,7 @@ mod tests {
 
     fn work(state: LeaseState, response: Option<Vec<u8>>, poll: Option<PollRecord>) -> LeaseRecord {
         LeaseRecord {
+            format: cfn_once_core::lease::RECORD_FORMAT,
             key: RequestKey {
                 stack_id: StackArn::parse("arn:aws:cloudformation:us-east-2:123456789012:stack/s/g").expect("ARN"),
                 request_id: "cfn-once-work:0123456789abcdef".into(),

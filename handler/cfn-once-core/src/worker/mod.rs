@@ -375,6 +375,7 @@ impl Worker {
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
+                Err(error @ StoreError::NewerFormat { .. }) => return self.retry(job, error.to_string()).into(),
                 Err(error) => return self.retry(job, format!("could not reach the lease store: {error}")).into(),
             };
             let situation = self.situation(job, activity);

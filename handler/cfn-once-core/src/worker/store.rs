@@ -229,9 +229,18 @@ impl Worker {
         let Some(timeout_ms) = call_timeout_ms(self.settings.store_call_timeout_ms, end_ms, self.clock.now_ms()) else {
             return Err(StoreError::Transient("no time was left in this invocation for a lease-store call".into()));
         };
-        within(self.clock.as_ref(), timeout_ms, call)
+        let result = within(self.clock.as_ref(), timeout_ms, call)
             .await
-            .unwrap_or_else(|| Err(StoreError::Ambiguous(format!("no answer within {timeout_ms} ms"))))
+            .unwrap_or_else(|| Err(StoreError::Ambiguous(format!("no answer within {timeout_ms} ms"))));
+        if let Err(StoreError::NewerFormat { format }) = &result {
+            self.metrics.record(MetricEvent::NewerFormat { format: *format });
+            tracing::warn!(
+                format,
+                known = crate::lease::RECORD_FORMAT,
+                "the record was written by a newer version of cfn-once; leaving it, and the message, to a handler that knows its format"
+            );
+        }
+        result
     }
 
     /// Sleeps before another store attempt; false (without sleeping) if the attempt after it

@@ -1056,3 +1056,38 @@ fn an_unknown_outcome_with_no_time_to_run_again_is_answered_failed_saying_so() {
     assert!(reason.contains("timed out after it was sent"), "{reason}");
     assert_eq!(h.counting.runs(), vec![(1, None)], "not run again under the same fence");
 }
+
+/// A record a newer version of cfn-once wrote (its format above this handler's): the delivery
+/// neither runs the provider, nor answers, nor writes the record; it comes back later, says why,
+/// and counts it. A handler of the newer version, or this one upgraded, answers it.
+#[test]
+fn a_record_of_a_newer_format_is_left_to_a_handler_that_knows_it() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let body = request("Create", "Custom::Counting", json!({"DelayMs": "4000"}), URL);
+    // The newer version took the lease and went away before answering.
+    let invocation = h.invocation(900_000);
+    let first = worker.handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms: None }, &invocation);
+    let mut first = Box::pin(first);
+    let waker = futures_util::task::noop_waker();
+    let _ = first.as_mut().poll(&mut std::task::Context::from_waker(&waker));
+    drop(first);
+    let newer = LeaseRecord { format: crate::lease::RECORD_FORMAT + 1, ..h.record() };
+    h.memory.put_as_written(newer.clone());
+    // Its lease has long expired: this version would take it over, were it of its format.
+    h.clock.advance_ms(60_000);
+    for receive_count in 1..=3 {
+        let left = drive(
+            &h.clock,
+            worker.handle(QueueRecord { body: Some(&body), receive_count, sent_ms: None }, &h.invocation(900_000)),
+        );
+        assert!(
+            matches!(&left, Disposition::Retry { why, .. } if why.contains("newer than this handler's")),
+            "{left:?}"
+        );
+    }
+    assert_eq!(h.record(), newer, "the record is as the newer version left it");
+    assert!(h.sink.bodies(URL).is_empty(), "answered although a newer version holds the request");
+    let counted = h.metrics.events().iter().filter(|event| matches!(event, MetricEvent::NewerFormat { .. })).count();
+    assert_eq!(counted, 3, "each delivery that left it counted");
+}

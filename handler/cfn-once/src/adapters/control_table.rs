@@ -1,6 +1,7 @@
 //! The default active-region control: one item in the lease table.
 //!
-//! `pk = "control#active"`, `sk = "control"`, `active_region = <region>`. The lease table is an
+//! `pk = "control#active"`, `sk = "control"`, `active_region = <region>`, `format`
+//! ([`CONTROL_FORMAT`]; an item without one is format 1). The lease table is an
 //! MRSC global table, so the item is strongly consistent in every region and costs nothing
 //! extra; the drill flips it with one PutItem. No item means the primary is active.
 
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
-use cfn_once_core::control::{ActivitySource, ControlError};
+use cfn_once_core::control::{ActivitySource, CONTROL_FORMAT, ControlError};
 use cfn_once_core::decision::Activity;
 
 use super::aws_errors::classify;
@@ -17,6 +18,7 @@ use super::aws_errors::classify;
 const CONTROL_PK: &str = "control#active";
 const CONTROL_SK: &str = "control";
 const ACTIVE_REGION: &str = "active_region";
+const FORMAT: &str = "format";
 
 /// The control item of one lease table, seen from one region.
 #[derive(Debug, Clone)]
@@ -50,7 +52,14 @@ impl TableControl {
             .send()
             .await
             .map_err(|error| ControlError(classify(&error).into_text()))?;
-        Ok(output.item.and_then(|item| item.get(ACTIVE_REGION)?.as_s().ok().cloned()))
+        let Some(item) = output.item else { return Ok(None) };
+        let format = item.get(FORMAT).and_then(|value| value.as_n().ok()?.parse::<u32>().ok()).unwrap_or(1);
+        if format > CONTROL_FORMAT {
+            return Err(ControlError(format!(
+                "the control item is of format {format}, newer than this version's {CONTROL_FORMAT}: not read"
+            )));
+        }
+        Ok(item.get(ACTIVE_REGION).and_then(|value| value.as_s().ok()).cloned())
     }
 
     /// Makes `region` the active one (the drill's flip).
@@ -59,14 +68,28 @@ impl TableControl {
         item.insert(ACTIVE_REGION.into(), AttributeValue::S(region.into()));
         item.insert("updated_ms".into(), AttributeValue::N(now_ms.to_string()));
         item.insert("updated_by".into(), AttributeValue::S(by.into()));
-        self.client
+        item.insert(FORMAT.into(), AttributeValue::N(CONTROL_FORMAT.to_string()));
+        let put = self
+            .client
             .put_item()
             .table_name(&self.table_name)
             .set_item(Some(item))
+            .condition_expression("attribute_not_exists(#format) OR #format <= :format")
+            .expression_attribute_names("#format", FORMAT)
+            .expression_attribute_values(":format", AttributeValue::N(CONTROL_FORMAT.to_string()))
             .send()
-            .await
-            .map_err(|error| ControlError(classify(&error).into_text()))?;
-        Ok(())
+            .await;
+        match put {
+            Ok(_) => Ok(()),
+            Err(aws_sdk_dynamodb::error::SdkError::ServiceError(service))
+                if service.err().is_conditional_check_failed_exception() =>
+            {
+                Err(ControlError(format!(
+                    "the control item was written by a newer version of cfn-once (format above {CONTROL_FORMAT}); flip it with that version"
+                )))
+            }
+            Err(error) => Err(ControlError(classify(&error).into_text())),
+        }
     }
 }
 

@@ -25,7 +25,8 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RequestLabel, StoreError,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, RequestLabel,
+    StoreError,
 };
 use cfn_once_core::request::{RequestKey, StackArn};
 
@@ -36,6 +37,7 @@ type Item = HashMap<String, AttributeValue>;
 
 /// Attribute names, in one place.
 mod attr {
+    pub const FORMAT: &str = "format";
     pub const PK: &str = "pk";
     pub const SK: &str = "sk";
     pub const FENCE: &str = "fence";
@@ -60,6 +62,17 @@ mod attr {
     pub const LOGICAL_ID: &str = "logical_id";
     pub const REQUEST_TYPE: &str = "request_type";
     pub const RESOURCE_TYPE: &str = "resource_type";
+}
+
+/// The placeholders of the format clause every write carries.
+const FORMAT_NAME: &str = "#cfn_once_format";
+const FORMAT_VALUE: &str = ":cfn_once_format";
+
+/// `condition`, holding only on a record of a format this handler knows: absent (format 1, or
+/// no record) or not newer than [`RECORD_FORMAT`]. A record of a newer format refuses every
+/// write, and the refusal's old item is read as [`StoreError::NewerFormat`] (`parse_record`).
+fn with_format(condition: &str) -> String {
+    format!("(attribute_not_exists({FORMAT_NAME}) OR {FORMAT_NAME} <= {FORMAT_VALUE}) AND ({condition})")
 }
 
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
@@ -149,15 +162,23 @@ impl DynamoLeaseStore {
         ])
     }
 
-    /// A conditional UpdateItem on `key`.
+    /// A conditional UpdateItem on `key`, which also writes this handler's record format and
+    /// holds only on a record of a format it knows ([`with_format`]).
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
+        let update = call
+            .update
+            .strip_prefix("SET ")
+            .map(|rest| format!("SET {FORMAT_NAME} = {FORMAT_VALUE}, {rest}"))
+            .ok_or_else(|| StoreError::Permanent(format!("an update that sets nothing: {}", call.update)))?;
         let mut request = self
             .client
             .update_item()
             .table_name(&self.table_name)
             .set_key(Some(Self::key(key)))
-            .update_expression(call.update)
-            .condition_expression(call.condition)
+            .update_expression(update)
+            .condition_expression(with_format(call.condition))
+            .expression_attribute_names(FORMAT_NAME, attr::FORMAT)
+            .expression_attribute_values(FORMAT_VALUE, number(u64::from(RECORD_FORMAT)))
             .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in call.names {
@@ -191,7 +212,9 @@ impl DynamoLeaseStore {
             .put_item()
             .table_name(&self.table_name)
             .set_item(Some(item))
-            .condition_expression(condition)
+            .condition_expression(with_format(condition))
+            .expression_attribute_names(FORMAT_NAME, attr::FORMAT)
+            .expression_attribute_values(FORMAT_VALUE, number(u64::from(RECORD_FORMAT)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in names {
             request = request.expression_attribute_names(*placeholder, *name);
@@ -557,6 +580,8 @@ fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
     let text = |value: &str| AttributeValue::S(value.to_owned());
     let mut item = DynamoLeaseStore::key(&record.key);
     item.extend([
+        // Written by this handler, in its format, whatever format it was read in.
+        (attr::FORMAT.to_owned(), number(u64::from(RECORD_FORMAT))),
         (attr::FENCE.to_owned(), number(record.fence)),
         (attr::OWNER.to_owned(), text(&record.owner)),
         (attr::LEASE_UNTIL.to_owned(), number(record.lease_until_ms)),
@@ -637,7 +662,20 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
     let bad = |field: &str| StoreError::Permanent(format!("lease record has no valid {field}"));
     let string = |field: &str| item.get(field).and_then(|v| v.as_s().ok()).cloned();
     let number = |field: &str| item.get(field).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
+    // The format first: a newer one may mean anything by the rest.
+    let format = match item.get(attr::FORMAT) {
+        None => 1,
+        Some(value) => value
+            .as_n()
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| bad(attr::FORMAT))?,
+    };
+    if format > RECORD_FORMAT {
+        return Err(StoreError::NewerFormat { format });
+    }
     Ok(LeaseRecord {
+        format,
         key: key.clone(),
         fence: number(attr::FENCE).ok_or_else(|| bad(attr::FENCE))?,
         owner: string(attr::OWNER).unwrap_or_default(),
