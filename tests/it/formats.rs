@@ -50,7 +50,7 @@ fn acquire(key: &RequestKey, fingerprint: &str, now_ms: u64, preempt: bool) -> A
 /// `NewerFormat`, naming it.
 async fn every_call_leaves_a_newer_record_alone(store: &dyn LeaseStore, key: &RequestKey, fence: u64) {
     let newer = |result: Result<(), StoreError>, call: &str| match result {
-        Err(StoreError::NewerFormat { format }) => assert_eq!(format, NEWER, "{call}"),
+        Err(StoreError::NewerFormat { format, settled: false }) => assert_eq!(format, NEWER, "{call}"),
         other => panic!("{call} on a record of a newer format: {other:?}"),
     };
     let poll = PollRecord {
@@ -138,6 +138,21 @@ async fn the_dynamodb_store_and_the_sweeper_never_write_or_delete_a_record_of_a_
     println!("sweep past its expiry: {report:?}");
     assert_eq!(report.deleted, 0, "the sweeper deleted a record of a newer format");
     assert_eq!(item_of(&client, &region.table, &key).await, planted, "untouched");
+    // The newer version finishes it: `delivered` says so in every format.
+    client
+        .update_item()
+        .table_name(&region.table)
+        .key("pk", AttributeValue::S(key.stack_id.to_string()))
+        .key("sk", AttributeValue::S(key.request_id.clone()))
+        .update_expression("SET delivered = :true")
+        .expression_attribute_values(":true", AttributeValue::Bool(true))
+        .send()
+        .await
+        .expect("the newer version's write");
+    assert!(
+        matches!(store.read(&key).await, Err(StoreError::NewerFormat { format: NEWER, settled: true })),
+        "a finished request of a newer format reads as settled"
+    );
 }
 
 #[tokio::test]

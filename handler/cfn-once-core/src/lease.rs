@@ -118,6 +118,12 @@ pub struct RequestLabel {
 /// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`); a
 ///   close commits its FAILURE signal in the same write that takes the work's lease.
 ///
+/// One field keeps its meaning in every format, so that an older handler can let go of a
+/// request a newer one finished: `delivered` true means that nothing is left for any handler to
+/// do on the record (its answer or signal was PUT, or never will be). An older handler meeting a
+/// newer record reads that field alone ([`StoreError::NewerFormat`]'s `settled`) and drops its
+/// copy of the message instead of backing off until the dead-letter queue.
+///
 /// Raise it with any change an older handler would misread (a new state, a field whose absence
 /// means something else, a new meaning of an old field), and add that version's golden records
 /// (`make golden-records`): `tests/it/golden.rs` fails on a record whose shape changed under an
@@ -285,13 +291,20 @@ pub enum StoreError {
     NewerFormat {
         /// The record's format.
         format: u32,
+        /// Whether the record says that nothing is left to do on it (`delivered`, the one field
+        /// every format keeps): the newer version finished the request.
+        settled: bool,
     },
 }
 
 impl StoreError {
     /// [`StoreError::NewerFormat`] if `record` is of a format this handler does not know.
     pub fn if_newer(record: &LeaseRecord) -> Result<(), StoreError> {
-        if record.format > RECORD_FORMAT { Err(Self::NewerFormat { format: record.format }) } else { Ok(()) }
+        if record.format > RECORD_FORMAT {
+            Err(Self::NewerFormat { format: record.format, settled: record.delivered })
+        } else {
+            Ok(())
+        }
     }
 }
 

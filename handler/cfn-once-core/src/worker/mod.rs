@@ -375,6 +375,8 @@ impl Worker {
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
+                // A newer version finished it: this copy has nothing left to do.
+                Err(StoreError::NewerFormat { settled: true, .. }) => return Disposition::Done(Done::Duplicate).into(),
                 Err(error @ StoreError::NewerFormat { .. }) => return self.retry(job, error.to_string()).into(),
                 Err(error) => return self.retry(job, format!("could not reach the lease store: {error}")).into(),
             };

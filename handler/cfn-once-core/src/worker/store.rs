@@ -232,13 +232,21 @@ impl Worker {
         let result = within(self.clock.as_ref(), timeout_ms, call)
             .await
             .unwrap_or_else(|| Err(StoreError::Ambiguous(format!("no answer within {timeout_ms} ms"))));
-        if let Err(StoreError::NewerFormat { format }) = &result {
+        if let Err(StoreError::NewerFormat { format, settled }) = &result {
             self.metrics.record(MetricEvent::NewerFormat { format: *format });
-            tracing::warn!(
-                format,
-                known = crate::lease::RECORD_FORMAT,
-                "the record was written by a newer version of cfn-once; leaving it, and the message, to a handler that knows its format"
-            );
+            if *settled {
+                tracing::info!(
+                    format,
+                    known = crate::lease::RECORD_FORMAT,
+                    "the record was written by a newer version of cfn-once, which finished the request; nothing left to do"
+                );
+            } else {
+                tracing::warn!(
+                    format,
+                    known = crate::lease::RECORD_FORMAT,
+                    "the record was written by a newer version of cfn-once; leaving it, and the message, to a handler that knows its format"
+                );
+            }
         }
         result
     }

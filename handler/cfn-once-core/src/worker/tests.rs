@@ -1091,3 +1091,19 @@ fn a_record_of_a_newer_format_is_left_to_a_handler_that_knows_it() {
     let counted = h.metrics.events().iter().filter(|event| matches!(event, MetricEvent::NewerFormat { .. })).count();
     assert_eq!(counted, 3, "each delivery that left it counted");
 }
+
+/// A request a newer version finished (its record delivered, in a newer format): a copy
+/// arriving here is dropped, not backed off until the dead-letter queue, and writes nothing.
+#[test]
+fn a_request_a_newer_format_finished_is_dropped_here() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    assert_eq!(answered(&h.handle(&worker, &body)), (1, Status::Success));
+    let finished = LeaseRecord { format: crate::lease::RECORD_FORMAT + 1, ..h.record() };
+    assert!(finished.delivered);
+    h.memory.put_as_written(finished.clone());
+    assert_eq!(h.handle(&h.worker("us-west-2"), &body), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.record(), finished, "untouched");
+    assert_eq!((h.counting.calls(), h.sink.bodies(URL).len()), (1, 1), "nothing run or PUT again");
+}

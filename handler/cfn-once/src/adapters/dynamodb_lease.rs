@@ -672,7 +672,8 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
             .ok_or_else(|| bad(attr::FORMAT))?,
     };
     if format > RECORD_FORMAT {
-        return Err(StoreError::NewerFormat { format });
+        let settled = item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false);
+        return Err(StoreError::NewerFormat { format, settled });
     }
     Ok(LeaseRecord {
         format,
