@@ -442,7 +442,7 @@ fn check_logs(fleet: &Fleet, sent: &[Sent], findings: &mut Findings) -> anyhow::
             if line.contains("lease acquired") && line.contains("\"took_over\":true") {
                 findings.takeovers += 1;
             }
-            if line.contains("found a committed response that was never delivered") {
+            if line.contains("found a committed answer that was never delivered") {
                 findings.re_puts += 1;
             }
             if line.contains("lease given back unused") {
