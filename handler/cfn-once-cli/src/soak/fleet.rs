@@ -4,9 +4,10 @@
 //! bucket are provisioned as `cfn-once local` does, with the template's parameters: the queue's
 //! visibility timeout for the chosen function timeout, its `maxReceiveCount`, the secondary's
 //! `DelaySeconds`. Each region then gets a local Lambda service running the function binary
-//! with the template's environment for its role and timeout (only the names of this run's
-//! resources and the endpoint changed), at most `MaximumConcurrency` processes, fed by a mapping
-//! of the template's `BatchSize`. The processes reach AWS through their region's fault proxy,
+//! (the same in both regions, or the secondary's own with `--secondary-binary`) with the
+//! template's environment for its role and timeout (only the names of this run's resources and
+//! the endpoint changed), at most `MaximumConcurrency` processes, fed by a mapping of the
+//! template's `BatchSize`. The processes reach AWS through their region's fault proxy,
 //! and CloudFormation's bucket through the PUT proxy (the ResponseURLs are presigned against
 //! it); the harness itself talks to moto directly.
 
@@ -37,6 +38,8 @@ pub struct Region {
     /// Every AWS call of this region's processes goes through it.
     pub proxy: FaultProxy,
     pub function: Arc<LocalFunction>,
+    /// The function binary this region's processes run (canonical path).
+    pub binary: PathBuf,
     pub mapping: Arc<SoakMapping>,
     pub sqs: aws_sdk_sqs::Client,
     pub queue_url: String,
@@ -71,7 +74,6 @@ pub struct Fleet {
     pub control: TableControl,
     /// The handler's lease, in ms, from the template's environment.
     pub lease_ms: u64,
-    pub binary: PathBuf,
     /// Kept running for the environment (`EnvFile::https_endpoint_url`).
     _front: TlsFront,
 }
@@ -128,11 +130,9 @@ impl Fleet {
             .settings_with_timeout(Role::Primary, &file.primary_region, timeout.timeout_s)
             .map_err(|e| anyhow::anyhow!("the template's environment does not configure the handler: {e}"))?
             .lease_ms;
-        let binary = std::fs::canonicalize(&options.binary)
-            .with_context(|| format!("cannot find {}", options.binary.display()))?;
-
         let mut regions = Vec::new();
-        for role in [Role::Primary, Role::Secondary] {
+        for (role, binary) in [Role::Primary, Role::Secondary].into_iter().zip(options.binaries()) {
+            let binary = std::fs::canonicalize(binary).with_context(|| format!("cannot find {}", binary.display()))?;
             let name = environment.region(role).to_owned();
             let proxy = FaultProxy::start_with(endpoint, LogMode::Off);
             let mut env = template_env(role);
@@ -174,6 +174,7 @@ impl Fleet {
                 name,
                 proxy,
                 function,
+                binary,
                 mapping,
                 sqs,
                 queue_url: queues.url.clone(),
@@ -199,7 +200,6 @@ impl Fleet {
             lease_store,
             control,
             lease_ms,
-            binary,
             _front: front,
         })
     }
@@ -222,16 +222,53 @@ impl Fleet {
             + crate::soak::load::LONGEST_RUN_MS
     }
 
+    /// Whether the two regions run different binaries (an upgrade halfway through).
+    pub fn mixed(&self) -> bool {
+        self.primary().binary != self.secondary().binary
+    }
+
+    /// Which binary each region runs, in a line: its path and size.
+    pub fn binaries(&self) -> String {
+        let size =
+            |binary: &PathBuf| std::fs::metadata(binary).map_or_else(|_| "?".to_owned(), |m| m.len().to_string());
+        if self.mixed() {
+            let same = match (std::fs::read(&self.primary().binary), std::fs::read(&self.secondary().binary)) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            };
+            format!(
+                "primary ({}) runs {} ({} bytes); secondary ({}) runs {} ({} bytes){}",
+                self.primary().name,
+                self.primary().binary.display(),
+                size(&self.primary().binary),
+                self.secondary().name,
+                self.secondary().binary.display(),
+                size(&self.secondary().binary),
+                if same { "; the two files are byte-identical" } else { "" },
+            )
+        } else {
+            format!("both regions run {} ({} bytes)", self.primary().binary.display(), size(&self.primary().binary))
+        }
+    }
+
     /// What runs, in a few lines.
     pub fn describe(&self) -> String {
+        let processes = if self.mixed() {
+            format!(
+                "of {} in the primary and {} in the secondary",
+                self.primary().binary.display(),
+                self.secondary().binary.display()
+            )
+        } else {
+            format!("of {}", self.primary().binary.display())
+        };
         format!(
-            "fleet: {} (primary) and {} (secondary), each up to {} processes of {} (timeout {} s), \
+            "fleet: {} (primary) and {} (secondary), each up to {} processes {processes} (timeout {} s), \
              mapping batch {} window {} s; queues: visibility {} s, maxReceiveCount {}, secondary delay {} s \
              (from {SOURCE})",
             self.primary().name,
             self.secondary().name,
             self.concurrency,
-            self.binary.display(),
             self.timeout.timeout_s,
             self.batch_size,
             self.deployed.batching_window_s,

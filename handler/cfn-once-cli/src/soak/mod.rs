@@ -6,6 +6,8 @@
 //!   concurrency, the function's timeout and environment, read by the simulator's reader of the
 //!   template), and per region a local Lambda service running the `cfn-once-lambda` binary as real
 //!   processes ([`crate::local::lambda_service`]) fed by an event source mapping ([`mapping`]).
+//!   Each region may run a binary of its own (`--secondary-binary`): a fleet halfway through an
+//!   upgrade, one region on the old version and one on the new (`make upgrade-check`).
 //!   Every AWS call the processes make goes through a per-region fault proxy, and every response
 //!   PUT through another one, in front of a versioned bucket.
 //! * **Load** ([`load`]): stacks deploying at once, as CloudFormation orders their requests.
@@ -128,9 +130,15 @@ pub struct SoakOptions {
     /// duplicates not counted).
     #[arg(long, value_name = "N", default_value_t = 2000)]
     pub requests: usize,
-    /// The Lambda function to run: the release build of cfn-once-lambda, as deployed.
+    /// The Lambda function the primary region runs (and the secondary, unless
+    /// --secondary-binary names another): the release build of cfn-once-lambda, as deployed.
     #[arg(long, value_name = "PATH", default_value = "target/release/cfn-once-lambda")]
     pub binary: PathBuf,
+    /// The Lambda function the secondary region runs, for a fleet halfway through an upgrade
+    /// (one region on one version, the other on another; both get the template's environment).
+    /// The report says which binary each region ran. Default: the same as --binary.
+    #[arg(long, value_name = "PATH")]
+    pub secondary_binary: Option<PathBuf>,
     /// The Python interpreter with moto[server] installed (`make venv` creates it).
     #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
     pub python: PathBuf,
@@ -174,6 +182,11 @@ impl SoakOptions {
     pub fn with(&self, kind: FaultKind) -> bool {
         !self.without.contains(&kind)
     }
+
+    /// The binary each region runs: the primary's, then the secondary's.
+    pub fn binaries(&self) -> [&PathBuf; 2] {
+        [&self.binary, self.secondary_binary.as_ref().unwrap_or(&self.binary)]
+    }
 }
 
 /// How a soak went: the checks' findings and the report.
@@ -207,11 +220,14 @@ async fn drain(fleet: &fleet::Fleet, until_ms: u64) -> u64 {
 /// Runs the soak and writes its report; `Ok(outcome)` says whether every check passed.
 pub async fn run(options: &SoakOptions) -> anyhow::Result<SoakOutcome> {
     let seed = options.seed.unwrap_or_else(|| SystemClock.now_ms() % 1_000_000);
-    if !options.binary.exists() {
-        anyhow::bail!(
-            "{} does not exist: build it with `cargo build --release -p cfn-once --bin cfn-once-lambda` (make soak does)",
-            options.binary.display()
-        );
+    for binary in options.binaries() {
+        if !binary.exists() {
+            anyhow::bail!(
+                "{} does not exist: build it with `cargo build --release -p cfn-once --bin cfn-once-lambda` (make soak \
+                 does; .ci/build-rev REV builds an earlier revision's)",
+                binary.display()
+            );
+        }
     }
     std::fs::create_dir_all(&options.out).with_context(|| format!("cannot create {}", options.out.display()))?;
     let mut machine = report::Machine::describe();

@@ -237,6 +237,8 @@ impl Report {
 
         let mut s = String::new();
         let _ = writeln!(s, "==> soak result (seed {seed})");
+        let binaries = fleet.binaries();
+        let _ = writeln!(s, "binaries   {binaries}");
         let _ = writeln!(
             s,
             "requests   {} sent ({} duplicates published, {} undeliverable on purpose), {} answered once",
@@ -328,27 +330,32 @@ impl Report {
         for problem in findings.problems.iter().take(8) {
             let _ = writeln!(s, "  ! {problem}");
         }
+        let verdict = if findings.passed() { "passed" } else { "FAILED (a check above found a problem)" };
+        let _ = writeln!(s, "verdict    {verdict}");
         let _ = write!(s, "{last_line}");
 
         let mut md = String::new();
         let _ = writeln!(md, "# cfn-once soak report\n");
+        let mut flags = String::new();
+        if fleet.mixed() {
+            let _ = write!(
+                flags,
+                " --binary {} --secondary-binary {}",
+                fleet.primary().binary.display(),
+                fleet.secondary().binary.display()
+            );
+        }
+        if !options.without.is_empty() {
+            let kinds: Vec<String> = options.without.iter().map(|k| format!("{k:?}").to_lowercase()).collect();
+            let _ = write!(flags, " --without {}", kinds.join(","));
+        }
         let _ = writeln!(
             md,
-            "Seed {seed}: {} requests over {} minutes. Reproduce with `cfn-once soak --seed {seed} --minutes {} --requests {}`{}.\n",
-            options.requests,
-            options.minutes,
-            options.minutes,
-            options.requests,
-            if options.without.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " --without {}",
-                    options.without.iter().map(|k| format!("{k:?}").to_lowercase()).collect::<Vec<_>>().join(",")
-                )
-            }
+            "Seed {seed}: {} requests over {} minutes. Reproduce with `cfn-once soak --seed {seed} --minutes {} --requests {}{flags}`.\n",
+            options.requests, options.minutes, options.minutes, options.requests,
         );
         let _ = writeln!(md, "**{last_line}**\n");
+        let _ = writeln!(md, "Verdict: **{verdict}**. Binaries: {binaries}.\n");
         let _ = writeln!(md, "```text\n{s}\n```\n");
         let _ = writeln!(md, "![time to answer over the run](soak-time-to-answer.svg)\n");
         let _ = writeln!(
