@@ -146,6 +146,11 @@ pub struct Situation {
     pub poll_lag_ms: u64,
 }
 
+/// A decision table: this version's is [`decide`]; the simulator also runs a copy frozen at
+/// the last release beside it, as the two regions do during an upgrade
+/// (`Worker::with_decision_table`).
+pub type DecisionTable = fn(&Seen, &Situation) -> Action;
+
 /// The decision table.
 pub fn decide(seen: &Seen, situation: &Situation) -> Action {
     let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms } = *situation;

@@ -19,6 +19,7 @@
 //! invariants are observed), [`shared`] holds virtual time and observations.
 
 pub mod deployed;
+pub mod frozen;
 pub mod provider;
 pub mod queues;
 pub mod region;
@@ -336,6 +337,63 @@ mod tests {
     }
 
     #[test]
+    fn the_planted_format_blind_store_is_caught_within_1000_seeds() {
+        let options = Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FormatBlind) };
+        let found: Vec<(u64, String)> = (0..1_000)
+            .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
+            .collect();
+        assert!(
+            found.iter().any(|(_, v)| v.starts_with("FORMAT")),
+            "records of a newer format overwritten went unnoticed for 1000 seeds: {found:?}"
+        );
+    }
+
+    #[test]
+    fn the_frozen_decision_table_decides_as_this_versions_today() {
+        // The last release's table, frozen, and this version's: the same decisions on every
+        // record a delivery can see, in every column, near the deadline or not. When this
+        // version's table changes, this fails: list each changed decision here, with why it is
+        // safe beside the old one during an upgrade (the simulator's `Upgrade` story plays both).
+        use cfn_once_core::decision::{Activity, Situation, decide};
+        use cfn_once_core::lease::Seen;
+        use cfn_once_core::vocabulary::Role;
+        let seen = [
+            Seen::Absent,
+            Seen::NewAttempt,
+            Seen::Held { until_ms: 9 },
+            Seen::Expired,
+            Seen::Mine { fence: 2, took_over: true, interrupted: false, poll: None },
+            Seen::Waiting { poll_at_ms: 50_000 },
+            Seen::Waiting { poll_at_ms: 200_000 },
+            Seen::Committed { fence: 2, response: b"{}".to_vec(), delivered: false, committed_ms: 10_000 },
+            Seen::Committed { fence: 2, response: b"{}".to_vec(), delivered: false, committed_ms: 99_000 },
+            Seen::Committed { fence: 2, response: b"{}".to_vec(), delivered: true, committed_ms: 10_000 },
+            Seen::Superseded,
+        ];
+        for seen in &seen {
+            for role in [Role::Primary, Role::Secondary] {
+                for activity in [Activity::Active, Activity::Standby] {
+                    for deadline_near in [false, true] {
+                        let situation = Situation {
+                            role,
+                            activity,
+                            deadline_near,
+                            now_ms: 100_000,
+                            delivery_grace_ms: 5_000,
+                            poll_lag_ms: 8_000,
+                        };
+                        assert_eq!(
+                            decide(seen, &situation),
+                            crate::frozen::decide_47ab05d(seen, &situation),
+                            "{seen:?} {situation:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn an_eventually_consistent_table_is_caught() {
         let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
@@ -434,6 +492,10 @@ mod tests {
             "fenced write applied, its reply lost",
             "fenced write stood after its reply was lost",
             "a counter added to",
+            "scenario: an upgrade: the last release's decisions in one region, a newer format's records",
+            "upgrade: an invocation on the last release's decision table",
+            "upgrade: a newer version took a request first",
+            "upgrade: a newer version answered a request it took",
         ] {
             assert!(coverage.get(path).is_some_and(|count| *count > 0), "never happened: {path} ({coverage:?})");
         }

@@ -12,6 +12,7 @@
 //! cfn-once-sim --seeds 1000 --planted-bug=expired-retried  # S3's 403 to an expired handle made retryable
 //! cfn-once-sim --seeds 1000 --planted-bug=rerun-same-fence  # a lost answer reported as transient
 //! cfn-once-sim --seeds 1000 --planted-bug=unknown-as-not-applied  # a fenced write's lost reply read as a refusal
+//! cfn-once-sim --seeds 1000 --planted-bug=format-blind  # a store that takes a newer format's records for its own
 //! ```
 //!
 //! Each seed is a world of its own, so seeds run on `--jobs` threads (every core by default)
@@ -60,7 +61,9 @@ const USAGE: &str = "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--s
                   =unknown-as-not-applied sends a fenced write whose reply was lost again as if
                   it had not applied (no token in its condition, a refusal read without it), so
                   an ADD counts twice and a create whose condition it made false is reported
-                  failed although it stands";
+                  failed although it stands;
+                  =format-blind has the lease store read and write records of a newer format as
+                  its own, so an upgrade's older region overwrites what a newer version wrote";
 
 struct Args {
     seeds: u64,
@@ -99,7 +102,7 @@ fn parse() -> Result<Args, String> {
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
                 let bug = PlantedBug::parse(name).ok_or_else(|| {
-                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried, rerun-same-fence or unknown-as-not-applied")
+                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried, rerun-same-fence, unknown-as-not-applied or format-blind")
                 })?;
                 args.options.planted_bug = Some(bug);
             }

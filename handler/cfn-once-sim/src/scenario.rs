@@ -93,6 +93,9 @@ pub enum PlantedBug {
     /// A fenced write's retry after a lost reply reads the item that refused it as if it did not
     /// carry the write's own token, so a write that stands is taken for one refused.
     UnknownAsNotApplied,
+    /// The lease store reads and writes records of a newer format as if they were its own (a
+    /// handler that checks no format), so records a newer version wrote are overwritten.
+    FormatBlind,
 }
 
 impl PlantedBug {
@@ -104,14 +107,22 @@ impl PlantedBug {
             Self::ExpiredRetried => "expired-retried",
             Self::RerunSameFence => "rerun-same-fence",
             Self::UnknownAsNotApplied => "unknown-as-not-applied",
+            Self::FormatBlind => "format-blind",
         }
     }
 
     /// Parses [`PlantedBug::name`].
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::UnfencedCommit, Self::SignalAgain, Self::ExpiredRetried, Self::RerunSameFence, Self::UnknownAsNotApplied]
-            .into_iter()
-            .find(|bug| bug.name() == name)
+        [
+            Self::UnfencedCommit,
+            Self::SignalAgain,
+            Self::ExpiredRetried,
+            Self::RerunSameFence,
+            Self::UnknownAsNotApplied,
+            Self::FormatBlind,
+        ]
+        .into_iter()
+        .find(|bug| bug.name() == name)
     }
 }
 
@@ -179,6 +190,11 @@ pub enum Kind {
     /// beside a run under the same one; a write that stands is never reported failed; each
     /// request's counter is added once.
     UnseenOutcomes,
+    /// An upgrade in progress: one region runs the last release's decision table (a frozen
+    /// copy) until it is upgraded mid-run, and a newer version of cfn-once takes some requests
+    /// first, writing records of a format this one does not know, and answers them later. No
+    /// record of an unknown format is ever overwritten or deleted; every request is answered.
+    Upgrade,
 }
 
 impl Kind {
@@ -199,6 +215,9 @@ impl Kind {
             Self::LostRepliesAfterHandOver => "scenario: store replies lost to a handed-over request's copies",
             Self::LongLife => "scenario: a resource's life over a year: updates, rollbacks and a delete",
             Self::UnseenOutcomes => "scenario: provider calls and fenced writes whose outcome nobody saw",
+            Self::Upgrade => {
+                "scenario: an upgrade: the last release's decisions in one region, a newer format's records"
+            }
         }
     }
 }
@@ -362,6 +381,21 @@ pub struct Scenario {
     pub opaque_handles: bool,
     /// How often the sweeper deletes records past their retention, if it runs.
     pub sweep_every_ms: Option<u64>,
+    /// The upgrade in progress (`Kind::Upgrade`).
+    pub upgrade: Option<Upgrade>,
+}
+
+/// An upgrade in progress: which region runs the last release's decisions until when, and the
+/// requests a newer version takes first.
+#[derive(Debug, Clone)]
+pub struct Upgrade {
+    /// The region still on the last release.
+    pub old_region: Region,
+    /// When it is upgraded (ms after the start): from then on it runs this version.
+    pub upgraded_at_ms: u64,
+    /// Requests a newer version takes first: (request, when it tries, how long it takes to
+    /// answer). It takes one only where no record exists yet.
+    pub newer_takes: Vec<(usize, u64, u64)>,
 }
 
 struct Draw(SplitMix64);
@@ -407,6 +441,7 @@ impl Scenario {
             48..51 => Kind::LostRepliesAfterHandOver,
             51..55 => Kind::LongLife,
             55..60 => Kind::UnseenOutcomes,
+            60..64 => Kind::Upgrade,
             _ => Kind::Weather,
         };
         let timeouts = &deployed.function_timeouts;
@@ -921,7 +956,33 @@ impl Scenario {
                 faults.provider_lost_reply = 0.05 + draw.probability(0.25);
                 faults.fenced_lost_reply = 0.05 + draw.probability(0.25);
             }
+            Kind::Upgrade => {}
         }
+        // Drawn last, so that the rest of the seed is drawn as for the weather.
+        let upgrade = (kind == Kind::Upgrade).then(|| {
+            let last_sent_ms = requests.iter().map(|plan| plan.sent_at_ms).max().unwrap_or(0);
+            let old_region = if draw.chance(0.5) { Region::Primary } else { Region::Secondary };
+            let upgraded_at_ms = draw.between(0, last_sent_ms + 120_000);
+            // A newer version takes plain requests only: one that a retried deployment reuses
+            // would leave the retry to a version that cannot read its record.
+            let newer_takes = requests
+                .iter()
+                .enumerate()
+                .filter(|(index, plan)| {
+                    plan.retry_of.is_none()
+                        && plan.delete_of.is_none()
+                        && plan.update_of.is_none()
+                        && plan.wait_condition_s.is_none()
+                        && !requests.iter().any(|other| other.retry_of == Some(*index))
+                })
+                .filter(|_| draw.chance(0.3))
+                .map(|(index, plan)| {
+                    let answer_s = plan.service_timeout_s.saturating_sub(60).clamp(1, 120);
+                    (index, plan.sent_at_ms + draw.below(3_000), 1_000 + draw.below(answer_s * 1_000))
+                })
+                .collect();
+            Upgrade { old_region, upgraded_at_ms, newer_takes }
+        });
         Self {
             seed,
             options,
@@ -943,6 +1004,7 @@ impl Scenario {
             jumps,
             crashes,
             store_outage,
+            upgrade,
         }
     }
 }

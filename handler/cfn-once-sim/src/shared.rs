@@ -45,6 +45,8 @@ pub struct Observed {
     pub fenced: BTreeMap<String, FencedItem>,
     /// Fenced writes numbered so far, for their tokens.
     pub fenced_writes: u64,
+    /// The records a newer version of cfn-once wrote, as it last wrote them (`Kind::Upgrade`).
+    pub newer_records: BTreeMap<cfn_once_core::request::RequestKey, cfn_once_core::lease::LeaseRecord>,
     /// MREC replication in flight: (due ms, to region, record).
     pub replications: Vec<(u64, Region, LeaseRecord)>,
     /// Every fault that happened, with when (elapsed ms) and where: the evidence the L1 check

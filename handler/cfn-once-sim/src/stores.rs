@@ -29,10 +29,10 @@ pub struct Table {
 impl Table {
     pub fn new(mode: StoreMode, planted_bug: Option<PlantedBug>) -> Self {
         let store = || {
-            Arc::new(if planted_bug == Some(PlantedBug::UnfencedCommit) {
-                MemoryLeaseStore::planted_commit_bug()
-            } else {
-                MemoryLeaseStore::new()
+            Arc::new(match planted_bug {
+                Some(PlantedBug::UnfencedCommit) => MemoryLeaseStore::planted_commit_bug(),
+                Some(PlantedBug::FormatBlind) => MemoryLeaseStore::planted_format_blind(),
+                _ => MemoryLeaseStore::new(),
             })
         };
         let first = store();
@@ -65,6 +65,18 @@ impl Table {
     }
 
     /// Applies replication that has come due.
+    /// Writes `record` as a newer version of cfn-once does, to every replica.
+    pub fn put_as_newer_version(&self, record: &LeaseRecord) {
+        for replica in &self.replicas {
+            replica.put_as_written(record.clone());
+        }
+    }
+
+    /// The record of `key` in each replica, as stored.
+    pub fn stored(&self, key: &cfn_once_core::request::RequestKey) -> Vec<Option<LeaseRecord>> {
+        self.replicas.iter().map(|replica| replica.get(key)).collect()
+    }
+
     pub fn replicate(&self, to: Region, record: LeaseRecord) {
         self.replicas[to.index()].replicate(record);
     }

@@ -164,6 +164,11 @@ enum Event {
     Crash(Region),
     /// The sweeper deletes the records past their retention.
     Sweep,
+    /// A newer version of cfn-once takes the request first, if no record exists yet, and
+    /// answers it this long after.
+    NewerTakes(usize, u64),
+    /// The newer version commits, PUTs and marks delivered the request it took.
+    NewerAnswers(usize),
 }
 
 /// A copy hidden by an invocation that died before its first step: its batch stays invisible
@@ -181,6 +186,8 @@ struct World {
     shared: Arc<Shared>,
     table: Arc<Table>,
     workers: [Worker; 2],
+    /// The same workers on the last release's decision table (`Kind::Upgrade`).
+    old_workers: [Worker; 2],
     clocks: [Arc<SkewedClock>; 2],
     sim_queues: [Arc<SimQueue>; 2],
     queues: Arc<Mutex<Queues>>,
@@ -222,6 +229,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     world.check_signals();
     world.check_long_life();
     world.check_counts();
+    world.check_newer_records();
     let mut observed = world.shared.observed();
     SeedOutcome {
         seed: scenario.seed,
@@ -343,6 +351,7 @@ impl World {
             .clone();
             Worker::new(ports, input, settings)
         });
+        let old_workers = workers.clone().map(|worker| worker.with_decision_table(crate::frozen::decide_47ab05d));
         {
             let mut observed = shared.observed();
             for (index, plan) in scenario.requests.iter().enumerate() {
@@ -383,6 +392,9 @@ impl World {
         for (at, region) in &scenario.crashes {
             schedule(*at, Event::Crash(*region));
         }
+        for (index, at_ms, answer_after_ms) in scenario.upgrade.iter().flat_map(|upgrade| &upgrade.newer_takes) {
+            schedule(*at_ms, Event::NewerTakes(*index, *answer_after_ms));
+        }
         if let Some(every_ms) = scenario.sweep_every_ms {
             let last_ms = scenario.requests.iter().map(RequestPlan::owed_until_ms).max().unwrap_or(0);
             for at_ms in (every_ms..last_ms).step_by(usize::try_from(every_ms).unwrap_or(usize::MAX)) {
@@ -410,6 +422,7 @@ impl World {
             shared,
             table,
             workers,
+            old_workers,
             clocks,
             sim_queues,
             queues,
@@ -715,6 +728,8 @@ impl World {
                     observed.sweeps.push(elapsed_ms);
                 }
             }
+            Event::NewerTakes(index, answer_after_ms) => self.newer_takes(index, answer_after_ms),
+            Event::NewerAnswers(index) => self.newer_answers(index),
             Event::Crash(region) => {
                 let doomed: Vec<u64> =
                     self.tasks.iter().filter(|(_, t)| t.region == region).map(|(id, _)| *id).collect();
@@ -814,7 +829,15 @@ impl World {
         });
         let elapsed_ms = self.shared.elapsed_ms();
         self.shared.observed().invocations_started.insert(format!("lambda-{task_id}"), elapsed_ms);
-        let worker = self.workers[region.index()].clone();
+        let on_last_release =
+            self.scenario.upgrade.as_ref().is_some_and(|upgrade| {
+                upgrade.old_region == region && self.shared.elapsed_ms() < upgrade.upgraded_at_ms
+            });
+        if on_last_release {
+            self.shared.cover("upgrade: an invocation on the last release's decision table");
+        }
+        let worker =
+            if on_last_release { &self.old_workers[region.index()] } else { &self.workers[region.index()] }.clone();
         let queue = Arc::clone(&self.sim_queues[region.index()]);
         let shared = Arc::clone(&self.shared);
         let handovers = Arc::clone(&self.handover_deadlines);
@@ -952,6 +975,80 @@ impl World {
             self.shared.observed().puts.get(handle).is_some_and(|puts| !puts.is_empty())
         };
         answered && (!self.handed_over(request) || signalled())
+    }
+
+    /// The key of the record of request `index` (a Create: its RequestId is its own).
+    fn key_of(&self, index: usize) -> cfn_once_core::request::RequestKey {
+        cfn_once_core::request::RequestKey {
+            stack_id: cfn_once_core::request::StackArn::parse(&stack_arn(self.scenario.seed))
+                .unwrap_or_else(|| panic!("the simulated stack's ARN")),
+            request_id: format!("request-{index}"),
+        }
+    }
+
+    /// A newer version of cfn-once got request `index` first: where no record exists yet, it
+    /// takes the lease, writing a record of its own format, and answers `answer_after_ms` later.
+    fn newer_takes(&mut self, index: usize, answer_after_ms: u64) {
+        let key = self.key_of(index);
+        if self.table.stored(&key).iter().any(Option::is_some) {
+            return;
+        }
+        let now_ms = self.shared.clock.now_ms();
+        let mut record = cfn_once_core::lease::left_record(&key, 1, None, now_ms, now_ms + 86_400_000 * 30);
+        record.format = cfn_once_core::lease::RECORD_FORMAT + 1;
+        record.state = cfn_once_core::lease::LeaseState::Running;
+        record.owner = "newer-version".into();
+        record.lease_until_ms = now_ms + answer_after_ms + 30_000;
+        self.table.put_as_newer_version(&record);
+        self.shared.observed().newer_records.insert(key, record);
+        self.shared.cover("upgrade: a newer version took a request first");
+        self.shared.trace(None, || format!("a newer version of cfn-once takes request {index}"));
+        let at = (self.now_ms() + answer_after_ms, u64::MAX - index as u64);
+        self.events.insert(at, Event::NewerAnswers(index));
+    }
+
+    /// FORMAT: the record a newer version wrote is as it left it, in every replica.
+    fn check_newer_record(&self, key: &cfn_once_core::request::RequestKey) -> bool {
+        let Some(written) = self.shared.observed().newer_records.get(key).cloned() else { return true };
+        let intact = self.table.stored(key).iter().all(|stored| stored.as_ref() == Some(&written));
+        if !intact {
+            self.shared.violation(format!(
+                "FORMAT: the record of {} a newer version wrote (format {}) was overwritten or deleted",
+                key.request_id, written.format
+            ));
+        }
+        intact
+    }
+
+    /// The newer version answers the request it took: PUTs its answer and records it delivered.
+    fn newer_answers(&mut self, index: usize) {
+        let key = self.key_of(index);
+        if !self.check_newer_record(&key) {
+            return;
+        }
+        let body = serde_json::json!({
+            "Status": "SUCCESS",
+            "Reason": "answered by a newer version of cfn-once",
+            "PhysicalResourceId": format!("newer-{index}"),
+            "StackId": stack_arn(self.scenario.seed),
+            "RequestId": key.request_id,
+            "LogicalResourceId": format!("Resource{index}"),
+            "Data": {},
+        })
+        .to_string()
+        .into_bytes();
+        let now_ms = self.shared.clock.now_ms();
+        let Some(mut record) = self.shared.observed().newer_records.get(&key).cloned() else { return };
+        record.state = cfn_once_core::lease::LeaseState::Committed;
+        record.response = Some(body.clone());
+        record.delivered = true;
+        record.updated_ms = now_ms;
+        self.table.put_as_newer_version(&record);
+        self.shared.observed().newer_records.insert(key, record);
+        let elapsed_ms = self.shared.elapsed_ms();
+        self.shared.observed().puts.entry(self.urls[index].clone()).or_default().push((elapsed_ms, body));
+        self.shared.cover("upgrade: a newer version answered a request it took");
+        self.shared.trace(None, || format!("the newer version answers request {index}"));
     }
 
     /// Whether `region`'s clock was stepped away from true time at `elapsed_ms`.
@@ -1127,6 +1224,14 @@ impl World {
         }
         for violation in violations {
             self.shared.violation(violation);
+        }
+    }
+
+    /// FORMAT at the end: every record a newer version wrote is as it left it.
+    fn check_newer_records(&self) {
+        let keys: Vec<_> = self.shared.observed().newer_records.keys().cloned().collect();
+        for key in keys {
+            self.check_newer_record(&key);
         }
     }
 

@@ -135,6 +135,9 @@ pub struct Worker {
     metrics: Arc<dyn MetricsSink>,
     input: Arc<InputPolicy>,
     settings: Arc<Settings>,
+    /// The decision table it runs: this version's, unless a test or the simulator plays an
+    /// older version's.
+    decide: crate::decision::DecisionTable,
 }
 
 impl Worker {
@@ -153,7 +156,14 @@ impl Worker {
             metrics,
             input: Arc::new(input),
             settings: Arc::new(settings),
+            decide,
         }
+    }
+
+    /// The same worker, deciding by `table` instead of this version's table: how the simulator
+    /// plays a region that still runs the last release's decisions during an upgrade.
+    pub fn with_decision_table(self, table: crate::decision::DecisionTable) -> Self {
+        Self { decide: table, ..self }
     }
 
     /// The settings this worker runs with.
@@ -381,7 +391,7 @@ impl Worker {
                 Err(error) => return self.retry(job, format!("could not reach the lease store: {error}")).into(),
             };
             let situation = self.situation(job, activity);
-            match decide(&current, &situation) {
+            match (self.decide)(&current, &situation) {
                 Action::Acquire => match self.acquire_as_decided(job, activity).await {
                     Some(found) => seen = found,
                     None => return self.leave_message(job).into(),
@@ -502,7 +512,7 @@ impl Worker {
         let left = match prior {
             Prior::Known(prior) => {
                 let before = Seen::of(prior.as_deref(), &job.viewer(), situation.now_ms, self.settings.skew_ms);
-                if decide(&before, &situation) == Action::Acquire {
+                if (self.decide)(&before, &situation) == Action::Acquire {
                     return Some(Ok(seen));
                 }
                 let expires_ms = situation.now_ms + self.settings.retention_ms;
