@@ -52,6 +52,7 @@ fn sent_at(key: &RequestKey, fingerprint: &str, owner: &str, now_ms: u64, sent_m
             logical_resource_id: "Thing".into(),
             request_type: "Create".into(),
             resource_type: "Custom::Echo".into(),
+            replaces: String::new(),
         },
         preempt: false,
     }
@@ -417,6 +418,29 @@ async fn a_signal_that_will_never_be_sent_is_recorded_with_why(store: Arc<dyn Le
     assert_eq!((record.delivered, record.unsent), (false, None));
 }
 
+/// The work an Update's new work replaced is kept as the first write named it: a poll or a
+/// close (whose requests name none) never changes it, and a record given back unused leaves it
+/// to be set by the next acquire.
+async fn a_work_keeps_the_work_it_replaced(store: Arc<dyn LeaseStore>) {
+    let key = key();
+    let naming = |request: AcquireRequest, replaces: &str| AcquireRequest {
+        label: RequestLabel { replaces: replaces.into(), ..request.label.clone() },
+        ..request
+    };
+    // Given back unused before anything named it: the next acquire sets it.
+    let first = naming(acquire(&key, "a", "east/1", T0), "");
+    fence_of(store.as_ref(), &first).await;
+    let left = left_record(&key, 1, None, T0 + 1, T0 + 86_400_000);
+    assert_eq!(store.leave(&left).await.expect("leave"), Conditional::Applied);
+    fence_of(store.as_ref(), &naming(acquire(&key, "a", "east/2", T0 + 2), "cfn-once-work:old")).await;
+    let replaced = |record: Option<LeaseRecord>| record.expect("a record").label.replaces;
+    assert_eq!(replaced(store.read(&key).await.expect("read")), "cfn-once-work:old");
+    // A close by a request that names none keeps it.
+    let close = AcquireRequest { preempt: true, ..naming(acquire(&key, "z", "west/3", T0 + 3), "") };
+    assert!(matches!(store.close(&close, b"closed").await.expect("close"), Acquire::Acquired { .. }));
+    assert_eq!(replaced(store.read(&key).await.expect("read")), "cfn-once-work:old");
+}
+
 async fn a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out(store: Arc<dyn LeaseStore>) {
     let key = key();
     assert_eq!(fence_of(store.as_ref(), &acquire(&key, "a", "poller/1", T0)).await, Some(1));
@@ -565,6 +589,7 @@ contract!(
     a_preempting_acquire_takes_a_live_lease_and_fences_its_holder_out,
     a_signal_that_will_never_be_sent_is_recorded_with_why,
     a_close_takes_the_record_and_commits_its_signal_in_one_write,
+    a_work_keeps_the_work_it_replaced,
 );
 
 /// The active-region control reads what the drill's flip writes: no item (the primary is

@@ -96,7 +96,7 @@ pub struct PollRecord {
 }
 
 /// What a request is about, kept in its record for the people who look at it (the operator
-/// tools); the protocol never reads it.
+/// tools), and, for a work, which work it replaced: the one field of it the protocol reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestLabel {
     /// The resource's logical id in the template.
@@ -105,6 +105,12 @@ pub struct RequestLabel {
     pub request_type: String,
     /// The ResourceType, e.g. `Custom::Echo` (empty when the request did not parse).
     pub resource_type: String,
+    /// For the work of an Update that named a new wait condition handle: the key (RequestId)
+    /// of the work on the handle its old properties named, empty otherwise. An Update that
+    /// names that old handle again while this work's record stands is the update's rollback,
+    /// which waits on nothing (`Worker::waits_on`), however long ago the old work's own record
+    /// was swept or whether its handle's URL says when it expires.
+    pub replaces: String,
 }
 
 /// The format of the records this handler writes (answers and works alike; the control item
@@ -115,8 +121,9 @@ pub struct RequestLabel {
 /// ([`StoreError::NewerFormat`]): it leaves the message for a handler that knows it.
 ///
 /// - 1: the records as 47ab05d wrote them.
-/// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`); a
-///   close commits its FAILURE signal in the same write that takes the work's lease.
+/// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`);
+///   `replaces` (the work an Update's new work replaced); a close commits its FAILURE signal in
+///   the same write that takes the work's lease.
 ///
 /// One field keeps its meaning in every format, so that an older handler can let go of a
 /// request a newer one finished: `delivered` true means that nothing is left for any handler to

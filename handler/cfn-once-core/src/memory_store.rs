@@ -11,8 +11,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 
 use crate::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, StoreError,
-    admits,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, RequestLabel,
+    StoreError, admits,
 };
 use crate::request::RequestKey;
 
@@ -45,6 +45,11 @@ impl MemoryLeaseStore {
     /// self-check, which must catch the records of an unknown format it overwrites.
     pub fn planted_format_blind() -> Self {
         Self { format_blind: true, ..Self::default() }
+    }
+
+    /// Deletes the record of `key`, as the sweeper does one past its retention.
+    pub fn remove(&self, key: &RequestKey) -> Option<LeaseRecord> {
+        self.records().remove(key)
     }
 
     /// Stores `record` as it is, whatever its format: a newer version of cfn-once writing the
@@ -118,6 +123,14 @@ impl MemoryLeaseStore {
     }
 }
 
+/// The label an acquire or a close writes: the request's, but `replaces` as the first write
+/// that named one set it (the DynamoDB adapter's `if_not_exists`): a close of the work, or a
+/// poll, never changes which work it replaced.
+fn kept_replaces(existing: Option<String>, label: &RequestLabel) -> RequestLabel {
+    let replaces = existing.filter(|replaces| !replaces.is_empty()).unwrap_or_else(|| label.replaces.clone());
+    RequestLabel { replaces, ..label.clone() }
+}
+
 /// The one condition every fenced write carries: the record still holds `fence` in `state`.
 fn under_fence(fence: u64, state: LeaseState) -> impl Fn(&LeaseRecord) -> bool {
     move |record| record.fence == fence && record.state == state
@@ -142,6 +155,7 @@ impl LeaseStore for MemoryLeaseStore {
             .is_some_and(|record| record.fingerprint == request.fingerprint && record.state == LeaseState::Running);
         let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
         let prior = existing.cloned().map(Box::new);
+        let existing_replaces = existing.map(|record| record.label.replaces.clone());
         attempts.insert(request.fingerprint.clone());
         records.insert(
             request.key.clone(),
@@ -163,7 +177,7 @@ impl LeaseStore for MemoryLeaseStore {
                 updated_ms: request.now_ms,
                 expires_ms: request.expires_ms,
                 poll,
-                label: request.label.clone(),
+                label: kept_replaces(existing_replaces, &request.label),
             },
         );
         Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
@@ -185,6 +199,7 @@ impl LeaseStore for MemoryLeaseStore {
         let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
         let interrupted = took_over && existing.is_some_and(|record| record.state == LeaseState::Running);
         let prior = existing.cloned().map(Box::new);
+        let existing_replaces = existing.map(|record| record.label.replaces.clone());
         attempts.insert(request.fingerprint.clone());
         records.insert(
             request.key.clone(),
@@ -206,7 +221,7 @@ impl LeaseStore for MemoryLeaseStore {
                 updated_ms: request.now_ms,
                 expires_ms: request.expires_ms,
                 poll: None,
-                label: request.label.clone(),
+                label: kept_replaces(existing_replaces, &request.label),
             },
         );
         Ok(Acquire::Acquired { fence, took_over, interrupted, poll: None, prior })

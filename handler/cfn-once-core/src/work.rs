@@ -25,6 +25,17 @@ pub fn work_key_of(stack_id: &StackArn, logical_resource_id: &str, handle: &str)
     RequestKey { stack_id: stack_id.clone(), request_id: format!("{WORK_ID_PREFIX}{digest}") }
 }
 
+/// For a work request ([`work_request`]) of an Update whose old properties named another
+/// handle: the key of the work on that old handle, which this one replaces.
+pub fn replaced_work(request: &Request) -> Option<RequestKey> {
+    if !request.key.request_id.starts_with(WORK_ID_PREFIX) {
+        return None;
+    }
+    let old = request.old_wait.as_ref()?;
+    (old.handle.expose_secret() != request.response_url.expose_secret())
+        .then(|| work_key_of(&request.key.stack_id, &request.logical_resource_id, old.handle.expose_secret()))
+}
+
 /// The work of `request`'s resource on `spec`'s handle, as a request of its own: keyed by
 /// [`work_key`], answered by a signal to the handle, the same attempt (fingerprint) and
 /// properties as CloudFormation's request.

@@ -274,6 +274,18 @@ mod tests {
         replays_clean(481_726_672_987_859);
     }
 
+    // UPDATE, from the fresh range 1036365776000000-1036365776999999 (run on 6b73221): a
+    // resource's update rollback, 31 days after the Create, named a handle whose work record
+    // the sweeper had removed and whose URL does not say when it expires, so the rollback
+    // looked like an Update naming a new wait and was answered as a hand-over, its provider's
+    // Update never run. A new work now records the work it replaced (`RequestLabel::replaces`),
+    // kept by polls and closes, and the rollback reads it from the forward work's record.
+
+    #[test]
+    fn seed_1036365776697746_update_a_rollback_to_a_swept_handle_runs_its_provider() {
+        replays_clean(1_036_365_776_697_746);
+    }
+
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
         let found =

@@ -395,6 +395,7 @@ mod tests {
                 logical_resource_id: "Backfill".into(),
                 request_type: "Create".into(),
                 resource_type: "Custom::Echo".into(),
+                replaces: String::new(),
             },
         }
     }

@@ -119,8 +119,27 @@ impl Worker {
             tracing::info!(
                 "the wait condition handle already had a work (an update rollback): running the provider as for any request"
             );
+            return Ok(false);
         }
-        Ok(fresh)
+        // The old handle's work replaced this handle's: the update's rollback, even where this
+        // handle's own work record was swept long ago and its URL does not say it expired.
+        let Some(old) =
+            job.request.old_wait.as_ref().filter(|old| old.handle.expose_secret() != spec.handle.expose_secret())
+        else {
+            return Ok(true);
+        };
+        let old_request = crate::work::work_request(job.request, old);
+        let old_work = Job { request: &old_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        let replaced = self
+            .read_record(&old_work)
+            .await?
+            .is_some_and(|record| record.label.replaces == work_request.key.request_id);
+        if replaced {
+            tracing::info!(
+                "the old properties' work replaced this handle's (an update rollback): running the provider as for any request"
+            );
+        }
+        Ok(!replaced)
     }
 
     /// Runs the provider under `fence` (or polls its work in progress) and answers what it

@@ -75,6 +75,7 @@ impl Worker {
                     logical_resource_id: request.logical_resource_id.clone(),
                     request_type: request.kind().map(RequestKind::as_str).unwrap_or_default().to_owned(),
                     resource_type: request.resource_type().unwrap_or_default().to_owned(),
+                    replaces: crate::work::replaced_work(request).map(|key| key.request_id).unwrap_or_default(),
                 },
                 preempt,
             };

@@ -639,3 +639,42 @@ fn an_update_rollback_naming_the_old_handle_runs_the_provider_and_closes_the_for
     assert_eq!((forward_signals.len(), forward_signals[0].status), (1, SignalStatus::Failure));
     assert_eq!(h.sink.bodies(HANDLE).len(), 1);
 }
+
+/// The same rollback a month on: the old handle's work record was swept long ago and its URL
+/// does not say when it expires, so only the forward work, which replaced it, tells the
+/// rollback from an Update naming a new wait (seed 1036365776697746 of the fifth fresh range).
+#[test]
+fn an_update_rollback_to_a_handle_whose_work_was_swept_runs_the_provider() {
+    let h = Harness::new();
+    let create = create_on(HANDLE, json!({"Size": "3"}));
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &create, h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success);
+    let old_work = h
+        .memory
+        .snapshot()
+        .into_iter()
+        .find(|record| record.key.request_id.starts_with(crate::wait_condition::WORK_ID_PREFIX))
+        .expect("the Create's work record");
+    let forward = update_from(
+        HANDLE,
+        json!({"InProgressForS": "1200", "PollIntervalS": "600", HANDLE_PROPERTY: NEW_HANDLE, TIMEOUT_PROPERTY: "43200"}),
+        "req-forward",
+    );
+    let handed = deliver(&h, &h.worker("us-east-1"), &forward, h.clock.now_ms(), 1);
+    assert!(matches!(handed, Disposition::Retry { .. }), "{handed:?}");
+    assert!(h.memory.remove(&old_work.key).is_some(), "swept");
+    h.clock.advance_ms(60_000);
+    let mut rollback: Value = serde_json::from_str(&update_from(
+        NEW_HANDLE,
+        json!({"Size": "3", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"}),
+        "req-rollback",
+    ))
+    .expect("json");
+    rollback["ResponseURL"] = json!(URL.replace("one", "three"));
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &rollback.to_string(), h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success);
+    let answer = h.bodies(&URL.replace("one", "three")).pop().expect("the rollback's answer");
+    assert_eq!(answer.data.get("Size"), Some(&json!("3")), "the provider's Update ran: {:?}", answer.data);
+    assert!(!answer.data.contains_key(WORK_DATA_NAME), "a rollback waits on nothing");
+    assert_eq!(h.sink.bodies(HANDLE).len(), 1, "the old handle got nothing new");
+}

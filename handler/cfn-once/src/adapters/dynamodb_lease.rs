@@ -62,6 +62,7 @@ mod attr {
     pub const LOGICAL_ID: &str = "logical_id";
     pub const REQUEST_TYPE: &str = "request_type";
     pub const RESOURCE_TYPE: &str = "resource_type";
+    pub const REPLACES: &str = "replaces";
 }
 
 /// The placeholders of the format clause every write carries.
@@ -78,7 +79,8 @@ fn with_format(condition: &str) -> String {
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires, \
-     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type, \
+     #replaces = if_not_exists(#replaces, :replaces) \
      REMOVE #response, #delivered, #unsent \
      ADD #fence :one, #attempts :fp_set";
 
@@ -87,7 +89,8 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
 const CLOSE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :committed, \
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires, #response = :response, \
-     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type, \
+     #replaces = if_not_exists(#replaces, :replaces) \
      REMOVE #delivered, #unsent, #poll_fp, #poll_state, #poll_at, #waiting_since, #polls \
      ADD #fence :one, #attempts :fp_set";
 
@@ -369,6 +372,7 @@ impl DynamoLeaseStore {
             ("#logical_id", attr::LOGICAL_ID),
             ("#request_type", attr::REQUEST_TYPE),
             ("#resource_type", attr::RESOURCE_TYPE),
+            ("#replaces", attr::REPLACES),
         ];
         let mut values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
@@ -389,6 +393,7 @@ impl DynamoLeaseStore {
             (":logical_id", AttributeValue::S(request.label.logical_resource_id.clone())),
             (":request_type", AttributeValue::S(request.label.request_type.clone())),
             (":resource_type", AttributeValue::S(request.label.resource_type.clone())),
+            (":replaces", AttributeValue::S(request.label.replaces.clone())),
         ];
         let mut names = names.to_vec();
         let update = match signal {
@@ -596,6 +601,10 @@ fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
         (attr::REQUEST_TYPE.to_owned(), text(&record.label.request_type)),
         (attr::RESOURCE_TYPE.to_owned(), text(&record.label.resource_type)),
     ]);
+    // Left out when empty, so that the first write naming a replaced work sets it.
+    if !record.label.replaces.is_empty() {
+        item.insert(attr::REPLACES.to_owned(), text(&record.label.replaces));
+    }
     if !record.attempts.is_empty() {
         let attempts = record.attempts.iter().map(|attempt| attempt.as_str().to_owned()).collect();
         item.insert(attr::ATTEMPTS.to_owned(), AttributeValue::Ss(attempts));
@@ -701,6 +710,7 @@ fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Res
             logical_resource_id: string(attr::LOGICAL_ID).unwrap_or_default(),
             request_type: string(attr::REQUEST_TYPE).unwrap_or_default(),
             resource_type: string(attr::RESOURCE_TYPE).unwrap_or_default(),
+            replaces: string(attr::REPLACES).unwrap_or_default(),
         },
     })
 }
