@@ -3,8 +3,8 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, soak, soak-short, package, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy,
-# doc, lint-templates, unit, clean.
+# Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), package, simulate, fuzz, bench, bench-quick, profile, build,
+# sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates, unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -19,7 +19,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill soak soak-short package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local drill soak soak-short upgrade-check package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -185,6 +185,46 @@ soak-short: venv
 	$(CARGO) build --locked --workspace --bins
 	./target/debug/cfn-once soak --seed 19 --minutes 1.5 --requests 300 --outage-s 30 \
 	  --binary target/debug/cfn-once-lambda --python $(PY) --out target/soak-short
+
+## upgrade-check: an upgrade halfway through, run for real (not in CI). `make upgrade-check FROM=<git rev>`
+## builds FROM's release cfn-once-lambda (.ci/build-rev, in target/revs/) and this tree's, then soaks
+## the two side by side, one region each, both ways: FROM in the primary and this tree in the secondary,
+## then the other way round. Each soak is the full one (load, SIGKILLs, a primary-region outage, a
+## drill's flip of the active region, wire faults) with the same seed; its report goes to
+## target/upgrade-check/<direction>/. Fails if either soak fails; both run either way.
+FROM ?=
+UPGRADE_SEED ?= 4545
+UPGRADE_MINUTES ?= 3
+UPGRADE_REQUESTS ?= 1200
+upgrade-check: venv
+	@test -n "$(FROM)" || { echo "usage: make upgrade-check FROM=<git rev> [UPGRADE_SEED=N]" >&2; exit 1; }
+	@echo "==> building $(FROM)'s release binary (.ci/build-rev)"
+	mkdir -p target/upgrade-check
+	bash .ci/build-rev $(FROM) > target/upgrade-check/from.path
+	@echo "==> building this tree's release binary, and the soak"
+	@# What the new binary is built from: HEAD, and any uncommitted change to its sources.
+	@changes=$$(git status --porcelain -- handler/cfn-once handler/cfn-once-core Cargo.toml Cargo.lock .cargo | awk '{ print $$2 }' | paste -sd ' ' -); \
+	  echo "this tree at $$(git rev-parse --short=12 HEAD)$${changes:+, with uncommitted changes to $$changes}" > target/upgrade-check/new.txt
+	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
+	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	@old=$$(cat target/upgrade-check/from.path); new=target/release/cfn-once-lambda; \
+	  echo "old: $(FROM) = $$old"; echo "new: $$(cat target/upgrade-check/new.txt) = $$new"; \
+	  failed=""; : > target/upgrade-check/verdicts.txt; \
+	  for direction in old-primary-new-secondary new-primary-old-secondary; do \
+	    case $$direction in \
+	      old-primary-*) primary=$$old; secondary=$$new ;; \
+	      *) primary=$$new; secondary=$$old ;; \
+	    esac; \
+	    echo "==> $$direction: primary runs $$primary, secondary runs $$secondary (seed $(UPGRADE_SEED))"; \
+	    start=$$(date +%s); \
+	    if ./target/debug/cfn-once soak --seed $(UPGRADE_SEED) --minutes $(UPGRADE_MINUTES) --requests $(UPGRADE_REQUESTS) \
+	         --binary $$primary --secondary-binary $$secondary --python $(PY) --out target/upgrade-check/$$direction; \
+	    then verdict=passed; else verdict=FAILED; failed="$$failed $$direction"; fi; \
+	    echo "$$direction (from $(FROM)): $$verdict in $$(( $$(date +%s) - start )) s; report target/upgrade-check/$$direction/soak-report.md" \
+	      | tee -a target/upgrade-check/verdicts.txt; \
+	  done; \
+	  if [ -n "$$failed" ]; then echo "upgrade-check from $(FROM) FAILED:$$failed" >&2; exit 1; fi; \
+	  echo "upgrade-check from $(FROM): both directions passed"
 
 ## simulate: the deterministic simulator over SEEDS seeds on every core, from seed FIRST. Without
 ## FIRST, a run of 100000 seeds or more starts at a fresh seed drawn at random, printed first so
