@@ -3,8 +3,9 @@
 #   make demo    run the product on local AWS and show who answered what
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
-# Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), package, simulate, fuzz, bench, bench-quick, profile, build,
-# sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates, unit, clean.
+# Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), golden-records (REV=<git rev> FORMAT=<n>), package,
+# simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
+# unit, clean.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -234,6 +235,28 @@ FIRST ?=
 simulate:
 	@echo "==> simulating $(SEEDS) seeds$(if $(FIRST), from seed $(FIRST))"
 	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS) $(if $(FIRST),--first $(FIRST))
+
+## golden-records: the lease table's items as revision REV wrote them, kept as the fixtures today's
+## handler is tested against (tests/it/golden.rs). `make golden-records REV=<git rev> FORMAT=<n>`, n the
+## record format REV writes: builds REV's release cfn-once-lambda (.ci/build-rev), and `cfn-once
+## golden-records` runs it on a moto of its own as a soak, scanning the lease table all along, then as a
+## small fleet sent resources with wait conditions, and writes the first item of each class to
+## tests/golden/records/v<n>/. Refuses a directory that exists: a version's records are generated once
+## and never edited (tests/golden/records/README.md says how each was made).
+.PHONY: golden-records
+REV ?=
+FORMAT ?=
+golden-records: venv
+	@test -n "$(REV)" -a -n "$(FORMAT)" || { echo "usage: make golden-records REV=<git rev> FORMAT=<record format>" >&2; exit 1; }
+	@test ! -e tests/golden/records/v$(FORMAT) || { echo "tests/golden/records/v$(FORMAT) exists: golden records are never regenerated or edited" >&2; exit 1; }
+	@echo "==> building $(REV)'s release binary (.ci/build-rev), and the generator"
+	mkdir -p target/golden-records
+	bash .ci/build-rev $(REV) > target/golden-records/binary.path
+	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	rm -rf target/golden-records/soak target/golden-records/works
+	./target/debug/cfn-once golden-records --binary "$$(cat target/golden-records/binary.path)" --format $(FORMAT) \
+	  --revision "$$(git rev-parse $(REV)^{commit})" --python $(PY) --work-dir target/golden-records \
+	  --out tests/golden/records/v$(FORMAT)
 
 ## feature-sets: fails when `cargo build --bins` and `cargo test` would resolve a shared crate's
 ## features differently, which compiles the SDK twice (.ci/feature-sets).

@@ -2,7 +2,8 @@
 //! lean `cfn-once-lambda` binary). `cfn-once local`, `cfn-once demo` and `cfn-once drill` run the
 //! same handler on local AWS and exercise failover; the drill also runs against deployed stacks.
 //! `cfn-once inspect`, `stuck` and `redrive` are the operator's tools, local or deployed.
-//! `cfn-once soak` runs the Lambda binary itself as a two-region fleet under load and faults.
+//! `cfn-once soak` runs the Lambda binary itself as a two-region fleet under load and faults;
+//! `cfn-once golden-records` keeps the lease table's items a version of it wrote.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,6 +123,17 @@ enum Command {
     /// processes' logs, and writes soak-report.md and a picture to --out. Exits 1 on any lost,
     /// conflicting, late or wrong answer or any other failed check.
     Soak(Box<cfn_once_cli::soak::SoakOptions>),
+    /// Keep the lease table's items as a version of the function wrote them: the golden records
+    ///
+    /// Starts moto (unless --endpoint-url is given), runs a soak of --binary (a version's release
+    /// cfn-once-lambda) as a process of its own, and scans its lease table every --interval-ms
+    /// while it runs, keeping the first item of each class (answer or work record, state, poll
+    /// fields, committed status, delivered, unsent; the control item) whose format is --format.
+    /// Then runs the binary as a small fleet of its own and sends it resources with wait
+    /// conditions, for the works' records the soak never makes. Writes each item as DynamoDB
+    /// JSON to --out/<class>.json, and generated.txt; refuses an --out that exists. `make
+    /// golden-records REV=<rev> FORMAT=<n>` builds the binary and runs it.
+    GoldenRecords(Box<cfn_once_cli::golden::GoldenOptions>),
 }
 
 #[derive(Debug, Args)]
@@ -328,6 +340,7 @@ async fn main() -> ExitCode {
         Command::Stuck(args) => run_stuck(args).await,
         Command::Redrive(args) => run_redrive(args).await,
         Command::Soak(options) => run_soak(*options).await,
+        Command::GoldenRecords(options) => run_golden_records(*options).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -549,6 +562,11 @@ async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
 async fn run_soak(options: cfn_once_cli::soak::SoakOptions) -> anyhow::Result<bool> {
     init_terminal_logging();
     Ok(cfn_once_cli::soak::run(&options).await?.passed)
+}
+
+async fn run_golden_records(options: cfn_once_cli::golden::GoldenOptions) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    cfn_once_cli::golden::run(&options).await
 }
 
 fn drill_target(args: &DrillArgs) -> anyhow::Result<(DrillTarget, u64)> {
