@@ -16,6 +16,7 @@ mod fenced;
 mod fenced_unknown;
 mod formats;
 mod functions;
+mod golden;
 mod hostile;
 mod http_sink;
 mod invoke_api;
