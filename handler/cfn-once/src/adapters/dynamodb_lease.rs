@@ -79,8 +79,7 @@ fn with_format(condition: &str) -> String {
 const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :running, \
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires, \
-     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type, \
-     #replaces = if_not_exists(#replaces, :replaces) \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
      REMOVE #response, #delivered, #unsent \
      ADD #fence :one, #attempts :fp_set";
 
@@ -89,8 +88,7 @@ const ACQUIRE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, 
 const CLOSE_UPDATE: &str = "SET #owner = :owner, #lease_until = :lease_until, #state = :committed, \
      #fingerprint = :fp, #sent = :sent, #heartbeat = :zero, #created = if_not_exists(#created, :now), \
      #updated = :now, #expires = :expires, #response = :response, \
-     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type, \
-     #replaces = if_not_exists(#replaces, :replaces) \
+     #logical_id = :logical_id, #request_type = :request_type, #resource_type = :resource_type \
      REMOVE #delivered, #unsent, #poll_fp, #poll_state, #poll_at, #waiting_since, #polls \
      ADD #fence :one, #attempts :fp_set";
 
@@ -372,7 +370,6 @@ impl DynamoLeaseStore {
             ("#logical_id", attr::LOGICAL_ID),
             ("#request_type", attr::REQUEST_TYPE),
             ("#resource_type", attr::RESOURCE_TYPE),
-            ("#replaces", attr::REPLACES),
         ];
         let mut values = vec![
             (":owner", AttributeValue::S(request.owner.clone())),
@@ -393,7 +390,6 @@ impl DynamoLeaseStore {
             (":logical_id", AttributeValue::S(request.label.logical_resource_id.clone())),
             (":request_type", AttributeValue::S(request.label.request_type.clone())),
             (":resource_type", AttributeValue::S(request.label.resource_type.clone())),
-            (":replaces", AttributeValue::S(request.label.replaces.clone())),
         ];
         let mut names = names.to_vec();
         let update = match signal {
@@ -409,8 +405,17 @@ impl DynamoLeaseStore {
                 CLOSE_UPDATE
             }
         };
+        // `replaces` is on a work's record only, and as the first write naming it left it: a
+        // record has it exactly when it is not empty (as `record_item` writes it).
+        let update = if request.label.replaces.is_empty() {
+            update.to_owned()
+        } else {
+            names.push(("#replaces", attr::REPLACES));
+            values.push((":replaces", AttributeValue::S(request.label.replaces.clone())));
+            update.replacen("SET ", "SET #replaces = if_not_exists(#replaces, :replaces), ", 1)
+        };
         let call = Update {
-            update,
+            update: &update,
             condition: ACQUIRE_CONDITION,
             names,
             values,
