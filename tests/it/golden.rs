@@ -52,16 +52,6 @@ const COLUMNS: [(Role, Activity, &str); 4] = [
 const RAISE: &str = "the record format changed; raise RECORD_FORMAT (or CONTROL_FORMAT) and generate that \
                      version's golden records with `make golden-records`";
 
-/// Attributes whose presence within one class depends on the record's history rather than its
-/// class, with why: compared by type where both items have them, never by presence. Remove an
-/// entry once the store writes the attribute the same way on every path.
-const OPTIONAL: &[(&str, &str)] = &[(
-    "replaces",
-    "set (empty, unless a work replaced another) by every acquire and close, `if_not_exists`; left out \
-     by a leave's write-back of a record without one (`record_item` writes it only when not empty), and \
-     never added to a record of format 1 by a commit or a delivered mark; read as empty when absent",
-)];
-
 /// Classes today's handler writes that no golden record of its format holds, because no run of
 /// the generator produced one: each with the golden class of the same shape by construction it is
 /// checked against instead, and why. A class missing from the golden records and from this list
@@ -353,11 +343,9 @@ fn of_version(all: &[Golden], version: u32) -> BTreeMap<String, Item> {
 fn shape_differences(want: &Item, got: &Item) -> Vec<String> {
     let (want, got) = (shape_of(want), shape_of(got));
     let names: BTreeSet<&String> = want.keys().chain(got.keys()).collect();
-    let optional = |name: &str| OPTIONAL.iter().any(|(optional, _)| *optional == name);
     names
         .into_iter()
         .filter(|name| want.get(*name) != got.get(*name))
-        .filter(|name| !(optional(name) && (want.get(*name).is_none() || got.get(*name).is_none())))
         .map(|name| match (want.get(name), got.get(name)) {
             (Some(w), None) => format!("`{name}` ({w}) is no longer written"),
             (None, Some(g)) => format!("`{name}` ({g}) is written, and no golden record has it"),

@@ -111,8 +111,8 @@ enum Command {
     /// Run the Lambda binary as a fleet in both regions under load and faults, and check that
     /// every request was answered once, in time
     ///
-    /// Starts moto and, per handler region, a local Lambda service running --binary as real
-    /// processes under a local Runtime API (at most MaximumConcurrency at once, reused while
+    /// Starts moto and, per handler region, a local Lambda service running --binary (in the
+    /// secondary: --secondary-binary, if given) as real processes under a local Runtime API (at most MaximumConcurrency at once, reused while
     /// warm, replaced when they die), fed by an event source mapping with the template's batch
     /// size; queues, function and mapping parameters come from infra/regional.yaml. Plays many
     /// stacks deploying at once (Echo fast, slow and in progress; DynamoDBItem; invalid and
