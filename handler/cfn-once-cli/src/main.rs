@@ -112,8 +112,8 @@ enum Command {
     /// every request was answered once, in time
     ///
     /// Starts moto and, per handler region, a local Lambda service running --binary (in the
-    /// secondary: --secondary-binary, if given) as real processes under a local Runtime API (at most MaximumConcurrency at once, reused while
-    /// warm, replaced when they die), fed by an event source mapping with the template's batch
+    /// secondary: --secondary-binary, if given) as real processes under a local Runtime API (at
+    /// most MaximumConcurrency at once, reused while warm, replaced when they die), fed by an event source mapping with the template's batch
     /// size; queues, function and mapping parameters come from infra/regional.yaml. Plays many
     /// stacks deploying at once (Echo fast, slow and in progress; DynamoDBItem; invalid and
     /// panicking resources; Updates and Deletes in CloudFormation's order; duplicates; retried
