@@ -111,17 +111,17 @@ enum Command {
     /// Run the Lambda binary as a fleet in both regions under load and faults, and check that
     /// every request was answered once, in time
     ///
-    /// Starts moto and, per handler region, a local Lambda service running --binary (in the
-    /// secondary: --secondary-binary, if given) as real processes under a local Runtime API (at
-    /// most MaximumConcurrency at once, reused while warm, replaced when they die), fed by an event source mapping with the template's batch
-    /// size; queues, function and mapping parameters come from infra/regional.yaml. Plays many
-    /// stacks deploying at once (Echo fast, slow and in progress; DynamoDBItem; invalid and
-    /// panicking resources; Updates and Deletes in CloudFormation's order; duplicates; retried
-    /// deployments reusing a RequestId) while a seeded schedule kills processes, takes the
-    /// primary region down, flips the active region and injects wire faults. Then reads every
-    /// version of every response object, the item table, the DLQs, the lease records and the
-    /// processes' logs, and writes soak-report.md and a picture to --out. Exits 1 on any lost,
-    /// conflicting, late or wrong answer or any other failed check.
+    /// Starts moto and, per handler region, a local Lambda service running --binary (in the secondary:
+    /// --secondary-binary, if given) as real processes under a local Runtime API (at most
+    /// MaximumConcurrency at once, reused while warm, replaced when they die), fed by an event source
+    /// mapping with the template's batch size; queues, function and mapping parameters come from
+    /// infra/regional.yaml. Plays many stacks deploying at once (Echo fast, slow and in progress;
+    /// DynamoDBItem; invalid and panicking resources; Updates and Deletes in CloudFormation's order;
+    /// duplicates; retried deployments reusing a RequestId) while a seeded schedule kills processes,
+    /// takes the primary region down, flips the active region and injects wire faults. Then reads every
+    /// version of every response object, the item table, the DLQs, the lease records and the processes'
+    /// logs, and writes soak-report.md and a picture to --out. Exits 1 on any lost, conflicting, late
+    /// or wrong answer or any other failed check.
     Soak(Box<cfn_once_cli::soak::SoakOptions>),
     /// Keep the lease table's items as a version of the function wrote them: the golden records
     ///
