@@ -29,7 +29,8 @@ use serde_json::{Value, json};
 
 const TYPE: &str = "Custom::Reservation";
 const DELAY_S: u32 = 2;
-const SETTINGS: [(&str, &str); 7] = [
+/// Fast leases and timeouts, so that takeovers happen within a test's seconds.
+pub(crate) const SETTINGS: [(&str, &str); 7] = [
     ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
     ("CFN_ONCE_PUT_TIMEOUT_MS", "1500"),
     ("CFN_ONCE_LEASE_MS", "3000"),

@@ -21,19 +21,10 @@ use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::worker::Ports;
 use cfn_once_tests::{Fault, FaultProxy, Match, TwoRegions};
 
-use crate::functions::{answers_in, greeting, logs, signature, two_regions_with_a_responder};
+use crate::functions::{SETTINGS, answers_in, greeting, logs, signature, two_regions_with_a_responder};
 use serde_json::{Value, json};
 
 const TYPE: &str = "Custom::Written";
-const SETTINGS: [(&str, &str); 7] = [
-    ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
-    ("CFN_ONCE_PUT_TIMEOUT_MS", "1500"),
-    ("CFN_ONCE_LEASE_MS", "3000"),
-    ("CFN_ONCE_HEARTBEAT_MS", "1000"),
-    ("CFN_ONCE_SKEW_MS", "200"),
-    ("CFN_ONCE_STANDBY_RETRY_S", "1"),
-    ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
-];
 
 /// An `onEvent` that writes its resource's item to a DynamoDB table on moto, fenced as the
 /// README asks (`SET fence`, conditioned on no higher fence) and counting its runs (`ADD runs`),
