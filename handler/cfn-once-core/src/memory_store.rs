@@ -95,6 +95,54 @@ impl MemoryLeaseStore {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// An acquire, or with `signal` a close (the acquire and its commit as one write, under one
+    /// lock), as `DynamoLeaseStore::take` sends them: granted where `lease::admits` says, with
+    /// a new fence; a close commits `signal` at once and leaves no work in progress.
+    fn take(&self, request: &AcquireRequest, signal: Option<&[u8]>) -> Result<Acquire, StoreError> {
+        let mut records = self.records();
+        let existing = records.get(&request.key);
+        self.known(existing)?;
+        if !admits(existing, request) {
+            let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
+            return Ok(Acquire::Refused(Box::new(record)));
+        }
+        let (fence, created_ms, mut attempts, poll) = match existing {
+            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone(), record.poll.clone()),
+            None => (1, request.now_ms, BTreeSet::new(), None),
+        };
+        let poll = poll.filter(|_| signal.is_none());
+        let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
+        let interrupted = took_over && existing.is_some_and(|record| record.state == LeaseState::Running);
+        let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
+        let prior = existing.cloned().map(Box::new);
+        let label = kept_replaces(existing.map(|record| record.label.replaces.clone()), &request.label);
+        attempts.insert(request.fingerprint.clone());
+        records.insert(
+            request.key.clone(),
+            LeaseRecord {
+                format: RECORD_FORMAT,
+                key: request.key.clone(),
+                fence,
+                owner: request.owner.clone(),
+                lease_until_ms: request.lease_until_ms,
+                heartbeat: 0,
+                state: if signal.is_some() { LeaseState::Committed } else { LeaseState::Running },
+                fingerprint: request.fingerprint.clone(),
+                attempts,
+                response: signal.map(<[u8]>::to_vec),
+                delivered: false,
+                unsent: None,
+                sent_ms: request.sent_ms,
+                created_ms,
+                updated_ms: request.now_ms,
+                expires_ms: request.expires_ms,
+                poll,
+                label,
+            },
+        );
+        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
+    }
+
     /// Every write's first condition, as the DynamoDB adapter's `attribute_not_exists(format)
     /// OR format <= :format`: a record of a newer format is refused before anything else.
     fn known(&self, record: Option<&LeaseRecord>) -> Result<(), StoreError> {
@@ -139,92 +187,11 @@ fn under_fence(fence: u64, state: LeaseState) -> impl Fn(&LeaseRecord) -> bool {
 #[async_trait]
 impl LeaseStore for MemoryLeaseStore {
     async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
-        let mut records = self.records();
-        let existing = records.get(&request.key);
-        self.known(existing)?;
-        if !admits(existing, request) {
-            let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
-            return Ok(Acquire::Refused(Box::new(record)));
-        }
-        let (fence, created_ms, mut attempts, poll) = match existing {
-            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone(), record.poll.clone()),
-            None => (1, request.now_ms, BTreeSet::new(), None),
-        };
-        let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
-        let interrupted = existing
-            .is_some_and(|record| record.fingerprint == request.fingerprint && record.state == LeaseState::Running);
-        let mine = poll.as_ref().filter(|poll| poll.fingerprint == request.fingerprint).cloned();
-        let prior = existing.cloned().map(Box::new);
-        let existing_replaces = existing.map(|record| record.label.replaces.clone());
-        attempts.insert(request.fingerprint.clone());
-        records.insert(
-            request.key.clone(),
-            LeaseRecord {
-                format: RECORD_FORMAT,
-                key: request.key.clone(),
-                fence,
-                owner: request.owner.clone(),
-                lease_until_ms: request.lease_until_ms,
-                heartbeat: 0,
-                state: LeaseState::Running,
-                fingerprint: request.fingerprint.clone(),
-                attempts,
-                response: None,
-                delivered: false,
-                unsent: None,
-                sent_ms: request.sent_ms,
-                created_ms,
-                updated_ms: request.now_ms,
-                expires_ms: request.expires_ms,
-                poll,
-                label: kept_replaces(existing_replaces, &request.label),
-            },
-        );
-        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
+        self.take(request, None)
     }
 
     async fn close(&self, request: &AcquireRequest, signal: &[u8]) -> Result<Acquire, StoreError> {
-        // One lock for both: the acquire, then the commit, as one write.
-        let mut records = self.records();
-        let existing = records.get(&request.key);
-        self.known(existing)?;
-        if !admits(existing, request) {
-            let record = existing.cloned().ok_or_else(|| StoreError::Permanent("refused an absent record".into()))?;
-            return Ok(Acquire::Refused(Box::new(record)));
-        }
-        let (fence, created_ms, mut attempts) = match existing {
-            Some(record) => (record.fence + 1, record.created_ms, record.attempts.clone()),
-            None => (1, request.now_ms, BTreeSet::new()),
-        };
-        let took_over = existing.is_some_and(|record| record.fingerprint == request.fingerprint);
-        let interrupted = took_over && existing.is_some_and(|record| record.state == LeaseState::Running);
-        let prior = existing.cloned().map(Box::new);
-        let existing_replaces = existing.map(|record| record.label.replaces.clone());
-        attempts.insert(request.fingerprint.clone());
-        records.insert(
-            request.key.clone(),
-            LeaseRecord {
-                format: RECORD_FORMAT,
-                key: request.key.clone(),
-                fence,
-                owner: request.owner.clone(),
-                lease_until_ms: request.lease_until_ms,
-                heartbeat: 0,
-                state: LeaseState::Committed,
-                fingerprint: request.fingerprint.clone(),
-                attempts,
-                response: Some(signal.to_vec()),
-                delivered: false,
-                unsent: None,
-                sent_ms: request.sent_ms,
-                created_ms,
-                updated_ms: request.now_ms,
-                expires_ms: request.expires_ms,
-                poll: None,
-                label: kept_replaces(existing_replaces, &request.label),
-            },
-        );
-        Ok(Acquire::Acquired { fence, took_over, interrupted, poll: None, prior })
+        self.take(request, Some(signal))
     }
 
     async fn heartbeat(
