@@ -192,7 +192,16 @@ pub async fn presigned_put_url(
     key: &str,
     expires_s: u64,
 ) -> anyhow::Result<String> {
-    let presigning = PresigningConfig::expires_in(Duration::from_secs(expires_s))?;
+    presigned_put(s3, bucket, key, PresigningConfig::expires_in(Duration::from_secs(expires_s))?).await
+}
+
+/// A presigned PUT URL of `key` under `presigning`.
+async fn presigned_put(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    presigning: PresigningConfig,
+) -> anyhow::Result<String> {
     let request = s3
         .put_object()
         .bucket(bucket)
@@ -216,14 +225,7 @@ pub async fn presigned_put_url_signed_at(
 ) -> anyhow::Result<String> {
     let presigning =
         PresigningConfig::builder().start_time(signed_at).expires_in(Duration::from_secs(expires_s)).build()?;
-    let request = s3
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .presigned(presigning)
-        .await
-        .map_err(|e| sdk_error("presign PutObject", &e))?;
-    Ok(request.uri().to_owned())
+    presigned_put(s3, bucket, key, presigning).await
 }
 
 /// Every version of `key` PUT so far, oldest first.

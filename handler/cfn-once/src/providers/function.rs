@@ -902,13 +902,28 @@ mod tests {
     }
 
     fn responder_kit(now: bool, fail: bool) -> (Arc<Bucket>, Arc<Responder>, ProviderTest) {
+        self_answering_kit(now, fail, true, None)
+    }
+
+    fn unseen_kit(answered: bool) -> (Arc<Responder>, ProviderTest) {
+        let (_, responder, test) = self_answering_kit(true, false, false, Some(answered));
+        (responder, test)
+    }
+
+    /// A self-answering route to a [`Responder`] over an in-memory answer bucket.
+    fn self_answering_kit(
+        now: bool,
+        fail: bool,
+        race: bool,
+        first_unseen: Option<bool>,
+    ) -> (Arc<Bucket>, Arc<Responder>, ProviderTest) {
         let bucket = Arc::new(Bucket::default());
         let responder = Arc::new(Responder {
             bucket: Arc::clone(&bucket),
             now,
             fail,
-            race: true,
-            first_unseen: None,
+            race,
+            first_unseen,
             events: Mutex::default(),
         });
         let route = FunctionRoute {
@@ -921,28 +936,6 @@ mod tests {
         let answers: Arc<dyn AnswerDrop> = bucket.clone();
         let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
         (bucket, responder, ProviderTest::new().provider("Custom::Greeting", provider))
-    }
-
-    fn unseen_kit(answered: bool) -> (Arc<Responder>, ProviderTest) {
-        let bucket = Arc::new(Bucket::default());
-        let responder = Arc::new(Responder {
-            bucket: Arc::clone(&bucket),
-            now: true,
-            fail: false,
-            race: false,
-            first_unseen: Some(answered),
-            events: Mutex::default(),
-        });
-        let route = FunctionRoute {
-            resource_type: "Custom::Greeting".into(),
-            on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
-            is_complete: None,
-            answers_itself: true,
-        };
-        let invoker: Arc<dyn FunctionInvoker> = responder.clone();
-        let answers: Arc<dyn AnswerDrop> = bucket;
-        let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
-        (responder, ProviderTest::new().provider("Custom::Greeting", provider))
     }
 
     #[test]
