@@ -56,7 +56,7 @@ pub use fake_arc::{EndpointMode, FakeArcCluster};
 pub use fake_runtime::{Call, FakeRuntime, Posted, cpu_ns};
 pub use lambda_process::LambdaProcess;
 pub use two_regions::{Observed, TwoRegions};
-pub use wait_handle::{CLOUDFORMATION_HANDLE_EXPIRES_S, PlainRecord, Put, WaitHandle, plain_record, puts};
+pub use wait_handle::{CLOUDFORMATION_HANDLE_EXPIRES_S, PlainRecord, Put, WaitHandle, lease_item, plain_record, puts};
 
 /// The account moto uses.
 pub const ACCOUNT: &str = "123456789012";

@@ -257,7 +257,16 @@ impl PlainRecord {
 
 /// The lease record at `key` in `table`, read with one plain, consistent GetItem.
 pub async fn plain_record(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key: &RequestKey) -> Option<PlainRecord> {
-    let item = dynamodb
+    Some(parse(&lease_item(dynamodb, table, key).await?))
+}
+
+/// The item at `key` in the lease table `table`, exactly as stored (one consistent GetItem).
+pub async fn lease_item(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &RequestKey,
+) -> Option<HashMap<String, AttributeValue>> {
+    dynamodb
         .get_item()
         .table_name(table)
         .key("pk", AttributeValue::S(key.stack_id.to_string()))
@@ -266,8 +275,7 @@ pub async fn plain_record(dynamodb: &aws_sdk_dynamodb::Client, table: &str, key:
         .send()
         .await
         .expect("get the lease record")
-        .item?;
-    Some(parse(&item))
+        .item
 }
 
 fn parse(item: &HashMap<String, AttributeValue>) -> PlainRecord {

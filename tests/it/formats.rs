@@ -93,17 +93,7 @@ async fn the_memory_store_never_writes_deletes_or_reads_a_record_of_a_newer_form
 
 /// The item of `key` as stored.
 async fn item_of(client: &aws_sdk_dynamodb::Client, table: &str, key: &RequestKey) -> HashMap<String, AttributeValue> {
-    client
-        .get_item()
-        .table_name(table)
-        .key("pk", AttributeValue::S(key.stack_id.to_string()))
-        .key("sk", AttributeValue::S(key.request_id.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("GetItem")
-        .item
-        .expect("the item")
+    cfn_once_tests::lease_item(client, table, key).await.expect("the item")
 }
 
 #[tokio::test]
