@@ -226,40 +226,14 @@ fn value_from_json(json: &Value) -> Result<AttributeValue, String> {
     })
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Standard base64 with padding, as DynamoDB JSON holds binary values.
+/// Standard base64 with padding, as DynamoDB JSON holds binary values (the SDK's own).
 pub fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |n, (i, byte)| n | u32::from(*byte) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(BASE64[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    aws_smithy_types::base64::encode(bytes)
 }
 
 /// The inverse of [`base64_encode`].
 pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
-    let digits = text.trim_end_matches('=').bytes();
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let (mut bits, mut held) = (0u32, 0u32);
-    for byte in digits {
-        let digit = BASE64.iter().position(|b| *b == byte).ok_or_else(|| format!("not base64: {text:?}"))?;
-        bits = bits << 6 | digit as u32;
-        held += 6;
-        if held >= 8 {
-            held -= 8;
-            out.push((bits >> held) as u8);
-            bits &= (1 << held) - 1;
-        }
-    }
-    Ok(out)
+    aws_smithy_types::base64::decode(text).map_err(|error| format!("not base64 ({error}): {text:?}"))
 }
 
 /// What the scans found.
