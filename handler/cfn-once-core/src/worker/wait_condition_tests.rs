@@ -678,3 +678,28 @@ fn an_update_rollback_to_a_handle_whose_work_was_swept_runs_the_provider() {
     assert!(!answer.data.contains_key(WORK_DATA_NAME), "a rollback waits on nothing");
     assert_eq!(h.sink.bodies(HANDLE).len(), 1, "the old handle got nothing new");
 }
+
+/// A Delete whose work a newer version of cfn-once finished (its record of a newer format, and
+/// delivered: the one field every format keeps) goes on to the provider's Delete, as for a work
+/// of its own format already signalled, instead of backing off until its deadline.
+#[test]
+fn a_delete_of_a_work_a_newer_version_finished_goes_on() {
+    let h = Harness::new();
+    let create = create_on(HANDLE, json!({"Size": "3"}));
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &create, h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success);
+    let work = h
+        .memory
+        .snapshot()
+        .into_iter()
+        .find(|record| record.key.request_id.starts_with(crate::wait_condition::WORK_ID_PREFIX))
+        .expect("the Create's work record");
+    assert!(work.delivered, "the Create's work signalled");
+    let newer = LeaseRecord { format: crate::lease::RECORD_FORMAT + 1, ..work };
+    h.memory.put_as_written(newer.clone());
+    let delete = delete_of(json!({"DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200"}));
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &delete, h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success, "{done:?}");
+    assert_eq!(h.memory.get(&newer.key), Some(newer), "the newer version's record untouched");
+    assert_eq!(h.sink.bodies(HANDLE).len(), 1, "the Create's one signal; none since");
+}

@@ -21,7 +21,7 @@
 
 use super::store::Prior;
 use super::{DECISIONS_MAX, Job, Worker, describe};
-use crate::lease::{LeaseRecord, LeaseState, Seen};
+use crate::lease::{LeaseRecord, LeaseState, Seen, StoreError};
 use crate::request::{Request, RequestKind};
 use crate::response::{Outcome, Status};
 use crate::vocabulary::{Disposition, Done};
@@ -69,6 +69,8 @@ impl Worker {
         for _ in 0..DECISIONS_MAX {
             let record = match self.read_record(job).await {
                 Ok(record) => record.filter(|record| record.state != LeaseState::Left),
+                // A newer version of cfn-once finished the work: nothing is left to close.
+                Err(StoreError::NewerFormat { settled: true, .. }) => return Ok(()),
                 Err(error) => return Err(self.retry(job, format!("could not read the work to close it: {error}"))),
             };
             let now_ms = self.clock.now_ms();
@@ -139,6 +141,8 @@ impl Worker {
     pub(super) async fn superseded_work(&self, job: &Job<'_>) -> Disposition {
         let record = match self.read_record(job).await {
             Ok(record) => record,
+            // A newer version of cfn-once finished the work: nothing is left to deliver.
+            Err(StoreError::NewerFormat { settled: true, .. }) => return Disposition::Done(Done::Superseded),
             Err(error) => return self.retry(job, format!("could not read the superseded work: {error}")),
         };
         match record {
