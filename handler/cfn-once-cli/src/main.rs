@@ -12,17 +12,21 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use cfn_once::config::ArcEndpoint;
+use cfn_once::providers::dynamodb_item::DYNAMODB_ITEM_TYPE;
+use cfn_once_cli::local::control::{self, PrimarySignals};
 use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
 use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
 use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::functions_file::FunctionsFile;
-use cfn_once_cli::local::moto::MotoServer;
+use cfn_once_cli::local::moto::{MotoServer, PYTHON_VARIABLE, check_python, choose_python};
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
 use cfn_once_cli::local::tls_front::TlsFront;
 use cfn_once_cli::ops::OpsTarget;
 use cfn_once_cli::ops::inspect::InspectOptions;
 use cfn_once_cli::ops::redrive::RedriveOptions;
 use cfn_once_cli::ops::stuck::StuckOptions;
+use cfn_once_core::echo::ECHO_TYPE;
+use cfn_once_core::vocabulary::Role;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,7 +47,8 @@ enum Command {
     /// primary (us-east-1) and the secondary (us-west-2, delayed) region, the lease table, a
     /// response bucket and an answer bucket per region; runs one handler per region behind a
     /// local event source mapping (up to 10 batches at once, as the template's
-    /// MaximumConcurrency), each serving the resource types of --functions from its own
+    /// MaximumConcurrency), each serving the built-in providers (Custom::Echo,
+    /// Custom::DynamoDBItem) and, with --functions, the resource types of that file from its own
     /// region's copies of the Python functions there (under awslambdaric behind a local Lambda
     /// Invoke API, each folder's requirements.txt installed into a build copy under
     /// .local/build); and writes the environment to --env-file so tests, `cfn-once drill` or
@@ -51,7 +56,10 @@ enum Command {
     /// served over HTTPS (https_endpoint_url in the env file) with a CA generated at start,
     /// whose certificate is written beside --env-file (ca_file): the answer URLs the functions
     /// PUT to are https:// URLs there, and the functions trust the CA through SSL_CERT_FILE,
-    /// REQUESTS_CA_BUNDLE and AWS_CA_BUNDLE. Stop it with Ctrl-C.
+    /// REQUESTS_CA_BUNDLE and AWS_CA_BUNDLE. Runs from any folder: .local/ is made in the
+    /// working directory. The env file records this process's id (local_pid): SIGUSR1 crashes
+    /// the primary region's worker (the secondary takes over, as in an outage), SIGUSR2 starts
+    /// it again. Stop it with Ctrl-C.
     Local(LocalArgs),
     /// Run cfn-once on local AWS with the sample requests in events/, a failover drill and a
     /// primary outage
@@ -141,9 +149,12 @@ struct MotoArgs {
     /// Use the moto server at this URL instead of starting one.
     #[arg(long, value_name = "URL")]
     endpoint_url: Option<String>,
-    /// The Python interpreter with moto[server] installed (`make venv` creates it).
-    #[arg(long, value_name = "PATH", default_value = ".venv/bin/python")]
-    python: PathBuf,
+    /// The Python interpreter with moto[server] (and awslambdaric, for functions) installed.
+    /// By default, the first of: $CFN_ONCE_PYTHON; .venv/bin/python in the working directory;
+    /// the .venv/bin/python of the cfn-once checkout this binary was built in (`make venv`
+    /// there creates it); python3 on the PATH. Checked before anything starts.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
     /// The secondary queue's DelaySeconds: how long the primary has before the secondary acts.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     secondary_delay_s: u32,
@@ -158,10 +169,11 @@ struct LocalArgs {
     env_file: PathBuf,
     /// The functions file: each Custom:: type to its functions by kind (on-event, is-complete,
     /// cfn-response), each with its folder, handler, environment, timeout-s and memory-mb (see
-    /// the README's "Bring your functions"); checked before anything starts. By default the
-    /// examples' file. The functions run with --python.
-    #[arg(long, value_name = "FILE", default_value = cfn_once_cli::local::functions::EXAMPLES_FILE)]
-    functions: PathBuf,
+    /// the README's "Bring your functions"); checked before anything starts. Without it, only
+    /// the built-in providers are served: Custom::Echo and Custom::DynamoDBItem (`make local`
+    /// passes the examples' file). The functions run with --python.
+    #[arg(long, value_name = "FILE")]
+    functions: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -361,12 +373,29 @@ fn init_terminal_logging() {
         .init();
 }
 
-/// A moto at `--endpoint-url`, or a new one (kept alive by the returned handle).
-fn moto(args: &MotoArgs) -> anyhow::Result<(Option<MotoServer>, String)> {
-    match &args.endpoint_url {
-        Some(endpoint) => Ok((None, endpoint.clone())),
-        None => {
-            let server = MotoServer::start(&args.python)?;
+/// The Python interpreter for moto and the functions, absolute, checked to import `modules`
+/// (moto when starting one, awslambdaric when serving functions); see `MotoArgs::python` for the
+/// order it is looked for in. `None` when nothing needs Python.
+fn python(args: &MotoArgs, modules: &[&str]) -> anyhow::Result<Option<PathBuf>> {
+    if modules.is_empty() {
+        return Ok(None);
+    }
+    let variable = std::env::var_os(PYTHON_VARIABLE);
+    let working_dir = std::env::current_dir().context("cannot read the working directory")?;
+    let exe = std::env::current_exe().ok();
+    let choice = choose_python(args.python.as_deref(), variable.as_deref(), &working_dir, exe.as_deref());
+    let path = check_python(&choice, modules)?;
+    println!("cfn-once: Python {} ({})", path.display(), choice.origin.describe());
+    Ok(Some(path))
+}
+
+/// A moto at `--endpoint-url`, or a new one run by `python` (kept alive by the returned handle).
+fn moto(args: &MotoArgs, python: Option<&std::path::Path>) -> anyhow::Result<(Option<MotoServer>, String)> {
+    match (&args.endpoint_url, python) {
+        (Some(endpoint), _) => Ok((None, endpoint.clone())),
+        (None, None) => anyhow::bail!("no Python interpreter was chosen to start moto with"),
+        (None, Some(python)) => {
+            let server = MotoServer::start(python)?;
             let endpoint = server.endpoint().to_owned();
             Ok((Some(server), endpoint))
         }
@@ -375,9 +404,13 @@ fn moto(args: &MotoArgs) -> anyhow::Result<(Option<MotoServer>, String)> {
 
 async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     init_terminal_logging();
-    // A mistake in the functions file stops everything before anything starts.
-    let functions_file = FunctionsFile::read(&args.functions)?;
-    let (_moto, endpoint) = moto(&args.moto)?;
+    // A mistake in the functions file, or a Python without moto, stops everything before
+    // anything starts.
+    let functions_file = args.functions.as_deref().map(FunctionsFile::read).transpose()?;
+    let modules =
+        [args.moto.endpoint_url.is_none().then_some("moto"), functions_file.is_some().then_some("awslambdaric")];
+    let python = python(&args.moto, &modules.into_iter().flatten().collect::<Vec<_>>())?;
+    let (_moto, endpoint) = moto(&args.moto, python.as_deref())?;
     let options = EnvironmentOptions {
         name: format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
         secondary_delay_s: args.moto.secondary_delay_s,
@@ -392,21 +425,28 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     let mut env = LocalEnvironment::provision(&endpoint, &front, &options).await?;
     let logs = std::path::absolute(".local/functions")?;
     let builds = std::path::absolute(".local/build")?;
-    let python = std::path::absolute(&args.moto.python)?;
-    println!("cfn-once local: building the functions of {}", args.functions.display());
-    let functions = LocalFunctions::start(&env, &python, &functions_file, &logs, &builds, &options.name, &|line| {
-        println!("  {line}")
-    })
-    .await?;
-    env.file.answer_buckets = functions.answer_buckets();
-    env.file.routes = functions.routes();
+    let functions = match (&functions_file, &args.functions, &python) {
+        (Some(file), Some(path), Some(python)) => {
+            println!("cfn-once local: building the functions of {}", path.display());
+            let progress = |line: &str| println!("  {line}");
+            Some(LocalFunctions::start(&env, python, file, &logs, &builds, &options.name, &progress).await?)
+        }
+        _ => None,
+    };
+    if let Some(functions) = &functions {
+        env.file.answer_buckets = functions.answer_buckets();
+        env.file.routes = functions.routes();
+    }
     let mut pair = RegionPair::start_serving(
         &env,
         &LOCAL_SETTINGS,
         |role| Some(printing_observer(env.region(role), role)),
-        Some(&functions),
+        functions.as_ref(),
     )
     .await?;
+    // Listening before the pid is published: a signal's default action would end the process.
+    let mut signals = PrimarySignals::listen()?;
+    env.file.local_pid = Some(std::process::id());
     env.file.write(&args.env_file)?;
     let file = &env.file;
     println!("cfn-once local: two regions on {endpoint}");
@@ -419,8 +459,12 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         file.secondary_region, file.queues.secondary, env.secondary_delay_s
     );
     println!("  lease table {}, response bucket {}", file.table_name, file.response_bucket);
-    println!("  functions of {} in each region:", args.functions.display());
-    for route in &functions_file.routes {
+    println!("  built-in providers in each region: {ECHO_TYPE}, {DYNAMODB_ITEM_TYPE} (item table {})", file.item_table);
+    match (&functions_file, &args.functions) {
+        (Some(_), Some(path)) => println!("  functions of {} in each region:", path.display()),
+        _ => println!("  no --functions: serving the built-in providers only"),
+    }
+    for route in functions_file.iter().flat_map(|file| &file.routes) {
         for function in std::iter::once(&route.on_event).chain(&route.is_complete) {
             let variables = function.environment.keys().cloned().collect::<Vec<_>>().join(" ");
             println!(
@@ -440,7 +484,9 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     for (region, bucket) in &file.answer_buckets {
         println!("  answer bucket {bucket} ({region})");
     }
-    println!("  function logs in {}", logs.display());
+    if functions.is_some() {
+        println!("  function logs in {}", logs.display());
+    }
     println!(
         "  S3 over HTTPS at {} (answer URLs, ResponseURLs), trusting the CA in {}",
         file.https_endpoint_url,
@@ -451,8 +497,25 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         args.env_file.display(),
         args.env_file.display()
     );
+    println!(
+        "  process {}: `kill -USR1 {0}` crashes the primary region, `kill -USR2 {0}` starts it again",
+        std::process::id()
+    );
     println!("handling requests; Ctrl-C to stop");
-    shutdown_signal().await;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            request = signals.next() => {
+                let fresh = || {
+                    let observer = printing_observer(&file.primary_region, Role::Primary);
+                    RegionPair::serving_worker(&env, Role::Primary, &LOCAL_SETTINGS, Some(observer), functions.as_ref())
+                };
+                control::apply(request, &mut pair, &file.primary_region, fresh).await;
+            }
+        }
+    }
     println!("stopping");
     pair.stop().await;
     let _ = std::fs::remove_file(&args.env_file);
@@ -478,9 +541,11 @@ async fn shutdown_signal() {
 
 async fn run_demo(args: DemoArgs) -> anyhow::Result<bool> {
     init_terminal_logging();
+    let modules = if args.moto.endpoint_url.is_some() { vec!["awslambdaric"] } else { vec!["moto", "awslambdaric"] };
+    let python = python(&args.moto, &modules)?.context("the demo's functions need a Python interpreter")?;
     let options = cfn_once_cli::local::demo::DemoOptions {
         endpoint_url: args.moto.endpoint_url,
-        python: args.moto.python,
+        python,
         events_dir: args.events,
         secondary_delay_s: args.moto.secondary_delay_s,
     };

@@ -74,6 +74,11 @@ pub struct EnvFile {
     /// `is-complete`, `cfn-response`), as the functions file says.
     #[serde(default)]
     pub routes: BTreeMap<String, BTreeMap<String, String>>,
+    /// The process id of the `cfn-once local` serving the environment, which crashes and
+    /// restores its primary region on SIGUSR1 and SIGUSR2 (`local/control.rs`); none in files
+    /// written by older versions or by tests that run the regions themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_pid: Option<u32>,
 }
 
 /// The four queues, by URL.
@@ -203,6 +208,8 @@ impl LocalEnvironment {
             item_table: item_table.clone(),
             answer_buckets: BTreeMap::new(),
             routes: BTreeMap::new(),
+            // Set by `cfn-once local`, the one process that listens for the signals.
+            local_pid: None,
         };
         Ok(Self {
             file,

@@ -1,11 +1,11 @@
-//! The functions of a functions file (`local/functions_file.rs`; by default the examples',
-//! `examples/functions/functions.yaml`), run locally in each region as Lambda runs them and
-//! served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource types
-//! to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies through a
-//! Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local Invoke
-//! API, and its S3 client reaches the answer buckets through the environment's HTTPS endpoint
-//! (what `AWS_ENDPOINT_URL_S3` would do), so the answer URLs it presigns are `https://` URLs, as
-//! in AWS; everything else stays on moto.
+//! The functions of a functions file (`local/functions_file.rs`; `make local` and the demo serve
+//! the examples', `examples/functions/functions.yaml`), run locally in each region as Lambda runs
+//! them and served the way a deployment serves its functions: `CFN_ONCE_FUNCTIONS` routes resource
+//! types to them, and the handler's own `aws-sdk-lambda` client reaches its region's copies through
+//! a Lambda endpoint of their own (what `AWS_ENDPOINT_URL_LAMBDA` does in AWS), the local Invoke
+//! API, and its S3 client reaches the answer buckets through the environment's HTTPS endpoint (what
+//! `AWS_ENDPOINT_URL_S3` would do), so the answer URLs it presigns are `https://` URLs, as in AWS;
+//! everything else stays on moto.
 //!
 //! Each function's folder is built once (`local/function_build.rs`: its requirements installed
 //! beside a copy of its files, as a Lambda zip) and run in both regions, each region's copies
@@ -28,7 +28,8 @@ use crate::local::functions_file::{Function, FunctionsFile};
 use crate::local::invoke_api::InvokeApi;
 use crate::local::lambda_service::{FunctionSpec, LocalFunction};
 
-/// The examples' functions file, from the workspace's root.
+/// The examples' functions file, from the workspace's root: what `make local` passes and the
+/// demo serves. `cfn-once local` has no default, since it runs from the user's own folder.
 pub const EXAMPLES_FILE: &str = "examples/functions/functions.yaml";
 
 /// Sandboxes of one function at once in each region: as many as the handler's own invocations

@@ -1,6 +1,7 @@
 //! Local AWS: everything needed to run cfn-once on this machine against moto, exactly as it
 //! runs in Lambda, with only the endpoint changed.
 
+pub mod control;
 pub mod demo;
 pub mod drill;
 pub mod environment;

@@ -80,6 +80,20 @@ impl RegionPair {
         Ok(Self { primary, secondary })
     }
 
+    /// One region's worker as [`RegionPair::start_serving`] builds it, not started: a fresh one
+    /// to replace a crashed worker (`cfn-once local` on SIGUSR2, `local/control.rs`), keeping
+    /// nothing of the old one's state, as a new Lambda execution environment keeps nothing of a
+    /// dead one's.
+    pub async fn serving_worker(
+        env: &LocalEnvironment,
+        role: Role,
+        overrides: &[(&str, &str)],
+        observer: Option<Observer>,
+        functions: Option<&LocalFunctions>,
+    ) -> anyhow::Result<RegionalWorker> {
+        Self::build(env, role, overrides, observer, |ports| ports, functions, ESM_CONCURRENCY_MAX).await
+    }
+
     /// One region's worker, not started.
     pub async fn worker(
         env: &LocalEnvironment,

@@ -43,6 +43,11 @@ impl RegionalWorker {
         self.running = Some((task, stop));
     }
 
+    /// Whether it is polling: started, and neither stopped nor killed since.
+    pub fn is_running(&self) -> bool {
+        self.running.as_ref().is_some_and(|(task, _)| !task.is_finished())
+    }
+
     /// Stops after the batch in hand is settled.
     pub async fn stop(&mut self) {
         if let Some((task, stop)) = self.running.take() {
