@@ -10,6 +10,9 @@
 //! `PollIntervalS` seconds, default 5; then answer with the usual Data plus `Polls`, the number
 //! of polls it took). The waiting applies to Delete too, unless `DeleteInProgressForS` says how
 //! long a Delete waits instead (`0`: a Delete of a long work's resource that answers at once).
+//! `PhysicalId` answers with that PhysicalResourceId (by default cfn-once makes one on Create
+//! and keeps it on Update): an Update giving a new one is, to CloudFormation, a replacement,
+//! whose old id is deleted in the update's cleanup phase (`cfn-once play` shows it).
 
 use std::time::Duration;
 
@@ -38,6 +41,7 @@ struct EchoOptions {
     panic_with: Option<String>,
     #[serde(default)]
     no_echo: bool,
+    physical_id: Option<String>,
     #[serde(default)]
     in_progress_for_s: u64,
     delete_in_progress_for_s: Option<u64>,
@@ -54,6 +58,9 @@ struct EchoWait {
     polls: u32,
     data: PropertyMap,
     no_echo: bool,
+    /// Absent in the state of versions before `PhysicalId`.
+    #[serde(default)]
+    physical_id: Option<String>,
 }
 
 impl EchoWait {
@@ -87,11 +94,12 @@ impl Echo {
                 polls: 0,
                 data: properties,
                 no_echo: options.no_echo,
+                physical_id: options.physical_id,
             }
             .step();
         }
         Ok(Step::Done(ProviderOutput {
-            physical_resource_id: None,
+            physical_resource_id: options.physical_id,
             data: properties.into_iter().collect(),
             no_echo: options.no_echo,
         }))
@@ -133,6 +141,6 @@ impl Provider for Echo {
         }
         let mut data: std::collections::BTreeMap<String, Value> = wait.data.into_iter().collect();
         data.insert("Polls".to_owned(), Value::String(wait.polls.to_string()));
-        Ok(Step::Done(ProviderOutput { physical_resource_id: None, data, no_echo: wait.no_echo }))
+        Ok(Step::Done(ProviderOutput { physical_resource_id: wait.physical_id, data, no_echo: wait.no_echo }))
     }
 }

@@ -39,6 +39,8 @@ const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
 const OTHER_URL: &str =
     "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=two";
+const THIRD_URL: &str =
+    "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=three";
 
 struct Harness {
     clock: ManualClock,
@@ -180,6 +182,20 @@ fn happy_path_answers_once_with_echoed_data() {
     assert_eq!(h.store.calls(Op::Read), 0, "the happy path reads nothing");
     assert_eq!(h.store.calls(Op::Acquire) + h.store.calls(Op::Commit) + h.store.calls(Op::MarkDelivered), 3);
     assert_eq!(h.store.calls(Op::Heartbeat), 0, "a quick provider needs no heartbeat");
+}
+
+#[test]
+fn echo_answers_the_physical_id_it_is_given_on_create_and_update() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    h.handle(&worker, &echo_create(json!({"PhysicalId": "network-1"})));
+    let update = request("Update", ECHO_TYPE, json!({"PhysicalId": "network-2"}), OTHER_URL);
+    h.handle(&worker, &update.replace("req-1", "req-2"));
+    assert_eq!(h.bodies(URL)[0].physical_resource_id, "network-1");
+    assert_eq!(h.bodies(OTHER_URL)[0].physical_resource_id, "network-2", "a new id: CloudFormation replaces");
+    let plain = request("Update", ECHO_TYPE, json!({}), THIRD_URL);
+    h.handle(&worker, &plain.replace("req-1", "req-3"));
+    assert_eq!(h.bodies(THIRD_URL)[0].physical_resource_id, "Thing-existing", "without it, the id is kept");
 }
 
 #[test]
