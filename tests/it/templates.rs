@@ -669,8 +669,13 @@ fn the_long_work_example_signals_its_wait_condition_through_the_handle() {
     // The example's work fits the default timeout with a poll and the cutoff window (31 s) to
     // spare, and Echo's Delete, which would otherwise wait as long, is answered at once.
     let seconds = |value: &Value| value.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| value.as_u64());
-    let work_s = seconds(&properties["InProgressForS"]).expect("InProgressForS");
-    let poll_s = seconds(&properties["PollIntervalS"]).expect("PollIntervalS");
+    // A property that is a parameter's Ref takes the parameter's default.
+    let resolved = |value: &Value| match value["Ref"].as_str() {
+        Some(name) => template["Parameters"][name]["Default"].clone(),
+        None => value.clone(),
+    };
+    let work_s = seconds(&resolved(&properties["InProgressForS"])).expect("InProgressForS");
+    let poll_s = seconds(&resolved(&properties["PollIntervalS"])).expect("PollIntervalS");
     let default_s = seconds(&parameter["Default"]).expect("a default timeout");
     assert!(work_s + poll_s + 31 <= default_s, "{work_s} s of work polled every {poll_s} s within {default_s} s");
     assert_eq!(seconds(&properties["DeleteInProgressForS"]), Some(0));
