@@ -27,6 +27,7 @@ mod local_functions;
 mod logs;
 mod long_life;
 mod ops;
+mod play;
 mod pypi_functions;
 mod sweeper;
 mod templates;

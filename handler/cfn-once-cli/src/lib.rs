@@ -10,4 +10,5 @@
 pub mod golden;
 pub mod local;
 pub mod ops;
+pub mod play;
 pub mod soak;

@@ -142,6 +142,25 @@ enum Command {
     /// JSON to --out/<class>.json, and generated.txt; refuses an --out that exists. `make
     /// golden-records REV=<rev> FORMAT=<n>` builds the binary and runs it.
     GoldenRecords(Box<cfn_once_cli::golden::GoldenOptions>),
+    /// Play a template's custom resources through a stack's whole life on the local
+    /// environment: create, each --update, delete
+    ///
+    /// Against the environment `cfn-once local` (`make local`) serves (--env). Reads every
+    /// template first (YAML with short-form tags, or JSON) and refuses, before anything is
+    /// sent, whatever it does not play, naming the construct, the file and the line: it plays
+    /// Parameters, Conditions, the pseudo parameters, Ref, Fn::GetAtt, Fn::Sub, Fn::Join,
+    /// Fn::Select, Fn::Split, Fn::If, Fn::Equals/And/Or/Not, DependsOn, DeletionPolicy,
+    /// UpdateReplacePolicy and Outputs. Custom resources are sent through the ServiceToken
+    /// topic as CloudFormation sends them, in CloudFormation's order and by its rules: parallel
+    /// where independent, an Update only when resolved properties changed, a replacement's old
+    /// id deleted in the cleanup phase, rollbacks of a failed create or update, a delete in
+    /// reverse order, Retain sending nothing, each request's ServiceTimeout. Wait condition
+    /// handles and wait conditions are played; other types are not provisioned (their Ref is a
+    /// made-up name; Fn::GetAtt of them needs --stub). Prints the stack events as they happen,
+    /// then each operation's status and Outputs and each resource's requests with the region
+    /// and fence that answered. Exits 0 only if every operation ended *_COMPLETE without a
+    /// rollback. Details: docs/play.md.
+    Play(Box<cfn_once_cli::play::cli::PlayArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -353,6 +372,7 @@ async fn main() -> ExitCode {
         Command::Redrive(args) => run_redrive(args).await,
         Command::Soak(options) => run_soak(*options).await,
         Command::GoldenRecords(options) => run_golden_records(*options).await,
+        Command::Play(args) => run_play(*args).await,
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -627,6 +647,11 @@ async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
 async fn run_soak(options: cfn_once_cli::soak::SoakOptions) -> anyhow::Result<bool> {
     init_terminal_logging();
     Ok(cfn_once_cli::soak::run(&options).await?.passed)
+}
+
+async fn run_play(args: cfn_once_cli::play::cli::PlayArgs) -> anyhow::Result<bool> {
+    init_terminal_logging();
+    cfn_once_cli::play::cli::run(args).await
 }
 
 async fn run_golden_records(options: cfn_once_cli::golden::GoldenOptions) -> anyhow::Result<bool> {

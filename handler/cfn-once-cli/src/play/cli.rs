@@ -1,0 +1,146 @@
+//! `cfn-once play`'s flags and what it prints.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::local::environment::EnvFile;
+use crate::play::engine::Notice;
+use crate::play::faults::RegionFaults;
+use crate::play::render;
+use crate::play::run::{self, Place, PlayOptions};
+use crate::play::wire::{LocalCloud, LocalRegionFaults};
+
+/// The flags of `cfn-once play`.
+#[derive(Debug, Args)]
+pub struct PlayArgs {
+    /// The template to create the stack from (YAML, short-form tags welcome, or JSON).
+    #[arg(value_name = "TEMPLATE")]
+    pub template: PathBuf,
+    /// A template to update the stack to after its create; repeat for several updates, played
+    /// in order (steps `update`, `update2`, ...).
+    #[arg(long, value_name = "TEMPLATE")]
+    pub update: Vec<PathBuf>,
+    /// A parameter's value, NAME=VALUE; repeat. Each template takes those it declares.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub parameter: Vec<String>,
+    /// What `Fn::GetAtt` of a resource play does not provision gives, LOGICAL.ATTRIBUTE=VALUE;
+    /// without it such a GetAtt is refused before anything is sent.
+    #[arg(long, value_name = "LOGICAL.ATTRIBUTE=VALUE")]
+    pub stub: Vec<String>,
+    /// Count a resource's request in a step as answered FAILED, LOGICAL[@STEP] (STEP: create,
+    /// the default; update, update2, ...; delete). The request is still sent and run; a
+    /// SUCCESS is counted FAILED, keeping its PhysicalResourceId, so the rollback that follows
+    /// deletes what the provider made.
+    #[arg(long, value_name = "LOGICAL[@STEP]")]
+    pub fail: Vec<String>,
+    /// Drain the primary region (the active region becomes the secondary, as `cfn-once drill`
+    /// does) after this many answers; undone at the end.
+    #[arg(long, value_name = "N")]
+    pub drill_after: Option<usize>,
+    /// Crash the primary region's handler of the running `cfn-once local` after this many
+    /// answers (the secondary takes over what it held); started again at the end.
+    #[arg(long, value_name = "N")]
+    pub kill_primary_after: Option<usize>,
+    /// The environment `cfn-once local` (`make local`) serves.
+    #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
+    pub env: PathBuf,
+    /// The stack's name (default: play-<template's file name>-<random>).
+    #[arg(long, value_name = "NAME")]
+    pub stack_name: Option<String>,
+    /// The parameter that receives the local ServiceToken topic's ARN when the template
+    /// declares it and --parameter does not set it.
+    #[arg(long, value_name = "NAME", default_value = "ServiceToken")]
+    pub service_token_parameter: String,
+    /// Leave the stack standing: no delete at the end.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print the whole report as JSON (events, steps, each resource's requests) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl PlayArgs {
+    /// The options these flags ask for, or what is wrong with them.
+    pub fn options(&self) -> anyhow::Result<PlayOptions> {
+        let mut parameters = BTreeMap::new();
+        for entry in &self.parameter {
+            let (name, value) =
+                entry.split_once('=').ok_or_else(|| anyhow::anyhow!("--parameter {entry:?}: expected NAME=VALUE"))?;
+            parameters.insert(name.trim().to_owned(), value.to_owned());
+        }
+        let mut stubs = BTreeMap::new();
+        for entry in &self.stub {
+            let parsed = entry.split_once('=').and_then(|(name, value)| {
+                let (logical, attribute) = name.split_once('.')?;
+                Some(((logical.to_owned(), attribute.to_owned()), value.to_owned()))
+            });
+            let (key, value) =
+                parsed.ok_or_else(|| anyhow::anyhow!("--stub {entry:?}: expected LOGICAL.ATTRIBUTE=VALUE"))?;
+            stubs.insert(key, value);
+        }
+        let fail = self
+            .fail
+            .iter()
+            .map(|entry| match entry.split_once('@') {
+                Some((logical, step)) => (logical.to_owned(), step.to_owned()),
+                None => (entry.clone(), "create".to_owned()),
+            })
+            .collect();
+        Ok(PlayOptions {
+            template: self.template.clone(),
+            updates: self.update.clone(),
+            parameters,
+            stubs,
+            fail,
+            drill_after: self.drill_after,
+            kill_primary_after: self.kill_primary_after,
+            stack_name: self.stack_name.clone(),
+            service_token_parameter: self.service_token_parameter.clone(),
+            keep: self.keep,
+        })
+    }
+}
+
+/// Runs `cfn-once play`; true when every operation ended `*_COMPLETE` without a rollback.
+pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
+    let options = args.options()?;
+    let file = EnvFile::read(&args.env)?;
+    let place = Place {
+        region: file.customer_region.clone(),
+        account_id: file.topic_arn.split(':').nth(4).unwrap_or("123456789012").to_owned(),
+        topic_arn: file.topic_arn.clone(),
+        topics: file.topic_arns(),
+    };
+    // Every template is read and checked before anything is sent.
+    let targets = run::prepare(&options, &place)?;
+    let cloud = LocalCloud::connect(&file).await?;
+    let region_faults = LocalRegionFaults::connect(&file).await;
+    let faults: Option<&dyn RegionFaults> =
+        (options.drill_after.is_some() || options.kill_primary_after.is_some()).then_some(&region_faults);
+    let stack = run::identity(&options, &place, (cfn_once::clock::random_seed(), cfn_once::clock::random_seed()));
+    let json = args.json;
+    if !json {
+        println!(
+            "cfn-once play: stack {} in {} on the environment of {}",
+            stack.name,
+            place.region,
+            args.env.display()
+        );
+        println!("{}", render::event_heading());
+    }
+    let notify = move |notice: Notice| match notice {
+        Notice::Event(event) if !json => println!("{}", render::event_line(&event)),
+        Notice::Event(_) => {}
+        Notice::Progress(line) => eprintln!(".. {line}"),
+    };
+    let report = run::play(&cloud, faults, &place, stack, targets, &options, &notify).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!();
+        print!("{}", render::summary(&report));
+    }
+    Ok(report.passed)
+}

@@ -1,0 +1,19 @@
+//! `cfn-once play`: a template's custom resources through a whole stack life, locally. The
+//! template is read ([`yaml`], [`template`]) and its intrinsic functions evaluated
+//! ([`intrinsics`]); the [`engine`] plays CloudFormation's rules for create, update, rollback
+//! and delete; [`jobs`] wait for answers and signals; [`wire`] sends the requests through the
+//! local environment's ServiceToken topic and reads the answers back; [`run`] is the whole
+//! life, as the command line asks for it.
+
+pub mod cli;
+pub mod cloud;
+pub mod engine;
+pub mod faults;
+pub mod intrinsics;
+pub mod jobs;
+pub mod render;
+pub mod run;
+pub mod state;
+pub mod template;
+pub mod wire;
+pub mod yaml;

@@ -1,0 +1,402 @@
+//! `cfn-once play` on moto, through the real path: templates played against the local
+//! environment `make local` provisions (SNS, both regions' queues and handlers, S3 ResponseURLs
+//! over HTTPS, the lease table), and each resource's requests, in order, checked against the
+//! table in docs/play.md. The example stack's whole life (a replacement, a rollback); a drill
+//! and a crash of the primary in the middle; the public templates nobody here wrote, played or
+//! refused before anything is sent; and `infra/long-work.yaml`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use cfn_once_cli::local::control::{PrimaryRequest, apply};
+use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment};
+use cfn_once_cli::local::functions::LocalFunctions;
+use cfn_once_cli::local::functions_file::FunctionsFile;
+use cfn_once_cli::local::pair::{LOCAL_SETTINGS, RegionPair};
+use cfn_once_cli::play::engine::Notice;
+use cfn_once_cli::play::faults::RegionFaults;
+use cfn_once_cli::play::run::{self, Place, PlayOptions, PlayReport};
+use cfn_once_cli::play::wire::{LocalCloud, LocalRegionFaults};
+use cfn_once_core::vocabulary::Role;
+
+/// A local environment as `make local` runs it, with `functions` served if given.
+struct Local {
+    env: LocalEnvironment,
+    pair: tokio::sync::Mutex<RegionPair>,
+    _functions: Option<LocalFunctions>,
+}
+
+impl Local {
+    async fn start(functions: Option<&Path>, secondary_delay_s: u32) -> Self {
+        let name = cfn_once_tests::unique("play").to_lowercase();
+        let options = EnvironmentOptions {
+            name: name.clone(),
+            secondary_delay_s,
+            visibility_timeout_s: cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
+            max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+            raw_delivery: false,
+        };
+        let mut env = LocalEnvironment::provision(cfn_once_tests::moto(), cfn_once_tests::moto_front(), &options)
+            .await
+            .expect("provisioned");
+        let functions = match functions {
+            Some(path) => {
+                let file = FunctionsFile::read(path).unwrap_or_else(|error| panic!("{error:#}"));
+                let scratch = std::env::temp_dir().join(&name);
+                let functions = LocalFunctions::start(
+                    &env,
+                    &cfn_once_tests::python(),
+                    &file,
+                    &scratch.join("logs"),
+                    &scratch.join("build"),
+                    &name,
+                    &|_| {},
+                )
+                .await
+                .unwrap_or_else(|error| panic!("the functions start: {error:#}"));
+                env.file.answer_buckets = functions.answer_buckets();
+                env.file.routes = functions.routes();
+                Some(functions)
+            }
+            None => None,
+        };
+        let pair = RegionPair::start_serving(&env, &LOCAL_SETTINGS, |_| None, functions.as_ref())
+            .await
+            .expect("both regions' handlers");
+        Self { env, pair: tokio::sync::Mutex::new(pair), _functions: functions }
+    }
+
+    fn place(&self) -> Place {
+        let file = &self.env.file;
+        Place {
+            region: file.customer_region.clone(),
+            account_id: "123456789012".into(),
+            topic_arn: file.topic_arn.clone(),
+            topics: file.topic_arns(),
+        }
+    }
+
+    /// Plays `options`; the events and progress lines are printed (`--nocapture` shows them).
+    async fn play(&self, options: &PlayOptions, region_faults: Option<&dyn RegionFaults>) -> PlayReport {
+        let place = self.place();
+        let targets = run::prepare(options, &place).unwrap_or_else(|error| panic!("{error:#}"));
+        let cloud = LocalCloud::connect(&self.env.file).await.expect("the environment's clients");
+        let stack = run::identity(options, &place, (7, 11));
+        let notify = |notice: Notice| match notice {
+            Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
+            Notice::Progress(line) => println!(".. {line}"),
+        };
+        let report =
+            run::play(&cloud, region_faults, &place, stack, targets, options, &notify).await.expect("the play");
+        println!("{}", cfn_once_cli::play::render::summary(&report));
+        report
+    }
+
+    async fn stop(self) {
+        self.pair.into_inner().stop().await;
+    }
+}
+
+/// Crashes and restores the in-process primary as `cfn-once local` does on its signals, and
+/// drains it through the lease table's control item as `cfn-once play --drill-after` does.
+struct InProcessFaults<'a> {
+    local: &'a Local,
+    table: LocalRegionFaults,
+    crashed: Mutex<bool>,
+}
+
+#[async_trait]
+impl RegionFaults for InProcessFaults<'_> {
+    async fn drain_primary(&self) -> anyhow::Result<()> {
+        self.table.drain_primary().await
+    }
+
+    async fn crash_primary(&self) -> anyhow::Result<()> {
+        let mut pair = self.local.pair.lock().await;
+        let region = self.local.env.file.primary_region.clone();
+        apply(PrimaryRequest::Crash, &mut pair, &region, || async { unreachable!("a crash builds nothing") }).await;
+        *self.crashed.lock().expect("the flag") = true;
+        Ok(())
+    }
+
+    async fn restore(&self) -> anyhow::Result<()> {
+        self.table.restore().await?;
+        if std::mem::take(&mut *self.crashed.lock().expect("the flag")) {
+            let mut pair = self.local.pair.lock().await;
+            let env = &self.local.env;
+            let fresh = || RegionPair::serving_worker(env, Role::Primary, &LOCAL_SETTINGS, None, None);
+            apply(PrimaryRequest::Restore, &mut pair, &env.file.primary_region, fresh).await;
+        }
+        Ok(())
+    }
+}
+
+fn root() -> PathBuf {
+    cfn_once_tests::workspace_root()
+}
+
+fn example(name: &str) -> PathBuf {
+    root().join("examples/play").join(name)
+}
+
+fn public(name: &str) -> PathBuf {
+    root().join("tests/fixtures/public-templates").join(name)
+}
+
+fn options(template: PathBuf) -> PlayOptions {
+    PlayOptions { template, service_token_parameter: "ServiceToken".into(), ..PlayOptions::default() }
+}
+
+/// Each resource's requests as `step phase Type -> OUTCOME`.
+fn requests(report: &PlayReport) -> BTreeMap<String, Vec<String>> {
+    report
+        .resources
+        .iter()
+        .map(|(id, records)| {
+            let lines = records
+                .iter()
+                .map(|r| format!("{} {} {} -> {}", r.step, r.phase, r.request.request_type.as_str(), r.outcome))
+                .collect();
+            (id.clone(), lines)
+        })
+        .collect()
+}
+
+fn statuses(report: &PlayReport) -> Vec<&str> {
+    report.steps.iter().map(|s| s.status.as_str()).collect()
+}
+
+/// Who answered each request, as `region/fence`.
+fn answerers(report: &PlayReport) -> Vec<String> {
+    report
+        .resources
+        .values()
+        .flatten()
+        .map(|r| r.answered_by.as_ref().map(|a| format!("{}/{}", a.region, a.fence)).unwrap_or_else(|| "?".into()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_example_stack_lives_its_whole_life_a_replacement_and_a_rollback_included() {
+    let local = Local::start(None, 5).await;
+    let mut options = options(example("stack.yaml"));
+    options.updates = vec![example("stack-v2.yaml"), example("stack-v3.yaml")];
+    options.fail = vec![("Database".into(), "update2".into())];
+    options.stack_name = Some("shop".into());
+    let report = local.play(&options, None).await;
+
+    assert_eq!(
+        statuses(&report),
+        ["CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE", "DELETE_COMPLETE"]
+    );
+    assert!(!report.passed, "an update rolled back");
+    let requests = requests(&report);
+    assert_eq!(
+        requests["Network"],
+        [
+            "create forward Create -> SUCCESS",
+            "update forward Update -> SUCCESS",
+            // The replaced id, deleted after the whole update succeeded.
+            "update cleanup Delete -> SUCCESS",
+            "delete delete Delete -> SUCCESS",
+        ]
+    );
+    let network = &report.resources["Network"];
+    assert_eq!(network[1].answered_physical_id.as_deref(), Some("shop-network-2"));
+    assert_eq!(network[2].request.physical_resource_id.as_deref(), Some("shop-network-1"));
+    assert_eq!(network[2].request.resource_properties["PhysicalId"], "shop-network-1", "the old properties");
+    assert_eq!(network[3].request.physical_resource_id.as_deref(), Some("shop-network-2"));
+    assert_eq!(
+        requests["Database"],
+        [
+            "create forward Create -> SUCCESS",
+            // It reads Network's id, which changed.
+            "update forward Update -> SUCCESS",
+            // --fail counts the provider's SUCCESS as FAILED; the rollback updates it back.
+            "update2 forward Update -> SUCCESS",
+            "update2 rollback Update -> SUCCESS",
+            "delete delete Delete -> SUCCESS",
+        ]
+    );
+    let database = &report.resources["Database"];
+    assert_eq!(database[1].request.resource_properties["NetworkId"], "shop-network-2");
+    assert_eq!(database[1].request.old_resource_properties.as_ref().unwrap()["NetworkId"], "shop-network-1");
+    assert_eq!(database[3].request.resource_properties["Engine"], "postgres15", "the last good properties");
+    assert_eq!(database[3].request.old_resource_properties.as_ref().unwrap()["Engine"], "postgres16");
+    for unchanged in ["Backfill", "Report"] {
+        assert_eq!(
+            requests[unchanged],
+            ["create forward Create -> SUCCESS", "delete delete Delete -> SUCCESS"],
+            "{unchanged}: no update touched its properties"
+        );
+    }
+    // The wait condition's Data reached Report, and the Outputs read it.
+    let report_create = &report.resources["Report"][0].request.resource_properties;
+    let data: serde_json::Value =
+        serde_json::from_str(report_create["BackfillResult"].as_str().expect("text")).expect("JSON");
+    assert!(data["Backfill"].as_str().expect("the signal's Data").contains("postgres15:orders"), "{data}");
+    let outputs = &report.steps[2].outputs;
+    assert!(outputs.iter().any(|o| o.key == "DatabaseEngine" && o.value == "postgres15"), "{outputs:?}");
+    assert!(outputs.iter().any(|o| o.key == "NetworkId" && o.value == "shop-network-2"), "{outputs:?}");
+    // Every request answered once, by the primary under fence 1.
+    assert!(report.resources.values().flatten().all(|r| r.puts == 1));
+    assert!(answerers(&report).iter().all(|a| a == "us-east-1/1"), "{:?}", answerers(&report));
+    // The events never show a handle's URL.
+    let events = serde_json::to_string(&report.events).expect("JSON");
+    assert!(!events.contains("X-Amz-Signature"), "a presigned URL in the events");
+    local.stop().await;
+}
+
+#[tokio::test]
+async fn a_drill_and_a_crash_of_the_primary_mid_play_move_the_answers_to_the_secondary() {
+    let local = Local::start(None, 2).await;
+    let table = LocalRegionFaults::connect(&local.env.file).await;
+    let faults = InProcessFaults { local: &local, table, crashed: Mutex::new(false) };
+    let mut drilled = options(example("stack.yaml"));
+    drilled.drill_after = Some(1);
+    drilled.stack_name = Some("drilled".into());
+    let report = local.play(&drilled, Some(&faults)).await;
+    assert!(report.passed, "{:?}", statuses(&report));
+    let drills: Vec<_> = report.faults.iter().filter(|f| f.fault.starts_with("drill")).collect();
+    assert_eq!((drills.len(), drills[0].after_answers), (1, 1), "{:?}", report.faults);
+    let network = &report.resources["Network"][0];
+    assert_eq!(network.answered_by.as_ref().map(|a| a.region.as_str()), Some("us-east-1"), "before the drill");
+    let after: Vec<_> = report.resources["Report"].iter().map(|r| r.answered_by.clone().expect("read back")).collect();
+    assert!(after.iter().all(|a| a.region == "us-west-2"), "after the drill: {after:?}");
+
+    // The handlers cache the active region for a moment: the restore takes that long to show.
+    tokio::time::sleep(std::time::Duration::from_millis(cfn_once_cli::local::pair::LOCAL_SETTLE_MS)).await;
+    let mut crashed = options(example("stack.yaml"));
+    crashed.kill_primary_after = Some(2);
+    crashed.stack_name = Some("crashed".into());
+    let report = local.play(&crashed, Some(&faults)).await;
+    assert!(report.passed, "{:?}", statuses(&report));
+    for before in ["Network", "Database"] {
+        let create = &report.resources[before][0];
+        assert_eq!(create.answered_by.as_ref().map(|a| a.region.as_str()), Some("us-east-1"), "{before}");
+    }
+    let deleted = report.resources["Network"].last().expect("its Delete").answered_by.clone().expect("read back");
+    assert_eq!(deleted.region, "us-west-2", "the primary is down: the secondary answers");
+    assert!(report.resources.values().flatten().all(|r| r.puts == 1), "each answered once");
+    local.stop().await;
+}
+
+#[tokio::test]
+async fn the_public_templates_play_or_are_refused_before_anything_is_sent() {
+    let local = Local::start(Some(&root().join("tests/fixtures/play/functions.yaml")), 5).await;
+
+    // The Service Catalog account factory: six custom resources, two wait conditions
+    // signalled by the resources themselves, two Retain resources.
+    let mut factory = options(public("gasaf-aws-service-catalog-account-creation-v2.yaml"));
+    for (name, value) in [
+        ("Email", "play@example.com"),
+        ("AccountName", "play"),
+        ("AccountGroup", "Workload"),
+        ("AccountType", "dev"),
+        ("GovernanceAtScaleAccountFactoryAccountTypeToOUChooserCRArn", "unused"),
+        ("GovernanceAtScaleAccountFactoryAccountCreateUpdateNotifierCRArn", "unused"),
+        ("ServiceCatalogPuppetVersion", "0.200.0"),
+    ] {
+        factory.parameters.insert(name.into(), value.into());
+    }
+    let report = local.play(&factory, None).await;
+    assert_eq!(statuses(&report), ["CREATE_COMPLETE", "DELETE_COMPLETE"]);
+    let requests = requests(&report);
+    for retained in ["OUDetails", "Notifier"] {
+        assert_eq!(requests[retained], ["create forward Create -> SUCCESS"], "{retained} is Retain: no Delete");
+    }
+    for deleted in ["Account", "MoveToOU", "AccountWaiter1", "Bootstrap"] {
+        assert_eq!(requests[deleted], ["create forward Create -> SUCCESS", "delete delete Delete -> SUCCESS"]);
+    }
+    let move_to_ou = &report.resources["MoveToOU"][0].request.resource_properties;
+    assert_eq!(
+        (move_to_ou["TargetOU"].as_str(), move_to_ou["AccountId"].as_str()),
+        (Some("ou-play-workload"), Some("111122223333"))
+    );
+    assert_eq!(report.steps[0].outputs[0].value, "111122223333");
+    let waited = report.events.iter().filter(|e| e.resource_type == "AWS::CloudFormation::WaitCondition");
+    assert_eq!(waited.filter(|e| e.resource_status == "CREATE_COMPLETE").count(), 2, "both signalled");
+
+    // The User Guide's SNS walkthrough and its update: one more endpoint is an Update with
+    // the old properties.
+    let mut selenium = options(public("sns-walkthrough-seleniumtester.json"));
+    selenium.updates = vec![public("sns-walkthrough-seleniumtester-update.json")];
+    let report = local.play(&selenium, None).await;
+    assert_eq!(statuses(&report), ["CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE"]);
+    let update = &report.resources["MySeleniumTest"][1].request;
+    assert_eq!(update.resource_properties["endpoints"].as_array().map(Vec::len), Some(4));
+    assert_eq!(update.old_resource_properties.as_ref().unwrap()["endpoints"].as_array().map(Vec::len), Some(3));
+    assert!(report.steps[0].outputs.iter().any(|o| o.key == "topItem" && o.value == "https://example.com/results"));
+
+    // getfromjson's consumer: ServiceTimeout 1. Shorter than cfn-once's deadline margin (20 s),
+    // so cfn-once answers every request FAILED at once, naming the ServiceTimeout, rather than
+    // run a provider whose answer could come too late (README, "Short ServiceTimeouts"): the
+    // create fails and so do its rollback's Deletes. Answered, each once, never left to hang.
+    let report = local.play(&options(public("getfromjson-consumer.yml")), None).await;
+    assert_eq!(statuses(&report), ["ROLLBACK_FAILED"]);
+    let records: Vec<_> = report.resources.values().flatten().collect();
+    assert!(records.iter().all(|r| r.request.service_timeout_s == 1));
+    let answered = records.iter().filter(|r| r.outcome == "FAILED").collect::<Vec<_>>();
+    assert_eq!(answered.len(), 3, "a Create answered, the other cancelled, two Deletes: {records:#?}");
+    for record in answered {
+        assert_eq!(record.puts, 1);
+        assert!(record.reason.as_deref().unwrap_or("").contains("set by the resource's ServiceTimeout"), "{record:?}");
+    }
+
+    // The AD connector: conditions, AWS::NoValue, and a GetAtt of an IAM role it is given.
+    let mut connector = options(public("adconnector.cfn.yaml"));
+    connector
+        .stubs
+        .insert(("ADConnectorLambdaRole".into(), "Arn".into()), "arn:aws:iam::123456789012:role/play".into());
+    let template = cfn_once_cli::play::template::Template::load(&connector.template).expect("it loads");
+    for parameter in template.parameters.iter().filter(|p| p.default.is_none() && p.name != "ServiceToken") {
+        let value = parameter.allowed_values.first().cloned().unwrap_or_else(|| match parameter.name.as_str() {
+            name if name.contains("Password") => "Play-Passw0rd!".into(),
+            name if name.contains("DNSName") => "corp.example.com".into(),
+            name if name.contains("DNSServers") => "10.0.0.10,10.0.0.11".into(),
+            name if name.contains("NetBios") => "CORP".into(),
+            name if name.contains("VPC") => "vpc-0123456789abcdef0".into(),
+            name if name.contains("Subnet") => "subnet-0123456789abcdef0".into(),
+            _ => "playvalue".into(),
+        });
+        connector.parameters.insert(parameter.name.clone(), value);
+    }
+    let report = local.play(&connector, None).await;
+    assert_eq!(statuses(&report), ["CREATE_COMPLETE", "DELETE_COMPLETE"]);
+    let create = &report.resources["ADConnectorResource"][0].request.resource_properties;
+    assert_eq!(create["DOMAIN_DNS_NAME"], "corp.example.com");
+    let not_provisioned = report
+        .events
+        .iter()
+        .filter(|e| e.resource_type == "AWS::SecretsManager::Secret" && e.resource_status == "CREATE_COMPLETE");
+    assert!(
+        not_provisioned.clone().all(|e| e.resource_status_reason.as_deref().unwrap_or("").contains("not provisioned"))
+    );
+
+    // The prefix list stack uses what play does not: refused, naming file, line and construct.
+    let refused = run::prepare(&options(public("prefixlist-cfn-endpoint-waitcondition.yaml")), &local.place())
+        .expect_err("refused");
+    let message = format!("{refused:#}");
+    assert!(message.contains("prefixlist-cfn-endpoint-waitcondition.yaml:61: "), "{message}");
+    assert!(message.contains("AWS::SSM::Parameter::Value"), "{message}");
+    local.stop().await;
+}
+
+#[tokio::test]
+async fn the_long_work_stack_plays_its_wait_condition_past_the_service_timeout() {
+    let local = Local::start(None, 5).await;
+    let mut long_work = options(root().join("infra/long-work.yaml"));
+    for (name, value) in [("WorkTimeout", "60"), ("WorkSeconds", "8"), ("PollSeconds", "2")] {
+        long_work.parameters.insert(name.into(), value.into());
+    }
+    let report = local.play(&long_work, None).await;
+    assert!(report.passed, "{:?}", statuses(&report));
+    let requests = requests(&report);
+    assert_eq!(requests["Backfill"], ["create forward Create -> SUCCESS", "delete delete Delete -> SUCCESS"]);
+    let result = &report.steps[0].outputs[0];
+    assert_eq!(result.key, "BackfillResult");
+    assert!(result.value.contains("\"Backfill\""), "the signal's Data, keyed by its UniqueId: {}", result.value);
+    local.stop().await;
+}
