@@ -20,7 +20,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local drill soak soak-short upgrade-check golden-records package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local play drill soak soak-short upgrade-check golden-records package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -97,6 +97,14 @@ FUNCTIONS ?= examples/functions/functions.yaml
 local: venv
 	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once local --python $(PY) --functions $(FUNCTIONS)
+
+## play: a template's custom resources through create, each update and delete, against the
+## environment `make local` is running (docs/play.md). TEMPLATE=path (required), UPDATE="a.yaml
+## b.yaml" (optional, in order), PLAY_ARGS="--fail X@update --parameter K=V ..." (optional).
+play:
+	@test -n "$(TEMPLATE)" || { echo "usage: make play TEMPLATE=path/to/template.yaml [UPDATE=\"next.yaml ...\"] [PLAY_ARGS=...]"; exit 2; }
+	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
+	./target/debug/cfn-once play $(TEMPLATE) $(foreach u,$(UPDATE),--update $(u)) $(PLAY_ARGS)
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:
