@@ -112,13 +112,7 @@ async fn local(
     env_file: &Path,
 ) -> (LocalEnvironment, LocalFunctions, RegionPair, Vec<String>) {
     let name = cfn_once_tests::unique("local-fns").to_lowercase();
-    let options = EnvironmentOptions {
-        name: name.clone(),
-        secondary_delay_s: delay_s,
-        visibility_timeout_s: cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
-        max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
-        raw_delivery: false,
-    };
+    let options = EnvironmentOptions::local(name.clone(), delay_s);
     let mut env = LocalEnvironment::provision(cfn_once_tests::moto(), cfn_once_tests::moto_front(), &options)
         .await
         .expect("provisioned");

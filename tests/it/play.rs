@@ -31,13 +31,7 @@ struct Local {
 impl Local {
     async fn start(functions: Option<&Path>, secondary_delay_s: u32) -> Self {
         let name = cfn_once_tests::unique("play").to_lowercase();
-        let options = EnvironmentOptions {
-            name: name.clone(),
-            secondary_delay_s,
-            visibility_timeout_s: cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
-            max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
-            raw_delivery: false,
-        };
+        let options = EnvironmentOptions::local(name.clone(), secondary_delay_s);
         let mut env = LocalEnvironment::provision(cfn_once_tests::moto(), cfn_once_tests::moto_front(), &options)
             .await
             .expect("provisioned");

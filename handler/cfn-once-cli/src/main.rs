@@ -431,13 +431,10 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         [args.moto.endpoint_url.is_none().then_some("moto"), functions_file.is_some().then_some("awslambdaric")];
     let python = python(&args.moto, &modules.into_iter().flatten().collect::<Vec<_>>())?;
     let (_moto, endpoint) = moto(&args.moto, python.as_deref())?;
-    let options = EnvironmentOptions {
-        name: format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
-        secondary_delay_s: args.moto.secondary_delay_s,
-        visibility_timeout_s: cfn_once_cli::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
-        max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
-        raw_delivery: false,
-    };
+    let options = EnvironmentOptions::local(
+        format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
+        args.moto.secondary_delay_s,
+    );
     // S3 over HTTPS with a CA of this environment's own, its PEM beside the env file.
     let state = args.env_file.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(state).with_context(|| format!("cannot create {}", state.display()))?;

@@ -113,13 +113,7 @@ pub async fn run(options: DemoOptions) -> anyhow::Result<bool> {
     let env = LocalEnvironment::provision(
         &endpoint,
         &front,
-        &EnvironmentOptions {
-            name: format!("cfn-once-demo-{suffix}"),
-            secondary_delay_s: options.secondary_delay_s,
-            visibility_timeout_s: crate::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
-            max_receive_count: crate::local::pair::LOCAL_MAX_RECEIVE_COUNT,
-            raw_delivery: false,
-        },
+        &EnvironmentOptions::local(format!("cfn-once-demo-{suffix}"), options.secondary_delay_s),
     )
     .await?;
     let file = &env.file;

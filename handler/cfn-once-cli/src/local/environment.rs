@@ -130,6 +130,20 @@ pub struct EnvironmentOptions {
     pub raw_delivery: bool,
 }
 
+impl EnvironmentOptions {
+    /// The environment `cfn-once local` runs, named `name`: the local queues' visibility
+    /// timeout and receive count, SNS envelopes as deployed.
+    pub fn local(name: String, secondary_delay_s: u32) -> Self {
+        Self {
+            name,
+            secondary_delay_s,
+            visibility_timeout_s: crate::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
+            max_receive_count: crate::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+            raw_delivery: false,
+        }
+    }
+}
+
 /// A provisioned environment.
 #[derive(Debug, Clone)]
 pub struct LocalEnvironment {

@@ -130,14 +130,7 @@ fn stack() -> StackIdentity {
 }
 
 fn pseudo() -> Pseudo {
-    Pseudo {
-        region: "us-east-2".into(),
-        account_id: "123456789012".into(),
-        stack_name: "s1".into(),
-        stack_id: stack().id,
-        partition: "aws".into(),
-        url_suffix: "amazonaws.com".into(),
-    }
+    Pseudo { stack_id: stack().id, ..Pseudo::for_tests("us-east-2", "s1") }
 }
 
 static QUIET: fn(Notice) = |_| {};

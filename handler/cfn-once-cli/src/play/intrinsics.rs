@@ -59,6 +59,21 @@ impl fmt::Debug for Scope<'_> {
     }
 }
 
+#[cfg(test)]
+impl Pseudo {
+    /// The pseudo parameters of the tests' stacks.
+    pub(crate) fn for_tests(region: &str, stack_name: &str) -> Self {
+        Self {
+            region: region.into(),
+            account_id: "123456789012".into(),
+            stack_name: stack_name.into(),
+            stack_id: format!("arn:aws:cloudformation:{region}:123456789012:stack/{stack_name}/1"),
+            partition: "aws".into(),
+            url_suffix: "amazonaws.com".into(),
+        }
+    }
+}
+
 /// An expression that could not be evaluated, and the template line it is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvalError {

@@ -32,14 +32,7 @@ impl Resources for Played {
 }
 
 fn pseudo() -> Pseudo {
-    Pseudo {
-        region: "eu-west-1".into(),
-        account_id: "123456789012".into(),
-        stack_name: "play".into(),
-        stack_id: "arn:aws:cloudformation:eu-west-1:123456789012:stack/play/1".into(),
-        partition: "aws".into(),
-        url_suffix: "amazonaws.com".into(),
-    }
+    Pseudo::for_tests("eu-west-1", "play")
 }
 
 fn with_scope<T>(run: impl FnOnce(&Scope) -> T) -> T {
