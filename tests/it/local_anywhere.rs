@@ -3,17 +3,24 @@
 //! venv, serves the built-in providers and says so, and writes `.local/` in that folder; a
 //! Python without moto stops it before anything starts; and another process crashes and
 //! restores its primary region through `local/control.rs`, a probe being answered by the
-//! secondary in between and by the primary after.
+//! secondary in between and by the primary after. `cfn-once play`, run from that folder as a
+//! user runs it, plays a template copied there through the running `cfn-once local`, its
+//! primary crashed mid-play and restored at the end, and refuses a template it cannot play
+//! before sending anything.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cfn_once_cli::local::control::{crash_primary, restore_primary};
 use cfn_once_cli::local::drill::{DrillTarget, ProbeResult, probe_once};
-use cfn_once_cli::local::environment::EnvFile;
+use cfn_once_cli::local::environment::{EnvFile, s3_client};
+use cfn_once_cli::local::provision::sdk_config;
+use serde_json::Value;
 
 /// How long `cfn-once local` may take to come up: moto's cold start and the provisioning, on a
 /// loaded 2-core machine.
@@ -25,6 +32,15 @@ const ANSWER_TIMEOUT_MS: u64 = 90_000;
 
 /// How long `cfn-once local` may take to act on a signal and say so.
 const SIGNAL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long one `cfn-once play` of examples/play/stack.yaml may take: about 50 s with the
+/// primary crashed (each request then waits out the secondary's 5 s queue delay, Backfill's
+/// work 6 s more), on a loaded 2-core machine several times that.
+const PLAY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long the primary takes at most to answer a request it was sent, so that looking for
+/// its answer after this long and finding none means nothing was sent.
+const ANSWER_GRACE: Duration = Duration::from_secs(3);
 
 #[test]
 fn the_help_says_what_local_serves_without_functions_and_where_python_comes_from() {
@@ -119,6 +135,204 @@ async fn another_process_crashes_the_primary_of_a_running_local_and_starts_it_ag
     let after = probe(&env, "after the restore", &primary).await;
     assert!(after.passed, "the primary answers again: {after:?}");
     assert!(local.is_running(), "signals crash a region, never the process");
+}
+
+#[tokio::test]
+async fn play_runs_a_template_from_the_users_folder_and_survives_a_crash_of_the_primary() {
+    let local = Local::start("play");
+    let env = local.env();
+    let (primary, secondary) = (env.primary_region.clone(), env.secondary_region.clone());
+    let example = cfn_once_tests::workspace_root().join("examples/play/stack.yaml");
+    std::fs::copy(&example, local.dir.join("stack.yaml")).expect("the example copied to the user's folder");
+
+    let played = play(&local.dir, &["stack.yaml", "--kill-primary-after", "2", "--json"]);
+    assert!(played.success, "cfn-once play failed:\n{}", played.stderr);
+    let report: Value = serde_json::from_str(&played.stdout)
+        .unwrap_or_else(|error| panic!("--json prints the report as JSON ({error}):\n{}", played.stdout));
+    let stack_name = report["stack_name"].as_str().expect("stack_name");
+    let statuses: Vec<&str> = report["steps"].as_array().expect("steps").iter().map(|s| text(&s["status"])).collect();
+    assert_eq!(statuses, ["CREATE_COMPLETE", "DELETE_COMPLETE"]);
+    assert_eq!(report["passed"], true);
+    let answers = answers_in_order(&report);
+    let requests: Vec<String> = answers.iter().map(|r| describe(r)).collect();
+    println!("answers, in order:\n  {}", requests.join("\n  "));
+    assert_eq!(answers.len(), 8, "four custom resources, each created and deleted: {requests:#?}");
+    for (index, record) in answers.iter().enumerate() {
+        assert_eq!(record["puts"], 1, "each request answered once: {}", describe(record));
+        let by = text(&record["answered_by"]["region"]);
+        if index < 2 {
+            assert_eq!(by, primary, "before the crash the primary answers: {}", describe(record));
+        } else {
+            assert_eq!(by, secondary, "the primary is down: the secondary answers: {}", describe(record));
+        }
+    }
+    let deletes = answers.iter().filter(|r| r["request"]["RequestType"] == "Delete").count();
+    assert_eq!(deletes, 4, "every custom resource deleted, by the secondary: {requests:#?}");
+    let faults: Vec<(&str, u64)> = report["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .map(|f| {
+            assert!(f.get("error").is_none(), "every fault was injected: {f}");
+            (text(&f["fault"]), f["after_answers"].as_u64().expect("after_answers"))
+        })
+        .collect();
+    assert!(
+        matches!(faults.as_slice(), [(crash, 2), (restore, 8)] if crash.contains("crashed") && restore.contains("restored")),
+        "crashed after the 2nd answer, restored after the last (the 8th): {faults:?}"
+    );
+
+    local.wait_for(&format!("primary {primary}: crashed on request (SIGUSR1); the secondary takes over"));
+    local.wait_for(&format!("primary {primary}: started again on request (SIGUSR2)"));
+    let answered = response_keys(&env, &format!("play/{stack_name}/")).await;
+    assert!(!answered.is_empty(), "the answers are in the env's response bucket, where play reads them");
+
+    // The same stack in text, the primary serving again: the events as they happen, the
+    // requests per resource, and never a presigned URL (the wait condition handle's).
+    let played = play(&local.dir, &["stack.yaml"]);
+    assert!(played.success, "cfn-once play failed:\n{}", played.stderr);
+    let lines: Vec<&str> = played.stdout.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("Timestamp") && l.contains("Logical ID")),
+        "the events' heading:\n{}",
+        played.stdout
+    );
+    let network_created = |l: &&str| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        words.get(1..4) == Some(&["Network", "Custom::Echo", "CREATE_COMPLETE"][..])
+    };
+    assert!(lines.iter().any(network_created), "Network's CREATE_COMPLETE event:\n{}", played.stdout);
+    assert!(lines.contains(&"requests, per resource, in order:"), "the summary:\n{}", played.stdout);
+    for line in played.stdout.lines().chain(played.stderr.lines()) {
+        assert!(!line.contains("X-Amz-Signature"), "a presigned URL printed: {line}");
+    }
+}
+
+#[tokio::test]
+async fn play_refuses_a_template_it_cannot_play_before_sending_anything() {
+    let local = Local::start("play-refused");
+    let env = local.env();
+    let template = "\
+AWSTemplateFormatVersion: \"2010-09-09\"
+Parameters:
+  ServiceToken:
+    Type: String
+Resources:
+  Zones:
+    Type: Custom::Echo
+    Properties:
+      ServiceToken: !Ref ServiceToken
+      Zones: !GetAZs \"\"
+";
+    std::fs::write(local.dir.join("bad.yaml"), template).expect("the template");
+    let line = template.lines().position(|l| l.contains("!GetAZs")).expect("the GetAZs line") + 1;
+
+    let played = play(&local.dir, &["bad.yaml"]);
+    assert!(!played.success, "a template play cannot play is refused:\n{}", played.stdout);
+    assert!(played.stderr.contains(&format!("bad.yaml:{line}:")), "the file and line named: {}", played.stderr);
+    assert!(played.stderr.contains("Fn::GetAZs"), "the construct named: {}", played.stderr);
+    assert!(played.stdout.trim().is_empty(), "no stack, no event printed:\n{}", played.stdout);
+    // A request sent would be answered by the primary within the grace: none was.
+    std::thread::sleep(ANSWER_GRACE);
+    assert_eq!(response_keys(&env, "play/").await, Vec::<String>::new(), "no request was answered");
+    assert!(!local.printed("Zones"), "no request for Zones reached a handler:\n{}", local.output());
+}
+
+/// What a `cfn-once play` run printed, and whether it exited 0.
+struct Played {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cfn-once play ARGS` in `dir` as a user would there, printing what it prints (for
+/// `--nocapture`); killed if it outlasts [`PLAY_TIMEOUT`].
+fn play(dir: &Path, args: &[&str]) -> Played {
+    println!("$ cfn-once play {}", args.join(" "));
+    let mut child = Command::new(cfn_once_binary())
+        .arg("play")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cfn-once runs (build it: cargo build --workspace --bins)");
+    let (stdout, stderr) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let readers = [
+        echo(child.stdout.take().expect("stdout"), "play", &stdout),
+        echo(child.stderr.take().expect("stderr"), "play stderr", &stderr),
+    ];
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the play's status") {
+            break status;
+        }
+        if started.elapsed() > PLAY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("cfn-once play {args:?} not done in {PLAY_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for reader in readers {
+        reader.join().expect("the output read");
+    }
+    let joined = |lines: &Arc<Mutex<Vec<String>>>| lines.lock().expect("lines").join("\n");
+    println!("cfn-once play {}: {status} after {:?}", args.join(" "), started.elapsed());
+    Played { success: status.success(), stdout: joined(&stdout), stderr: joined(&stderr) }
+}
+
+/// The requests of a `--json` report in the order they were answered: each custom resource's
+/// next request at each of its `*_COMPLETE` events.
+fn answers_in_order(report: &Value) -> Vec<&Value> {
+    let mut next: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut answers = Vec::new();
+    for event in report["events"].as_array().expect("events") {
+        let logical_id = text(&event["logical_resource_id"]);
+        if !text(&event["resource_type"]).starts_with("Custom::")
+            || !text(&event["resource_status"]).ends_with("_COMPLETE")
+        {
+            continue;
+        }
+        let index = next.entry(logical_id).or_default();
+        let record = report["resources"][logical_id].get(*index);
+        answers.push(record.unwrap_or_else(|| panic!("{logical_id}: an event without its request {}", *index + 1)));
+        *index += 1;
+    }
+    answers
+}
+
+/// One request of a `--json` report, for a message.
+fn describe(record: &Value) -> String {
+    format!(
+        "{} {} {} -> {} by {} (fence {}), PUT {} times",
+        text(&record["request"]["LogicalResourceId"]),
+        text(&record["step"]),
+        text(&record["request"]["RequestType"]),
+        text(&record["outcome"]),
+        record["answered_by"]["region"].as_str().unwrap_or("nobody"),
+        record["answered_by"]["fence"],
+        record["puts"]
+    )
+}
+
+fn text(value: &Value) -> &str {
+    value.as_str().unwrap_or_else(|| panic!("a string: {value}"))
+}
+
+/// The keys under `prefix` in the environment's response bucket, where the answers to play's
+/// ResponseURLs land.
+async fn response_keys(env: &EnvFile, prefix: &str) -> Vec<String> {
+    let s3 = s3_client(&sdk_config(&env.endpoint_url, &env.primary_region).await);
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&env.response_bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("the response bucket listed: {error:#}"));
+    listed.contents().iter().filter_map(|object| object.key().map(str::to_owned)).collect()
 }
 
 /// Sends a `Custom::Echo` probe through the environment's topic, as CloudFormation sends a
@@ -217,15 +431,16 @@ impl Drop for Local {
     }
 }
 
-/// Prints each line `stream` gives (for `--nocapture`) and keeps it in `lines`.
-fn echo(stream: impl Read + Send + 'static, label: &str, lines: &Arc<Mutex<Vec<String>>>) {
+/// Prints each line `stream` gives (for `--nocapture`) and keeps it in `lines`, until the
+/// stream ends: when the returned thread ends.
+fn echo(stream: impl Read + Send + 'static, label: &str, lines: &Arc<Mutex<Vec<String>>>) -> JoinHandle<()> {
     let (label, lines) = (label.to_owned(), Arc::clone(lines));
     std::thread::spawn(move || {
         for line in BufReader::new(stream).lines().map_while(Result::ok) {
             println!("[{label}] {line}");
             lines.lock().expect("lines").push(line);
         }
-    });
+    })
 }
 
 /// A fresh folder under the system's temporary directory, outside the repository.
