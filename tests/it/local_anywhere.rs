@@ -149,6 +149,9 @@ async fn play_runs_a_template_from_the_users_folder_and_survives_a_crash_of_the_
     assert!(played.success, "cfn-once play failed:\n{}", played.stderr);
     let report: Value = serde_json::from_str(&played.stdout)
         .unwrap_or_else(|error| panic!("--json prints the report as JSON ({error}):\n{}", played.stdout));
+    for line in played.stdout.lines().chain(played.stderr.lines()) {
+        assert!(!line.contains("X-Amz-Signature"), "a presigned URL in the JSON report: {line}");
+    }
     let stack_name = report["stack_name"].as_str().expect("stack_name");
     let statuses: Vec<&str> = report["steps"].as_array().expect("steps").iter().map(|s| text(&s["status"])).collect();
     assert_eq!(statuses, ["CREATE_COMPLETE", "DELETE_COMPLETE"]);

@@ -82,7 +82,7 @@ impl Cloud for Scripted {
     }
 
     async fn create_handle(&self, _stack: &StackIdentity, logical_id: &str) -> anyhow::Result<String> {
-        Ok(format!("https://handles.test/{logical_id}"))
+        Ok(format!("https://handles.test/{logical_id}?X-Amz-Expires=86399&X-Amz-Signature=5ec2e7"))
     }
 
     async fn signals(&self, handle: &str) -> anyhow::Result<Vec<Signal>> {
@@ -391,10 +391,15 @@ async fn a_wait_condition_waits_for_its_signal_and_gives_its_data() {
     let mut engine = engine(&cloud, Faults::default());
     let report = engine.create(target(WAITING)).await.unwrap();
     assert_eq!(report.status, "CREATE_COMPLETE");
-    assert_eq!(cloud.requests_of("Worker")[0].resource_properties["Handle"], json!("https://handles.test/Handle"));
+    assert_eq!(
+        cloud.requests_of("Worker")[0].resource_properties["Handle"],
+        json!("https://handles.test/Handle?X-Amz-Expires=86399&X-Amz-Signature=5ec2e7")
+    );
     let result = &cloud.requests_of("Report")[0].resource_properties["Result"];
     assert_eq!(result, &json!(r#"{"Worker":"done-Worker"}"#));
     assert_eq!(statuses(&engine, "Done"), ["CREATE_IN_PROGRESS", "CREATE_COMPLETE"]);
+    let kept = serde_json::to_string(&engine.history).unwrap();
+    assert!(!kept.contains("handles.test"), "the report keeps no handle URL: {kept}");
     let handle_events = engine.events.iter().filter(|e| e.logical_resource_id == "Handle");
     assert!(handle_events.clone().all(|e| !e.physical_resource_id.as_deref().unwrap_or("").contains("handles.test")));
 }

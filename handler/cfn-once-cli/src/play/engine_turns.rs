@@ -11,7 +11,10 @@ use super::{Engine, Notice, OutputValue, Phase, Running, StepReport};
 use crate::play::cloud::{CfnRequest, Outcome, RequestType};
 use crate::play::intrinsics::{Scope, evaluate, to_properties};
 use crate::play::jobs::{self, Done, Job, WaitEnd};
-use crate::play::state::{Kind, Live, RequestRecord, StackEvent, View, made_up_id, service_timeout_s, shown_id};
+use crate::play::state::{
+    Kind, Live, PRESIGNED_SHOWN, RequestRecord, StackEvent, View, is_presigned, made_up_id, service_timeout_s,
+    shown_id, without_presigned_urls,
+};
 use crate::play::template::{Policy, ResourceDecl, Template};
 
 /// What preparing a turn came to.
@@ -332,10 +335,13 @@ impl<'a> Engine<'a> {
         fail_on_purpose: bool,
         result: anyhow::Result<Outcome>,
     ) -> bool {
+        let mut shown = request.clone();
+        shown.resource_properties = without_presigned_urls(&shown.resource_properties);
+        shown.old_resource_properties = shown.old_resource_properties.as_ref().map(without_presigned_urls);
         let mut record = RequestRecord {
             step: self.step.clone(),
             phase: self.phase_name.to_owned(),
-            request: request.clone(),
+            request: shown,
             outcome: "TIMED OUT".into(),
             reason: None,
             answered_physical_id: None,
@@ -572,6 +578,7 @@ impl<'a> Engine<'a> {
             resources: &view,
         };
         let text = |value: Value| match value {
+            Value::String(text) if is_presigned(&text) => PRESIGNED_SHOWN.to_owned(),
             Value::String(text) => text,
             Value::Array(items) => items
                 .iter()

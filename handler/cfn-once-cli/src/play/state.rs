@@ -103,6 +103,26 @@ pub fn shown_id(live: &Live) -> String {
     }
 }
 
+/// `value` with every presigned URL in it (a wait condition handle a resource is given, say)
+/// replaced by words: what the report keeps of a request, printed or written as JSON.
+pub fn without_presigned_urls(value: &Value) -> Value {
+    match value {
+        Value::String(text) if is_presigned(text) => Value::String(PRESIGNED_SHOWN.into()),
+        Value::Array(items) => Value::Array(items.iter().map(without_presigned_urls).collect()),
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), without_presigned_urls(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+/// What a presigned URL is shown as.
+pub const PRESIGNED_SHOWN: &str = "(a presigned URL, not shown)";
+
+/// Whether `text` carries a SigV4 (or SigV2) query signature.
+pub fn is_presigned(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("x-amz-signature=") || lower.contains("&signature=") || lower.contains("?signature=")
+}
+
 /// The stack's resources as the intrinsic functions read them.
 pub struct View<'a> {
     pub live: &'a BTreeMap<String, Live>,
