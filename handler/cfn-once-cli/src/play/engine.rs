@@ -23,16 +23,12 @@ use crate::play::jobs::{Done, Job};
 use crate::play::state::{Kind, Live, RequestRecord, StackEvent};
 use crate::play::template::Template;
 
+#[path = "engine_events.rs"]
+mod events;
 #[path = "engine_turns.rs"]
 mod turns;
 
-/// What the engine tells the person watching.
-#[derive(Debug, Clone)]
-pub enum Notice {
-    Event(StackEvent),
-    /// A line of progress (still waiting, a fault injected).
-    Progress(String),
-}
+pub use crate::play::state::Notice;
 
 /// How one stack operation ended.
 #[derive(Debug, Clone, Serialize)]

@@ -499,7 +499,7 @@ async fn a_drill_is_injected_after_the_nth_answer_and_undone_at_the_end() {
 
 #[test]
 fn event_times_are_utc_to_the_millisecond() {
-    let stamp = super::turns::now();
+    let stamp = super::events::now();
     assert_eq!(stamp.len(), 24, "{stamp}");
     assert!(stamp.ends_with('Z') && stamp.as_bytes()[19] == b'.', "{stamp}");
 }

@@ -7,14 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
 
-use super::{Engine, Notice, OutputValue, Phase, Running, StepReport};
+use super::{Engine, Notice, Phase, Running};
 use crate::play::cloud::{CfnRequest, Outcome, RequestType};
 use crate::play::intrinsics::{Scope, evaluate, to_properties};
 use crate::play::jobs::{self, Done, Job, WaitEnd};
-use crate::play::state::{
-    Kind, Live, PRESIGNED_SHOWN, RequestRecord, StackEvent, View, is_presigned, made_up_id, service_timeout_s,
-    shown_id, without_presigned_urls,
-};
+use crate::play::state::{Kind, Live, RequestRecord, View, made_up_id, service_timeout_s, without_presigned_urls};
 use crate::play::template::{Policy, ResourceDecl, Template};
 
 /// What preparing a turn came to.
@@ -497,7 +494,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn target_decl(&self, id: &str) -> ResourceDecl {
+    pub(super) fn target_decl(&self, id: &str) -> ResourceDecl {
         let template = &self.target.as_ref().or(self.current.as_ref()).expect("a template").template;
         template.resource(id).expect("a declared resource").clone()
     }
@@ -519,98 +516,4 @@ impl<'a> Engine<'a> {
     pub(super) fn view<'v>(&'v self, template: &'v Template, masked: bool) -> View<'v> {
         View { live: &self.live, declared: &template.resources, stack: &self.stack, stubs: &self.stubs, masked }
     }
-
-    pub(super) fn stack_event(&mut self, status: &str, reason: Option<String>) {
-        let event = StackEvent {
-            timestamp: now(),
-            logical_resource_id: self.stack.name.clone(),
-            physical_resource_id: Some(self.stack.id.clone()),
-            resource_type: "AWS::CloudFormation::Stack".into(),
-            resource_status: status.into(),
-            resource_status_reason: reason,
-        };
-        self.push_event(event);
-    }
-
-    pub(super) fn resource_event(&mut self, id: &str, status: &str, reason: Option<String>) {
-        let live = self.live.get(id).or_else(|| self.before.get(id));
-        let resource_type = match live {
-            Some(live) => live.resource_type.clone(),
-            None => self.target_decl(id).resource_type,
-        };
-        let physical = live.filter(|_| status != "CREATE_IN_PROGRESS").map(shown_id);
-        let event = StackEvent {
-            timestamp: now(),
-            logical_resource_id: id.to_owned(),
-            physical_resource_id: physical,
-            resource_type,
-            resource_status: status.into(),
-            resource_status_reason: reason,
-        };
-        self.push_event(event);
-    }
-
-    fn push_event(&mut self, event: StackEvent) {
-        (self.notify)(Notice::Event(event.clone()));
-        self.events.push(event);
-    }
-
-    /// The step's report, with the Outputs of the template the stack now stands on.
-    pub(super) fn report(&self, status: &str, completed: bool) -> StepReport {
-        let stands = status.ends_with("_COMPLETE") && status != "ROLLBACK_COMPLETE";
-        let current = self.current.as_ref().filter(|_| stands);
-        let outputs = current.map(|target| self.outputs(target)).unwrap_or_default();
-        StepReport {
-            step: self.step.clone(),
-            template: current.map(|t| t.template.path.display().to_string()),
-            status: status.into(),
-            completed,
-            outputs,
-        }
-    }
-
-    fn outputs(&self, target: &super::Target) -> Vec<OutputValue> {
-        let view = self.view(&target.template, true);
-        let scope = Scope {
-            parameters: &target.parameters,
-            pseudo: &self.pseudo,
-            conditions: &self.conditions,
-            resources: &view,
-        };
-        let text = |value: Value| match value {
-            Value::String(text) if is_presigned(&text) => PRESIGNED_SHOWN.to_owned(),
-            Value::String(text) => text,
-            Value::Array(items) => items
-                .iter()
-                .map(|i| i.as_str().map(str::to_owned).unwrap_or_else(|| i.to_string()))
-                .collect::<Vec<_>>()
-                .join(","),
-            other => other.to_string(),
-        };
-        target
-            .template
-            .outputs
-            .iter()
-            .filter(|o| o.condition.as_ref().is_none_or(|c| self.conditions.get(c).copied().unwrap_or(false)))
-            .map(|output| OutputValue {
-                key: output.name.clone(),
-                value: match evaluate(&output.value, &scope) {
-                    Ok(Some(value)) => text(value),
-                    Ok(None) => String::new(),
-                    Err(error) => format!("(cannot be evaluated: {error})"),
-                },
-                description: output.description.clone(),
-                export_name: output.export_name.as_ref().and_then(|n| evaluate(n, &scope).ok().flatten()).map(text),
-            })
-            .collect()
-    }
-}
-
-/// Now, as CloudFormation stamps its events: UTC to the millisecond, always 24 characters.
-pub(super) fn now() -> String {
-    let now = aws_smithy_types::DateTime::from(std::time::SystemTime::now());
-    let seconds = aws_smithy_types::DateTime::from_secs(now.secs())
-        .fmt(aws_smithy_types::date_time::Format::DateTime)
-        .unwrap_or_default();
-    format!("{}.{:03}Z", seconds.trim_end_matches('Z'), now.subsec_nanos() / 1_000_000)
 }

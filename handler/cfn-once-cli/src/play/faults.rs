@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::play::engine::Notice;
+use crate::play::state::Notice;
 
 /// What the region faults do.
 #[async_trait]

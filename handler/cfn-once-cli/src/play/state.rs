@@ -11,6 +11,14 @@ use crate::play::cloud::{Answerer, CfnRequest, StackIdentity};
 use crate::play::intrinsics::Resources;
 use crate::play::template::{Policy, ResourceDecl, WAIT_CONDITION, WAIT_HANDLE, is_custom};
 
+/// What the engine tells the person watching: the events, and lines of progress.
+#[derive(Debug, Clone)]
+pub enum Notice {
+    Event(StackEvent),
+    /// A line of progress (still waiting, a fault injected).
+    Progress(String),
+}
+
 /// What the player does with a resource of a type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Kind {

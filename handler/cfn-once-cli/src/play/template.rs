@@ -8,7 +8,6 @@
 //! no stub for). Neither does any I/O but [`Template::load`]'s one read of the file.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use super::intrinsics::{self, Mention, Place, Scope};
@@ -17,28 +16,7 @@ use super::yaml::{self, Key, Node, NodeValue};
 mod checks;
 mod parameters;
 
-/// Something a play does not support or cannot resolve, where it is written and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub file: PathBuf,
-    pub line: usize,
-    pub construct: String,
-    pub why: String,
-}
-
-impl Refusal {
-    pub fn new(file: &Path, line: usize, construct: &str, why: String) -> Refusal {
-        Refusal { file: file.to_path_buf(), line, construct: construct.to_string(), why }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}: {}", self.file.display(), self.line, self.construct, self.why)
-    }
-}
-
-impl std::error::Error for Refusal {}
+pub use super::yaml::Refusal;
 
 /// A template's sections, in the order written.
 #[derive(Debug, Clone, PartialEq)]

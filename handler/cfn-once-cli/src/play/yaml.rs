@@ -9,11 +9,33 @@
 //! that short forms exist. What CloudFormation refuses (aliases, duplicate keys, unknown tags)
 //! is refused here, naming its line.
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 
 use saphyr_parser::{Event, Parser, ScalarStyle, ScanError, Span, SpannedEventReceiver, Tag};
 
-use super::template::Refusal;
+/// Something a play does not support or cannot resolve, where it is written and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub file: PathBuf,
+    pub line: usize,
+    pub construct: String,
+    pub why: String,
+}
+
+impl Refusal {
+    pub fn new(file: &Path, line: usize, construct: &str, why: String) -> Refusal {
+        Refusal { file: file.to_path_buf(), line, construct: construct.to_string(), why }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}: {}", self.file.display(), self.line, self.construct, self.why)
+    }
+}
+
+impl std::error::Error for Refusal {}
 
 /// One value of the template and the line (1-based) where it starts.
 #[derive(Debug, Clone, PartialEq)]

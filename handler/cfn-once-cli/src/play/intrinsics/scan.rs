@@ -8,7 +8,7 @@ use super::{
     CONDITION_SHAPE, GET_ATT_SHAPE, PSEUDO_PARAMETERS, SUB_SHAPE, SubPart, arguments, get_att_target, is_function,
     sub_parts,
 };
-use crate::play::template::Refusal;
+use crate::play::yaml::Refusal;
 use crate::play::yaml::{Node, NodeValue};
 
 /// What a value names, found without evaluating it: for the static checks and the order of
