@@ -90,7 +90,7 @@ demo: venv
 	./target/debug/cfn-once demo --python $(PY) --events events
 
 ## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
-## FUNCTIONS=path/to/functions.yaml serves your functions (README: "Bring your functions"); by
+## FUNCTIONS=path/to/functions.yaml serves your functions (docs/functions.md: "Bring your functions"); by
 ## default the examples'. `cfn-once local` itself runs from any folder and, without --functions,
 ## serves only the built-in providers (Custom::Echo, Custom::DynamoDBItem).
 FUNCTIONS ?= examples/functions/functions.yaml

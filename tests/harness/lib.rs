@@ -38,12 +38,18 @@ use cfn_once_core::worker::{Ports, Worker};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-// The repository's README: its Rust examples compile (and the runnable ones run) as doctests,
-// so the README cannot drift from the API. Tested here, not in the `cfn-once` crate, because a
-// packaged crate cannot reach a file outside its folder.
+// The repository's README and its guides in docs/: their Rust examples compile (and the runnable
+// ones run) as doctests, so they cannot drift from the API. Tested here, not in the `cfn-once`
+// crate, because a packaged crate cannot reach a file outside its folder. A guide that gains a
+// Rust block gets a line here (tests/it/links.rs fails until it does).
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+// docs/providers.md, the provider guide: the crate, the provider, fenced writes, the tests.
+#[doc = include_str!("../../docs/providers.md")]
+#[cfg(doctest)]
+pub struct ProvidersGuideDoctests;
 
 mod fake_arc;
 mod fake_runtime;

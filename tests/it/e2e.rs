@@ -95,7 +95,7 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
     assert_eq!(item["cfn_once_fence"].as_n().ok().map(String::as_str), Some("1"), "the write carries its fence");
 
     // What the application's own reader finds on a live item: its attributes, and cfn-once's
-    // owner, fence and write token (README, "Shipped providers").
+    // owner, fence and write token (docs/providers.md, "Shipped providers").
     let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
     names.sort_unstable();
     assert_eq!(
@@ -177,12 +177,12 @@ async fn scanned_items(region: &LocalRegion) -> Vec<HashMap<String, AttributeVal
     output.items.unwrap_or_default()
 }
 
-/// The rule that makes tombstones unnecessary for the shipped `Custom::DynamoDBItem` (README,
-/// "Write your own provider"; ARCHITECTURE.md, S2): no request of it both writes and deletes one
-/// key. Played through a resource's whole life on the wire: a Create, an Update in place, an
-/// Update that changes the key (a replacement: CloudFormation deletes the old key with a Delete
-/// of its own), that Delete, the final Delete, and a failed Create's rollback Delete (an id the
-/// provider never returned). Every write to the item table is read off the wire (the proxy in
+/// The rule that makes tombstones unnecessary for the shipped `Custom::DynamoDBItem`
+/// (docs/providers.md, "Write your own provider"; ARCHITECTURE.md, S2): no request of it both
+/// writes and deletes one key. Played through a resource's whole life on the wire: a Create, an
+/// Update in place, an Update that changes the key (a replacement: CloudFormation deletes the old
+/// key with a Delete of its own), that Delete, the final Delete, and a failed Create's rollback
+/// Delete (an id the provider never returned). Every write to the item table is read off the wire (the proxy in
 /// front of moto keeps each request's body) with its request's fence scope and its key.
 #[tokio::test]
 async fn a_shipped_provider_request_never_writes_a_key_it_deleted() {

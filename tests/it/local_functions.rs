@@ -1,4 +1,4 @@
-//! Your functions on `make local`: the functions file the README shows, a file with a mistake
+//! Your functions on `make local`: the functions file docs/functions.md shows, a file with a mistake
 //! stopping `cfn-once local` before anything starts, a user-style function (its own folder,
 //! handler name, variable and requirements.txt) answering a Create through the path `make local`
 //! runs (`LocalFunctions` and `RegionPair::start_serving`) and `examples/functions/send.py`, and a
@@ -20,10 +20,11 @@ fn the_readme_shows_the_examples_functions_file_byte_for_byte_and_it_is_valid() 
     let root = cfn_once_tests::workspace_root();
     let path = root.join(EXAMPLES_FILE);
     let text = std::fs::read_to_string(&path).expect("the examples' functions file");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("the README");
+    // The README's guide "Bring your functions", docs/functions.md, shows the file.
+    let guide = std::fs::read_to_string(root.join("docs/functions.md")).expect("docs/functions.md");
     assert!(
-        readme.contains(&format!("```yaml\n{text}```\n")),
-        "the README's \"Bring your functions\" shows {EXAMPLES_FILE} byte for byte, in a yaml block"
+        guide.contains(&format!("```yaml\n{text}```\n")),
+        "docs/functions.md (\"Bring your functions\") shows {EXAMPLES_FILE} byte for byte, in a yaml block"
     );
     let file = FunctionsFile::parse(&path, &text).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(
@@ -137,7 +138,7 @@ async fn local(
     (env, functions, pair, progress)
 }
 
-/// `examples/functions/send.py` with `args`, against `env_file`, as the README runs it.
+/// `examples/functions/send.py` with `args`, against `env_file`, as docs/functions.md runs it.
 fn send(env_file: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(cfn_once_tests::python());
     command

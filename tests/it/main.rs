@@ -22,6 +22,7 @@ mod http_sink;
 mod invoke_api;
 mod lambda_service;
 mod lifecycle;
+mod links;
 mod local_anywhere;
 mod local_functions;
 mod logs;

@@ -326,7 +326,7 @@ async fn the_public_templates_play_or_are_refused_before_anything_is_sent() {
 
     // getfromjson's consumer: ServiceTimeout 1. Shorter than cfn-once's deadline margin (20 s),
     // so cfn-once answers every request FAILED at once, naming the ServiceTimeout, rather than
-    // run a provider whose answer could come too late (README, "Short ServiceTimeouts"): the
+    // run a provider whose answer could come too late (docs/configuration.md, "Short ServiceTimeouts"): the
     // create fails and so do its rollback's Deletes. Answered, each once, never left to hang.
     let report = local.play(&options(public("getfromjson-consumer.yml")), None).await;
     assert_eq!(statuses(&report), ["ROLLBACK_FAILED"]);

@@ -26,9 +26,9 @@ use serde_json::{Value, json};
 
 const TYPE: &str = "Custom::Written";
 
-/// An `onEvent` that writes its resource's item to a DynamoDB table on moto, fenced as the
-/// README asks (`SET fence`, conditioned on no higher fence) and counting its runs (`ADD runs`),
-/// and logs the fence it ran under.
+/// An `onEvent` that writes its resource's item to a DynamoDB table on moto, fenced as
+/// docs/functions.md asks (`SET fence`, conditioned on no higher fence) and counting its runs
+/// (`ADD runs`), and logs the fence it ran under.
 const WRITER: &str = r#"
 import json, os, boto3
 

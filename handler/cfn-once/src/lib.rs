@@ -50,7 +50,7 @@
 //! ```
 //!
 //! Build it with `cargo lambda build --release --arm64` and deploy it with the templates in
-//! `infra/` (the README's "Write your own provider").
+//! `infra/` (the repository's docs/providers.md, "Write your own provider").
 //!
 //! # Where to look
 //!
@@ -134,7 +134,8 @@ pub use fenced::{FencedTable, FencedWriteError};
 pub use handler::{Error, Handler, ProviderSetup};
 
 // The crate's README (its page on the registry) compiles as doctests, so it cannot drift from
-// the API. The repository's README is tested the same way by the tests crate (tests/harness).
+// the API. The repository's README and its guides in docs/ are tested the same way by the tests
+// crate (tests/harness).
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

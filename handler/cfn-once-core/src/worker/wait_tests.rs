@@ -376,7 +376,7 @@ fn a_lost_wait_reply_is_resolved_from_the_record() {
     assert!(!h.metrics.events().contains(&MetricEvent::FenceConflict));
 }
 
-/// The README's rule for when waiting stops: work still in progress is answered FAILED at the
+/// docs/configuration.md's rule for when waiting stops: work still in progress is answered FAILED at the
 /// first poll after which no further poll fits, which comes between `margin + skew + 5 s + 4 s`
 /// and `margin + skew + 5 s` before the deadline (the last poll is scheduled 5 s before the
 /// lease cap, and never sooner than the 4 s backoff floor after the one before).
