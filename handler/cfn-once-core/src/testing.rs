@@ -45,8 +45,7 @@ use serde_json::{Value, json};
 
 use crate::clock::{Clock, ManualClock};
 use crate::config::Config;
-use crate::control::FixedActivity;
-use crate::decision::Activity;
+use crate::control::{Activity, FixedActivity};
 use crate::doubles::{Fault, FaultyStore, Op, RecordingSink, drive, drive_until};
 use crate::lease::{LeaseState, LeaseStore};
 use crate::memory_store::MemoryLeaseStore;
