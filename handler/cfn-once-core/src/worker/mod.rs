@@ -46,9 +46,9 @@ use tracing::Instrument;
 
 use crate::budget::{Budget, RETRY_BACKOFF_BASE_MS};
 use crate::clock::Clock;
-use crate::control::{ActivitySource, CachedActivity};
+use crate::control::{Activity, ActivitySource, CachedActivity};
 use crate::deadline::RequestDeadline;
-use crate::decision::{Action, Activity, FirstStep, Redundant, Situation, decide, first_step};
+use crate::decision::{Action, FirstStep, Redundant, Situation, decide, first_step};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{LeaseRecord, LeaseState, LeaseStore, Seen, StoreError, Viewer, left_record};
 use crate::metrics::{MetricEvent, MetricsSink};
@@ -775,4 +775,4 @@ pub fn fence_scope(request: &Request) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
