@@ -19,7 +19,7 @@ use crate::memory_store::MemoryLeaseStore;
 use crate::metrics::MetricEvent;
 use crate::provider::ProviderContext;
 use crate::random::SplitMix64;
-use crate::request::RequestKey;
+use crate::request::{Request, RequestKey};
 use crate::response::{ResponseBody, Status, is_failed_create_id};
 use crate::response_url::UrlPolicy;
 
