@@ -206,3 +206,7 @@ where
         true
     })
 }
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;

@@ -23,13 +23,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 
 use crate::clock::{Clock, within};
-use crate::decision::Activity;
 
 /// The format of the active-region control item this version writes and reads: 1 for an item
 /// without one (`active_region`, `updated_ms`, `updated_by`, as 47ab05d wrote it), 2 for the
 /// same fields with `format`. An item of a newer format is not read (the last known answer
 /// stands, as for any failed read) and not overwritten (the drill refuses to flip it).
 pub const CONTROL_FORMAT: u32 = 2;
+
+/// Whether this region is the one told to do the work right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// This region starts new work.
+    Active,
+    /// Another region is active; only a primary's decisions change because of it.
+    Standby,
+}
 
 /// The control source could not say.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -35,17 +35,12 @@
 //! the lease stands or is given back unused (`Worker::keep_or_give_back`), so the column above
 //! holds for it too.
 
+// The table reads the control's answer; the answer's type lives with the control, which is
+// lower (it names nothing of the table), and is re-exported here, where the table's callers
+// have always found it.
+pub use crate::control::Activity;
 use crate::lease::{PollRecord, Seen};
 use crate::vocabulary::Role;
-
-/// Whether this region is the one told to do the work right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activity {
-    /// This region starts new work.
-    Active,
-    /// Another region is active; only a primary's decisions change because of it.
-    Standby,
-}
 
 /// How a delivery starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

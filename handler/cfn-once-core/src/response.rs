@@ -303,28 +303,27 @@ fn shorten_reason(mut body: ResponseBody) -> Vec<u8> {
 /// `text` whole if `fits` accepts it; otherwise its longest prefix, cut at a character and
 /// ended by the truncation mark, that `fits` accepts (the mark alone if none does). `fits`
 /// judges the bytes of what the text goes into, where escaping makes what one character costs
-/// vary, so the cut is found by bisection.
+/// vary, so the cut is found by bisection over the text's bytes, each cut taken back to the
+/// character boundary at or before it.
 pub(crate) fn longest_fitting(text: &str, mut fits: impl FnMut(&str) -> bool) -> String {
     if fits(text) {
         return text.to_owned();
     }
-    let chars: Vec<char> = text.chars().collect();
-    let (mut fits_at, mut too_long) = (0usize, chars.len());
+    let (mut fits_at, mut too_long) = (0usize, text.len());
     while fits_at + 1 < too_long {
         let middle = (fits_at + too_long) / 2;
-        if fits(&truncated(&chars, middle)) {
+        if fits(&truncated(text, middle)) {
             fits_at = middle;
         } else {
             too_long = middle;
         }
     }
-    truncated(&chars, fits_at)
+    truncated(text, fits_at)
 }
 
-fn truncated(chars: &[char], keep: usize) -> String {
-    let mut text: String = chars[..keep].iter().collect();
-    text.push_str(TRUNCATION_MARK);
-    text
+/// `text` cut to at most `bytes_max` bytes, at a character boundary, and marked as cut.
+fn truncated(text: &str, bytes_max: usize) -> String {
+    format!("{}{TRUNCATION_MARK}", &text[..text.floor_char_boundary(bytes_max)])
 }
 
 fn to_bytes(body: &ResponseBody) -> Vec<u8> {
@@ -488,5 +487,23 @@ mod tests {
         let bytes = build(&request("Create", None), success(None, data));
         assert_eq!(bytes.len(), BODY_BYTES_MAX);
         assert_eq!(parsed(&bytes).status, Status::Success);
+    }
+
+    #[test]
+    fn the_cut_is_the_longest_prefix_of_whole_characters_that_fits() {
+        // Each budget against every prefix of whole characters, longest first: what the
+        // bisection must find, whatever each character costs.
+        let text = "aé\"😀\u{1}b→".repeat(5);
+        for budget in 0..=text.len() + TRUNCATION_MARK.len() {
+            let fits = |cut: &str| serde_json::to_string(cut).is_ok_and(|json| json.len() <= budget);
+            let expected = if fits(&text) {
+                text.clone()
+            } else {
+                let boundaries = (0..=text.len()).rev().filter(|at| text.is_char_boundary(*at));
+                let candidates = boundaries.map(|at| format!("{}{TRUNCATION_MARK}", &text[..at]));
+                candidates.into_iter().find(|cut| fits(cut)).unwrap_or_else(|| TRUNCATION_MARK.to_owned())
+            };
+            assert_eq!(longest_fitting(&text, fits), expected, "budget {budget}");
+        }
     }
 }

@@ -190,20 +190,13 @@ fn parse_amz_date_ms(value: &str) -> Option<u64> {
     if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
-    let days = days_from_civil(year as i64, month as i64, day as i64);
-    let seconds = u64::try_from(days).ok()? * 86_400 + hour * 3_600 + minute * 60 + second;
+    // A date before the epoch has no epoch milliseconds.
+    if year < 1970 {
+        return None;
+    }
+    let days = crate::timestamp::days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second;
     Some(seconds * 1000)
-}
-
-/// Days since 1970-01-01 for a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]
@@ -285,5 +278,15 @@ mod tests {
         assert_eq!(v2.presigned_expiry_ms(), Some(1_795_944_791_000));
         let none = UrlPolicy::new(vec![]).check("https://b.s3.amazonaws.com/k").expect("valid");
         assert_eq!(none.presigned_expiry_ms(), None);
+    }
+
+    #[test]
+    fn amz_dates_read_from_the_epoch_on() {
+        assert_eq!(parse_amz_date_ms("19700101T000000Z"), Some(0));
+        assert_eq!(parse_amz_date_ms("20261129T073311Z"), Some(1_795_937_591_000));
+        assert_eq!(parse_amz_date_ms("20240229T235959Z"), Some(1_709_251_199_000));
+        assert_eq!(parse_amz_date_ms("19691231T235959Z"), None, "before the epoch");
+        assert_eq!(parse_amz_date_ms("00000101T000000Z"), None);
+        assert_eq!(parse_amz_date_ms("20261329T073311Z"), None);
     }
 }

@@ -64,8 +64,9 @@ fn days_in_month(year: u64, month: u64) -> u64 {
     }
 }
 
-/// Days since 1970-01-01 of a date on or after it (Howard Hinnant's algorithm).
-fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+/// Days since 1970-01-01 of a date on or after it (Howard Hinnant's algorithm); SNS's times
+/// and the presigned URLs' `X-Amz-Date` are read with it.
+pub(crate) fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = year / 400;
     let year_of_era = year - era * 400;

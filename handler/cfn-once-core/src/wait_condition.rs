@@ -4,14 +4,14 @@
 //! A Create or Update whose resource declares [`HANDLE_PROPERTY`] (the `Ref` of an
 //! `AWS::CloudFormation::WaitConditionHandle`, a presigned S3 URL) and [`TIMEOUT_PROPERTY`] (the
 //! `Timeout` of the `AWS::CloudFormation::WaitCondition` on that handle) is answered SUCCESS at
-//! once, without running the provider ([`handed_over`](crate::work::handed_over): its Data says
-//! the work continues). The provider's work then runs as a request of its own, the resource's
-//! **work**: a lease record of its own ([`work_key`](crate::work::work_key), one per resource and
-//! handle), its own fences, the handle as its "ResponseURL", the wait condition's timeout as its
-//! deadline, and a signal ([`signal_body`](crate::work::signal_body)) as its answer. Everything
-//! the protocol keeps for an answer holds for the signal: committed before it is PUT,
-//! byte-identical however often it is PUT, one per work; polls from whichever region holds the
-//! due one; FAILURE with the last state when the timeout comes near.
+//! once, without running the provider (`work::handed_over`: its Data says the work continues).
+//! The provider's work then runs as a request of its own, the resource's **work**: a lease
+//! record of its own (`work::work_key`, one per resource and handle), its own fences, the handle
+//! as its "ResponseURL", the wait condition's timeout as its deadline, and a signal
+//! (`work::signal_body`) as its answer. Everything the protocol keeps for an answer holds for
+//! the signal: committed before it is PUT, byte-identical however often it is PUT, one per work;
+//! polls from whichever region holds the due one; FAILURE with the last state when the timeout
+//! comes near.
 //!
 //! The answer cannot wait for the provider's first result: it must be the same bytes from any
 //! region that answers, and a region that takes over an answer cannot know what another

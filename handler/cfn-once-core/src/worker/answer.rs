@@ -8,7 +8,8 @@
 //! that finds the answer unmarked only PUTs the same bytes again. Each step ends in time for the
 //! next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before the batch's tail.
 
-use super::{Job, Phase, Worker};
+use super::Worker;
+use super::job::{Job, Phase};
 use crate::lease::{Conditional, LeaseState, StoreError};
 use crate::metrics::MetricEvent;
 use crate::put::{PutError, put_with_retries};

@@ -26,9 +26,13 @@
 //! The worker's parts, one concern each:
 //!
 //! * this file, the dispatch: the [`Worker`] and its [`Ports`], decoding a record and working
-//!   out its deadline ([`Worker::receive`]), the decision loop, and the dispositions that bring
-//!   a message back (a retry after a failure, a backoff to a given time, the DLQ past the
-//!   deadline);
+//!   out its deadline ([`Worker::receive`]), and the decision loop;
+//! * `job`: what one delivery carries through the rest: the record received, the job (its
+//!   request, owner and budget), which answer it gives (its phase), and what acting came to;
+//! * `come_back`: the dispositions that bring a message back (left to the active region, a
+//!   retry after a failure, a backoff to a given time, the DLQ past the deadline);
+//! * `give_back`: a standby primary's lease, taken before the control answered, given back
+//!   unused where the table gives it no right to it;
 //! * `run`: running the provider under heartbeats until it finishes, the lease is lost or its
 //!   run window closes, or answering FAILED without running it;
 //! * `answer`: committing the answer under the fence, then sending what was committed
@@ -44,61 +48,37 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use crate::budget::{Budget, RETRY_BACKOFF_BASE_MS};
+use crate::budget::Budget;
 use crate::clock::Clock;
-use crate::control::{ActivitySource, CachedActivity};
+use crate::control::{Activity, ActivitySource, CachedActivity};
 use crate::deadline::RequestDeadline;
-use crate::decision::{Action, Activity, FirstStep, Redundant, Situation, decide, first_step};
+use crate::decision::{Action, FirstStep, Redundant, Situation, decide, first_step};
 use crate::fingerprint::hex_prefix;
-use crate::lease::{LeaseRecord, LeaseState, LeaseStore, Seen, StoreError, Viewer, left_record};
+use crate::lease::{LeaseStore, Seen, StoreError};
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::Router;
 use crate::put::ResponseSink;
-use crate::random::{Random, full_jitter_ms};
-use crate::request::{InputPolicy, Request, RequestKind, Undeliverable, decode};
+use crate::random::Random;
+use crate::request::{InputPolicy, RequestKind, decode};
 use crate::response::Status;
 use crate::settings::Settings;
 use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation, QueueRecord, RequestSummary, Role};
-use crate::wait_condition::{Signal, SignalStatus};
 
 mod answer;
+mod come_back;
+mod give_back;
+mod job;
 mod run;
 mod store;
-
-use store::Prior;
 mod wait;
 mod work;
+
+use job::{Acted, Decoded, Job, Phase, dropped, work_deadline};
+pub use job::{Received, fence_scope};
 
 /// Decisions one delivery may take before it gives up and retries later: acquire, see the
 /// record change under it, decide again.
 const DECISIONS_MAX: u32 = 4;
-
-/// A record decoded, before it is handled ([`Worker::receive`]).
-#[derive(Debug)]
-pub struct Received<'a> {
-    record: QueueRecord<'a>,
-    decoded: Result<Box<Decoded>, Undeliverable>,
-}
-
-impl Received<'_> {
-    /// What the record is about, if it could be decoded.
-    pub fn summary(&self) -> Option<RequestSummary> {
-        self.decoded.as_ref().ok().map(|decoded| RequestSummary::of(&decoded.request))
-    }
-}
-
-/// A decoded request and when it was sent.
-#[derive(Debug)]
-struct Decoded {
-    request: Request,
-    /// The earliest of the publish time and the copy's send times, if any was known.
-    sent_ms: Option<u64>,
-    /// The same, or when the record was received if none was known.
-    attempt_sent_ms: u64,
-    deadline: RequestDeadline,
-    /// The deadline of the work the request hands past its answer, if it does.
-    work_deadline: Option<RequestDeadline>,
-}
 
 /// Everything the protocol reaches the world through.
 #[derive(Debug, Clone)]
@@ -449,22 +429,6 @@ impl Worker {
         self.retry(job, "the record kept changing while deciding".into()).into()
     }
 
-    /// Takes the lease the table decided to take on the record as this delivery saw it. The
-    /// store grants an acquire on what the record holds when the acquire arrives, which may
-    /// have changed since: an expired lease seen at one moment may be a stored wait with its
-    /// poll due at the next (a delivery frozen between its read and its acquire). Every other
-    /// column of the table takes that lease too, but a standby primary starts no new work, so
-    /// for it a lease granted on a record the table gives it no right to is given back unused
-    /// (`keep_or_give_back`; seed 413998293349042 of the third fresh range: a drained primary
-    /// polled a wait after deciding to take over an expired lease). `None`: given back.
-    async fn acquire_as_decided(&self, job: &Job<'_>, activity: Activity) -> Option<Result<Seen, StoreError>> {
-        if self.settings.role == Role::Primary && activity == Activity::Standby {
-            let found = self.acquire_finding(job).await;
-            return self.keep_or_give_back(job, activity, found).await;
-        }
-        Some(self.acquire(job).await)
-    }
-
     /// The table's first step for `activity`: acquire, or read first (a standby primary).
     async fn first_look(&self, job: &Job<'_>, activity: Activity) -> Result<Seen, StoreError> {
         match first_step(self.settings.role, activity) {
@@ -485,270 +449,6 @@ impl Worker {
             poll_lag_ms: job.budget.poll_lag_ms(now_ms),
         }
     }
-
-    /// After an acquire made before the control answered: the record to decide on, or `None`
-    /// where the acquire took a lease the table gives a standby primary no right to (new work:
-    /// no record, another attempt's, a wait to poll), which was then given back (see
-    /// `give_back`) and the message is left. A lease the table would have taken anyway (an
-    /// expired one; anything near the deadline) stands, and so does every lease of an active
-    /// region.
-    async fn keep_or_give_back(
-        &self,
-        job: &Job<'_>,
-        activity: Activity,
-        found: Result<(Seen, Prior), StoreError>,
-    ) -> Option<Result<Seen, StoreError>> {
-        let (seen, prior) = match found {
-            Ok(found) => found,
-            Err(error) => return Some(Err(error)),
-        };
-        let Seen::Mine { fence, .. } = seen else {
-            return Some(Ok(seen));
-        };
-        if activity == Activity::Active {
-            return Some(Ok(seen));
-        }
-        let situation = self.situation(job, activity);
-        let left = match prior {
-            Prior::Known(prior) => {
-                let before = Seen::of(prior.as_deref(), &job.viewer(), situation.now_ms, self.settings.skew_ms);
-                if (self.decide)(&before, &situation) == Action::Acquire {
-                    return Some(Ok(seen));
-                }
-                let expires_ms = situation.now_ms + self.settings.retention_ms;
-                Some(left_record(&job.request.key, fence, prior.as_deref(), situation.now_ms, expires_ms))
-            }
-            Prior::Unknown if situation.deadline_near => return Some(Ok(seen)),
-            Prior::Unknown => None,
-        };
-        self.give_back(job, fence, left).await;
-        None
-    }
-
-    /// Gives back the lease `fence` took and ran nothing under: writes `left`, the record as the
-    /// acquire found it ([`LeaseStore::leave`]), so every delivery after decides as if it had
-    /// never been taken. Where what it found is not known (its reply was lost), the lease is
-    /// ended instead (a heartbeat to 0): whoever comes next takes it over, told that an
-    /// execution may have run, which is the safe side. A give-back that fails leaves the lease
-    /// to end by itself: later deliveries wait for its end, nothing runs twice.
-    async fn give_back(&self, job: &Job<'_>, fence: u64, left: Option<LeaseRecord>) {
-        let (request, end_ms) = (job.request, job.budget.decide_end_ms());
-        let outcome = match &left {
-            Some(left) => {
-                let applied = |record: &LeaseRecord| (record.state != LeaseState::Running).then_some(());
-                self.write_under_fence(request, fence, end_ms, |_| self.store.leave(left), applied).await
-            }
-            None => {
-                let write = |now_ms| self.store.heartbeat(&request.key, fence, 0, now_ms);
-                self.write_under_fence(request, fence, end_ms, write, |record| {
-                    (record.lease_until_ms == 0).then_some(())
-                })
-                .await
-            }
-        };
-        match outcome {
-            Ok(Some(_)) => tracing::info!(fence, "lease given back unused: this region is on standby"),
-            Ok(None) => tracing::info!(fence, "lease already gone when giving it back"),
-            Err(error) => tracing::warn!(fence, %error, "could not give the lease back; it ends by itself"),
-        }
-    }
-
-    /// Leaves the message to the active region, to be looked at again later (standby).
-    fn leave_message(&self, job: &Job<'_>) -> Disposition {
-        let until_ms = self.clock.now_ms() + self.settings.standby_retry_ms() + self.jitter_ms();
-        self.come_back(job, until_ms, "this region is on standby; the active region answers")
-    }
-
-    /// A primary's warning that `job`'s request has no failover: its deadline comes before the
-    /// secondary's copy, delayed by the secondary queue, could still be answered. The
-    /// secondary's copy then finds the deadline near or passed, so if this region fails, the
-    /// request goes unanswered or FAILED.
-    fn warn_if_no_failover(&self, job: &Job<'_>) {
-        let settings = &self.settings;
-        if job.budget.no_failover(job.attempt_sent_ms) {
-            tracing::warn!(
-                deadline_s = job.budget.deadline.at_ms.saturating_sub(job.attempt_sent_ms) / 1000,
-                secondary_delay_s = settings.secondary_delay_s,
-                deadline_margin_ms = settings.deadline_margin_ms,
-                "this request's deadline comes before the secondary region could answer it: if this region fails, it has no failover; give the resource a ServiceTimeout of at least the secondary's delay plus the deadline margin"
-            );
-            self.metrics.record(MetricEvent::ShortServiceTimeout);
-        }
-    }
-
-    /// Spreads messages that would otherwise come back together.
-    fn jitter_ms(&self) -> u64 {
-        self.random.below_or_equal(self.settings.jitter_ms_max())
-    }
-
-    /// A retry after a failure: the delay grows with the receive count, with full jitter.
-    fn retry(&self, job: &Job<'_>, why: String) -> Disposition {
-        let delay_ms = full_jitter_ms(
-            self.random.as_ref(),
-            job.receive_count.saturating_sub(1),
-            RETRY_BACKOFF_BASE_MS,
-            self.settings.retry_backoff_max_ms(),
-        );
-        self.come_back(job, self.clock.now_ms() + delay_ms, &why)
-    }
-
-    /// Brings the message back at `until_ms`, within the deadline and the backoff floor
-    /// (`Budget::backoff_s`). Past the deadline, an unresolved message goes to the dead-letter
-    /// queue instead. A message that hands a work past its answer is kept by the work's
-    /// deadline once the answer's has passed (L1 for the work): whatever its answer came to,
-    /// which the next look finds out, the copy may be the work's only one left.
-    fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
-        let now_ms = self.clock.now_ms();
-        let (budget, deadline_name) = match job.work_after {
-            Some(work) if now_ms >= job.budget.deadline.at_ms => (work, Phase::Work.deadline_name()),
-            _ => (job.budget, job.phase.deadline_name()),
-        };
-        let deadline = &budget.deadline;
-        if now_ms >= deadline.at_ms {
-            return Disposition::DeadLetter {
-                why: format!("{}; {}, set by {}, has passed", why, deadline_name, deadline.describe()),
-                cause: DeadLetterCause::DeadlinePassed,
-            };
-        }
-        Disposition::Retry { delay_s: budget.backoff_s(until_ms, now_ms), why: why.to_owned() }
-    }
-}
-
-/// One delivery being handled: the request and what is known about this delivery of it.
-#[derive(Clone)]
-struct Job<'a> {
-    /// What this job answers: CloudFormation's request, or the work a resource handed past its
-    /// answer (keyed and addressed as its own request, see `wait_condition`).
-    request: &'a Request,
-    /// CloudFormation's request, which the provider is told about (the same as `request`
-    /// unless this job is a work).
-    origin: &'a Request,
-    /// Which answer this job gives.
-    phase: Phase,
-    receive_count: u32,
-    /// When the request was sent, if the record said.
-    sent_ms: Option<u64>,
-    /// When the request was sent, or when this delivery began if the record did not say.
-    attempt_sent_ms: u64,
-    /// This execution, as recorded in the lease: region, invocation and a nonce.
-    owner: String,
-    /// The request's deadline, the invocation's, and every end this delivery's calls keep.
-    budget: Budget<'a>,
-    /// For the answer of a request that hands a work past it (`Phase::HandOver`): the work's
-    /// budget, which keeps the message once the answer's deadline has passed (`come_back`).
-    work_after: Option<Budget<'a>>,
-}
-
-impl Job<'_> {
-    fn viewer(&self) -> Viewer<'_> {
-        Viewer { fingerprint: &self.request.fingerprint, sent_ms: self.attempt_sent_ms, owner: &self.owner }
-    }
-
-    /// The status committed `bytes` carry: an answer's, or a signal's (FAILURE as FAILED).
-    fn status_of(&self, bytes: &[u8]) -> Status {
-        match self.phase {
-            Phase::Work => match Signal::parse(bytes).map(|signal| signal.status) {
-                Some(SignalStatus::Success) => Status::Success,
-                _ => Status::Failed,
-            },
-            Phase::Answer | Phase::HandOver => crate::response::status_of(bytes),
-        }
-    }
-}
-
-/// Which answer a job gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// CloudFormation's request, answered with what its provider comes to.
-    Answer,
-    /// A Create or Update of a resource with a wait condition: answered SUCCESS at once,
-    /// without running the provider, which runs under the work instead.
-    HandOver,
-    /// The work of a resource with a wait condition: its provider runs and is polled here, and
-    /// its answer is the signal PUT to the handle.
-    Work,
-}
-
-impl Phase {
-    /// The phase of CloudFormation's `request`: a Create or Update that declares a wait
-    /// condition may hand its work over, unless it is an Update that keeps its handle, which
-    /// no wait condition can be waiting on any more (CloudFormation does not wait again on a
-    /// wait condition that completed): that one runs as an ordinary request. Whether a
-    /// hand-over happens is decided when the answer is committed (`Worker::waits_on`).
-    fn of(request: &Request) -> Self {
-        use crate::wait_condition::WaitDeclared;
-        let keeps_handle = match (&request.wait, &request.old_wait) {
-            (WaitDeclared::Valid(spec), Some(old)) => spec.handle == old.handle,
-            _ => false,
-        };
-        let hands_over = matches!(request.kind(), Some(RequestKind::Create | RequestKind::Update))
-            && !matches!(request.wait, WaitDeclared::None)
-            && !(request.kind() == Some(RequestKind::Update) && keeps_handle);
-        if hands_over { Self::HandOver } else { Self::Answer }
-    }
-
-    /// Whose deadline this job keeps, for Reasons.
-    fn deadline_name(self) -> &'static str {
-        match self {
-            Self::Work => "the work's deadline",
-            Self::Answer | Self::HandOver => "the request's deadline",
-        }
-    }
-
-    /// What this job's answer is called in log lines.
-    fn answer_name(self) -> &'static str {
-        match self {
-            Self::Work => "signal",
-            Self::Answer | Self::HandOver => "response",
-        }
-    }
-}
-
-/// What acting on a record came to: the disposition, the status of the answer this delivery
-/// found delivered or delivered itself, if it did, and whether that answer handed the
-/// resource's work to its wait condition.
-struct Acted {
-    disposition: Disposition,
-    answered: Option<Status>,
-    handed_over: bool,
-}
-
-impl Acted {
-    fn answered(disposition: Disposition, status: Status, handed_over: bool) -> Self {
-        Self { disposition, answered: Some(status), handed_over }
-    }
-
-    /// An answer this delivery committed as a hand-over (`work::handed_over`), if it was
-    /// delivered.
-    fn handed_over(disposition: Disposition) -> Self {
-        Self { handed_over: true, ..disposition.into() }
-    }
-}
-
-impl From<Disposition> for Acted {
-    /// An answer this delivery committed and delivered carries its status in the disposition.
-    fn from(disposition: Disposition) -> Self {
-        let answered = match &disposition {
-            Disposition::Done(Done::Answered { status, .. }) => Some(*status),
-            _ => None,
-        };
-        Self { disposition, answered, handed_over: false }
-    }
-}
-
-/// What a message the decision table found redundant comes to.
-fn dropped(redundant: Redundant) -> Done {
-    match redundant {
-        Redundant::Duplicate => Done::Duplicate,
-        Redundant::Superseded => Done::Superseded,
-    }
-}
-
-/// The deadline of the work on `spec`'s handle of a request sent at `sent_ms`: the wait
-/// condition's timeout counted from then (a wait condition that depends on the resource starts
-/// its own count later, so this is the earlier end), or the handle's expiry.
-fn work_deadline(sent_ms: u64, spec: &crate::wait_condition::WaitSpec) -> RequestDeadline {
-    RequestDeadline::of_work(sent_ms, spec.timeout_s, spec.handle.presigned_expiry_ms())
 }
 
 /// What a panic said: its message when it has one (`panic!` with a string or a format).
@@ -760,19 +460,5 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
-/// "Custom::Echo Create", for Reasons.
-fn describe(request: &Request) -> String {
-    format!(
-        "{} {}",
-        request.resource_type().unwrap_or("the resource"),
-        request.kind().map(RequestKind::as_str).unwrap_or("request")
-    )
-}
-
-/// The scope providers' fenced writes are keyed by: one per request.
-pub fn fence_scope(request: &Request) -> String {
-    crate::fingerprint::short_digest(&[&request.key.stack_id, &request.key.request_id])
-}
-
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -21,8 +21,9 @@ use std::task::Poll;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
+use super::job::{Acted, Job, Phase, describe, fence_scope};
 use super::wait::still_in_progress;
-use super::{Acted, Job, Phase, Worker, describe, fence_scope, panic_message};
+use super::{Worker, panic_message};
 use crate::budget::RunBound;
 use crate::clock::within;
 use crate::lease::{Conditional, PollRecord, StoreError};

@@ -10,7 +10,8 @@
 
 use std::future::Future;
 
-use super::{Job, Worker};
+use super::Worker;
+use super::job::Job;
 use crate::budget::{call_fits_after, call_timeout_ms};
 use crate::clock::within;
 use crate::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, RequestLabel, Seen, StoreError};

@@ -8,7 +8,8 @@
 //! request is answered FAILED instead, with how long it waited, how many polls it took and its
 //! last state.
 
-use super::{Job, Worker, describe};
+use super::Worker;
+use super::job::{Job, describe};
 use crate::lease::{LeaseState, PollRecord};
 use crate::metrics::MetricEvent;
 use crate::provider::{STATE_BYTES_MAX, Waiting};

@@ -19,8 +19,9 @@
 //! provider does not run beside that poll, unless waiting for it would bring its own deadline
 //! near: then its answer comes first.
 
+use super::job::{Job, describe};
 use super::store::Prior;
-use super::{DECISIONS_MAX, Job, Worker, describe};
+use super::{DECISIONS_MAX, Worker};
 use crate::lease::{LeaseRecord, LeaseState, Seen, StoreError};
 use crate::request::{Request, RequestKind};
 use crate::response::{Outcome, Status};

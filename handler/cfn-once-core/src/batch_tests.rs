@@ -1,13 +1,25 @@
 //! A batch as Lambda hands it: several records in one invocation, settled through the queue
-//! port as `batch::handle` decides (`cfn_once_core::batch`).
+//! port as `batch::handle` decides, on the worker's in-memory harness (`worker::tests`).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use serde_json::{Value, json};
 
-use super::*;
 use crate::batch::{self, MessageQueue, QueueError, Record};
-use crate::provider::{Provider, ProviderContext, ProviderError, Step};
+use crate::clock::{Clock, ManualClock};
+use crate::control::{Activity, FixedActivity};
+use crate::doubles::{drive, drive_until};
+use crate::echo::{ECHO_TYPE, Echo};
+use crate::metrics::MetricEvent;
+use crate::provider::{Provider, ProviderContext, ProviderError, Router, Step};
+use crate::random::SplitMix64;
+use crate::request::InputPolicy;
+use crate::response::Status;
+use crate::response_url::UrlPolicy;
+use crate::vocabulary::{DeadLetterCause, QueueRecord};
+use crate::worker::tests::{Harness, request, settings};
+use crate::worker::{Ports, Worker};
 
 /// A queue call, with when it was made.
 #[derive(Debug, Clone, PartialEq, Eq)]
