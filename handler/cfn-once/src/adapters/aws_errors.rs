@@ -280,13 +280,8 @@ pub fn brief<E>(error: &SdkError<E, HttpResponse>) -> String
 where
     E: ProvideErrorMetadata + Error + 'static,
 {
-    let root = || {
-        let mut cause: &dyn Error = error;
-        while let Some(source) = cause.source() {
-            cause = source;
-        }
-        cause.to_string()
-    };
+    // The chain always holds `error` itself, so its last link is the root cause.
+    let root = || anyhow::Chain::new(error).last().map(ToString::to_string).unwrap_or_default();
     match error {
         SdkError::ServiceError(service) => {
             let status = service.raw().status().as_u16();

@@ -302,29 +302,9 @@ impl HttpConnector for Pool {
     }
 }
 
-/// `error` and its causes, "outer: inner: root". hyper's and the OS's errors carry no URL, so
-/// neither does this (a ResponseURL or a presigned answer URL is never in an error).
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// The kind of the first I/O error in `error`'s chain, if any.
 pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    let mut source = Some(error);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = cause.source();
-    }
-    None
+    anyhow::Chain::new(error).find_map(|cause| cause.downcast_ref::<std::io::Error>()).map(std::io::Error::kind)
 }
 
 /// A timed-out connect is a timeout, any other I/O failure (refused, reset, a TLS handshake
@@ -450,7 +430,7 @@ mod tests {
             .expect("the connect timeout ends it, not the test's")
             .expect_err("no handshake");
         assert!(error.is_connect(), "a failure to connect: nothing was sent: {error:?}");
-        assert_eq!(io_kind(&error), Some(std::io::ErrorKind::TimedOut), "{}", chain(&error));
+        assert_eq!(io_kind(&error), Some(std::io::ErrorKind::TimedOut), "{error:?}");
         assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     }
 }

@@ -206,14 +206,7 @@ pub fn original_sent_ms(record: &SqsMessage) -> Option<u64> {
 
 /// `why` cut at a character boundary to [`REASON_BYTES_MAX`].
 fn bounded(why: &str) -> &str {
-    if why.len() <= REASON_BYTES_MAX {
-        return why;
-    }
-    let mut end = REASON_BYTES_MAX;
-    while !why.is_char_boundary(end) {
-        end -= 1;
-    }
-    &why[..end]
+    &why[..why.floor_char_boundary(REASON_BYTES_MAX)]
 }
 
 fn cached(map: &Mutex<HashMap<String, String>>, key: &str) -> Option<String> {
