@@ -65,7 +65,7 @@ impl ArcCluster {
                 .routing_control_arn(routing_control_arn)
                 .send()
                 .await
-                .map_err(|error| crate::adapters::brief(&error))?;
+                .map_err(|error| crate::aws::brief(&error))?;
             Ok(output.routing_control_state == RoutingControlState::On)
         })
         .await
@@ -90,7 +90,7 @@ impl ArcCluster {
                 .set_update_routing_control_state_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|error| crate::adapters::brief(&error))?;
+                .map_err(|error| crate::aws::brief(&error))?;
             Ok(())
         })
         .await

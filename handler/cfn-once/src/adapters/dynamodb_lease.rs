@@ -30,7 +30,7 @@ use cfn_once_core::lease::{
 };
 use cfn_once_core::request::{RequestKey, StackArn};
 
-use super::aws_errors::{Failure, Refresh, classify};
+use crate::aws::{Failure, Refresh, classify};
 
 /// A DynamoDB item.
 type Item = HashMap<String, AttributeValue>;
@@ -108,7 +108,7 @@ const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_sta
      #poll_at = :poll_at, #waiting_since = :waiting_since, #polls = :polls, #lease_until = :now, #updated = :now";
 
 /// The lease store on a DynamoDB table (an MRSC global table in production), every call through
-/// the SDK's client (the function's: one attempt per call, explicit timeouts; `app::dynamodb_client`).
+/// the SDK's client (the function's: one attempt per call, explicit timeouts; `aws::dynamodb_client`).
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
     client: Client,

@@ -51,7 +51,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::adapters::aws_errors::SignedAt;
+use crate::aws::SignedAt;
 
 /// The variable naming a PEM file whose certificates replace the compiled-in trust roots.
 pub const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
@@ -149,7 +149,7 @@ pub fn sdk_http_client(tls: Arc<ClientConfig>) -> aws_smithy_runtime_api::client
 ///   hyper-util's own timeout covers the TCP connection only, so a slow resolver or a handshake
 ///   that never completes ran on into the call's whole timeout. A connect that gives up is
 ///   hyper-util's `is_connect` failure: nothing was sent, which the classification reads as not
-///   applied (`aws_errors`).
+///   applied (`aws::errors`).
 /// - **Idle connections dropped** after [`POOL_IDLE`], within S3's idle limit.
 /// - **TCP keepalive** ([`KEEPALIVE_IDLE`], [`KEEPALIVE_INTERVAL`]) on every connection.
 ///
@@ -273,7 +273,7 @@ impl Pool {
 impl HttpConnector for Pool {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         // The answer carries the request's signing time, against which the classification holds
-        // the answer's Date when a signature is refused for its time (`aws_errors::SignedAt`).
+        // the answer's Date when a signature is refused for its time (`aws::SignedAt`).
         let signed_at = request.headers().get("x-amz-date").and_then(SignedAt::parse);
         let request = match request.try_into_http1x() {
             Ok(request) => request,

@@ -119,8 +119,8 @@ impl FunctionInvoker for LambdaInvoker {
             }
             Ok(Ok(output)) => output,
             Ok(Err(error)) => {
-                use crate::adapters::Failure;
-                let failure = crate::adapters::classify(&error);
+                use crate::aws::Failure;
+                let failure = crate::aws::classify(&error);
                 // A function being updated or not ready yet refused the Invoke unrun, and will
                 // take one shortly.
                 let busy = matches!(

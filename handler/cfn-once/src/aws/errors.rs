@@ -448,7 +448,7 @@ mod tests {
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .credentials_provider(credentials)
             .http_client(crate::adapters::https::sdk_http_client(tls))
-            .timeout_config(crate::app::call_timeouts(2_000))
+            .timeout_config(crate::aws::call_timeouts(2_000))
             .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1));
         if let Some(endpoint) = endpoint {
             config = config.endpoint_url(endpoint).region(aws_sdk_dynamodb::config::Region::new("us-east-1"));
