@@ -1,11 +1,9 @@
 //! Wiring: the handler's dependencies, built once per process from the configuration.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
@@ -16,19 +14,18 @@ use cfn_once_core::response_url::UrlPolicy;
 use cfn_once_core::vocabulary::Handled;
 use cfn_once_core::worker::{Ports, Worker};
 
-use crate::adapters::Refresh;
 use crate::adapters::control_table::TableControl;
 use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
 use crate::adapters::sqs_queue::SqsQueue;
+use crate::aws::Refresh;
 use crate::clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
 use crate::metrics::{EmfMetrics, MetricsFlush};
+// Where the repository's tools and tests name the SDK clients' bounds.
+pub use crate::aws::{call_timeouts, dynamodb_client, dynamodb_config};
 use aws_lambda_events::event::sqs::SqsMessage;
 use cfn_once_core::batch::MessageQueue;
-
-/// The longest TCP and TLS connect an SDK call waits for; an AWS endpoint answers in milliseconds.
-const CONNECT_TIMEOUT_MS_MAX: u64 = 2_000;
 
 /// Called with every record's result: the local tools print it.
 pub type Observer = Arc<dyn Fn(&Handled) + Send + Sync>;
@@ -134,22 +131,6 @@ pub fn control(
     Ok(Arc::new(CachedActivity::new(source, clock, config.control_cache_ms, Activity::Active)))
 }
 
-/// A DynamoDB client in `region` that makes one attempt per call and gives it up after
-/// `timeout_ms`: the worker retries with its own bounded, deadline-aware loop, and resolves a
-/// call that timed out after the table applied it from the record (an unknown outcome).
-pub fn dynamodb_client(sdk: &SdkConfig, timeout_ms: u64, region: &str) -> aws_sdk_dynamodb::Client {
-    let config = dynamodb_config(sdk, timeout_ms).region(aws_sdk_dynamodb::config::Region::new(region.to_owned()));
-    aws_sdk_dynamodb::Client::from_conf(config.build())
-}
-
-/// The configuration of every DynamoDB client cfn-once makes (the lease store's, and each
-/// `FencedTable`'s), in `sdk`'s region: one attempt per call, given up after `timeout_ms`.
-pub fn dynamodb_config(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_dynamodb::config::Builder {
-    aws_sdk_dynamodb::config::Builder::from(sdk)
-        .timeout_config(call_timeouts(timeout_ms))
-        .retry_config(RetryConfig::standard().with_max_attempts(1))
-}
-
 /// An SQS client whose calls give up after `timeout_ms`, one attempt each: the calls it makes
 /// after a batch are best effort, and the batch must answer before Lambda's deadline.
 pub fn sqs_client(sdk: &SdkConfig, timeout_ms: u64) -> aws_sdk_sqs::Client {
@@ -171,15 +152,6 @@ pub fn sweeper_client(sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
     let config =
         aws_sdk_dynamodb::config::Builder::from(sdk).timeout_config(call_timeouts(SWEEP_CALL_TIMEOUT_MS)).build();
     aws_sdk_dynamodb::Client::from_conf(config)
-}
-
-/// Explicit timeouts for one call: connecting, the attempt, and the whole operation.
-pub fn call_timeouts(timeout_ms: u64) -> TimeoutConfig {
-    TimeoutConfig::builder()
-        .connect_timeout(Duration::from_millis(timeout_ms.min(CONNECT_TIMEOUT_MS_MAX)))
-        .operation_attempt_timeout(Duration::from_millis(timeout_ms))
-        .operation_timeout(Duration::from_millis(timeout_ms))
-        .build()
 }
 
 /// Which inputs are accepted.

@@ -108,6 +108,8 @@ machinery!(
     adapters,
     /// The wiring: the handler's dependencies, built once per process.
     app,
+    /// What every AWS call shares: its clients' bounds, and how a failed call is read.
+    aws,
     /// The system clock and the process's random seed.
     clock,
     /// The configuration, read once from the environment.

@@ -94,11 +94,7 @@ const BACKTRACE_BYTES_MAX: usize = 16 << 10;
 
 /// `text`'s first `bytes_max` bytes, cut at a character boundary.
 fn bounded(text: &str, bytes_max: usize) -> &str {
-    let mut end = text.len().min(bytes_max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    &text[..text.floor_char_boundary(bytes_max)]
 }
 
 #[cfg(test)]

@@ -18,10 +18,9 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_route53recoverycluster::Client;
 use aws_sdk_route53recoverycluster::types::{RoutingControlState, UpdateRoutingControlStateEntry};
+use cfn_once_core::config::ArcEndpoint;
 use cfn_once_core::control::{ActivitySource, ControlError};
 use cfn_once_core::decision::Activity;
-
-use crate::config::ArcEndpoint;
 
 /// How long one endpoint may take before the next is tried.
 const ENDPOINT_TIMEOUT_MS: u64 = 2_000;
@@ -65,7 +64,7 @@ impl ArcCluster {
                 .routing_control_arn(routing_control_arn)
                 .send()
                 .await
-                .map_err(|error| crate::adapters::brief(&error))?;
+                .map_err(|error| crate::aws::brief(&error))?;
             Ok(output.routing_control_state == RoutingControlState::On)
         })
         .await
@@ -90,7 +89,7 @@ impl ArcCluster {
                 .set_update_routing_control_state_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|error| crate::adapters::brief(&error))?;
+                .map_err(|error| crate::aws::brief(&error))?;
             Ok(())
         })
         .await

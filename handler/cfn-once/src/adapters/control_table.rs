@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once_core::control::{ActivitySource, CONTROL_FORMAT, ControlError};
 use cfn_once_core::decision::Activity;
 
-use super::aws_errors::classify;
+use crate::aws::classify;
 
 const CONTROL_PK: &str = "control#active";
 const CONTROL_SK: &str = "control";

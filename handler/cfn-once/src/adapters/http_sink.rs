@@ -29,7 +29,7 @@ use cfn_once_core::response_url::ResponseUrl;
 use http::StatusCode;
 use hyper_util::client::legacy::Client;
 
-use crate::adapters::https::{Connector, chain, hyper_client};
+use crate::adapters::https::{Connector, hyper_client};
 
 /// The longest a connect (resolution, TCP and TLS) may take, within an attempt's time.
 const CONNECT_TIMEOUT_MS_MAX: u64 = 3_000;
@@ -71,11 +71,13 @@ impl HttpResponseSink {
 
     async fn attempt(&self, url: &ResponseUrl, body: &[u8]) -> Result<Answer, PutError> {
         let request = put_request(url.expose_secret(), body)?;
+        // An error and its causes, "outer: inner: root" (anyhow's `{:#}`): hyper's and the OS's
+        // errors carry no URL, so neither does the text (a ResponseURL is never in an error).
         let response = self
             .client
             .request(request)
             .await
-            .map_err(|error| PutError::Retryable(format!("the PUT could not be sent: {}", chain(&error))))?;
+            .map_err(|error| PutError::Retryable(format!("the PUT could not be sent: {:#}", anyhow::Error::new(error))))?;
         let status = response.status();
         // The (empty) answer is read to its end, at most ANSWER_BYTES_MAX, so the connection can
         // carry the next PUT; a longer one is cut off and its connection dropped.
@@ -94,8 +96,8 @@ impl HttpResponseSink {
                 }
                 Some(Err(error)) => {
                     return Err(PutError::Retryable(format!(
-                        "the answer to the PUT could not be read: {}",
-                        chain(&error)
+                        "the answer to the PUT could not be read: {:#}",
+                        anyhow::Error::new(error)
                     )));
                 }
             }

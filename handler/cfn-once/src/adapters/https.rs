@@ -51,7 +51,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::adapters::aws_errors::SignedAt;
+use crate::aws::SignedAt;
 
 /// The variable naming a PEM file whose certificates replace the compiled-in trust roots.
 pub const CERT_FILE_VAR: &str = "SSL_CERT_FILE";
@@ -149,7 +149,7 @@ pub fn sdk_http_client(tls: Arc<ClientConfig>) -> aws_smithy_runtime_api::client
 ///   hyper-util's own timeout covers the TCP connection only, so a slow resolver or a handshake
 ///   that never completes ran on into the call's whole timeout. A connect that gives up is
 ///   hyper-util's `is_connect` failure: nothing was sent, which the classification reads as not
-///   applied (`aws_errors`).
+///   applied (`aws::errors`).
 /// - **Idle connections dropped** after [`POOL_IDLE`], within S3's idle limit.
 /// - **TCP keepalive** ([`KEEPALIVE_IDLE`], [`KEEPALIVE_INTERVAL`]) on every connection.
 ///
@@ -273,7 +273,7 @@ impl Pool {
 impl HttpConnector for Pool {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         // The answer carries the request's signing time, against which the classification holds
-        // the answer's Date when a signature is refused for its time (`aws_errors::SignedAt`).
+        // the answer's Date when a signature is refused for its time (`aws::SignedAt`).
         let signed_at = request.headers().get("x-amz-date").and_then(SignedAt::parse);
         let request = match request.try_into_http1x() {
             Ok(request) => request,
@@ -302,29 +302,9 @@ impl HttpConnector for Pool {
     }
 }
 
-/// `error` and its causes, "outer: inner: root". hyper's and the OS's errors carry no URL, so
-/// neither does this (a ResponseURL or a presigned answer URL is never in an error).
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// The kind of the first I/O error in `error`'s chain, if any.
 pub(crate) fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    let mut source = Some(error);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = cause.source();
-    }
-    None
+    anyhow::Chain::new(error).find_map(|cause| cause.downcast_ref::<std::io::Error>()).map(std::io::Error::kind)
 }
 
 /// A timed-out connect is a timeout, any other I/O failure (refused, reset, a TLS handshake
@@ -450,7 +430,7 @@ mod tests {
             .expect("the connect timeout ends it, not the test's")
             .expect_err("no handshake");
         assert!(error.is_connect(), "a failure to connect: nothing was sent: {error:?}");
-        assert_eq!(io_kind(&error), Some(std::io::ErrorKind::TimedOut), "{}", chain(&error));
+        assert_eq!(io_kind(&error), Some(std::io::ErrorKind::TimedOut), "{error:?}");
         assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     }
 }

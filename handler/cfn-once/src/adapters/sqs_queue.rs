@@ -70,7 +70,7 @@ impl SqsQueue {
             .queue_owner_aws_account_id(account)
             .send()
             .await
-            .map_err(|error| QueueError::Sqs(crate::adapters::brief(&error)))?;
+            .map_err(|error| QueueError::Sqs(crate::aws::brief(&error)))?;
         let url = output.queue_url.ok_or_else(|| QueueError::Sqs("GetQueueUrl returned no URL".into()))?;
         remember(&self.urls, queue_arn, &url);
         Ok(url)
@@ -89,7 +89,7 @@ impl SqsQueue {
             .attribute_names(QueueAttributeName::RedrivePolicy)
             .send()
             .await
-            .map_err(|error| QueueError::Sqs(crate::adapters::brief(&error)))?;
+            .map_err(|error| QueueError::Sqs(crate::aws::brief(&error)))?;
         let policy = output.attributes.and_then(|mut attributes| attributes.remove(&QueueAttributeName::RedrivePolicy));
         let arn = policy
             .as_deref()
@@ -116,7 +116,7 @@ impl MessageQueue for SqsQueue {
             .visibility_timeout(i32::try_from(delay_s).unwrap_or(i32::MAX))
             .send()
             .await
-            .map_err(|error| QueueError::Sqs(crate::adapters::brief(&error)))?;
+            .map_err(|error| QueueError::Sqs(crate::aws::brief(&error)))?;
         Ok(())
     }
 
@@ -144,7 +144,7 @@ impl MessageQueue for SqsQueue {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|error| QueueError::Sqs(crate::adapters::brief(&error)))?;
+                .map_err(|error| QueueError::Sqs(crate::aws::brief(&error)))?;
             if let Some(failure) = output.failed.first() {
                 return Err(QueueError::Sqs(format!(
                     "{} of {} entries refused, e.g. {}: {}",
@@ -182,7 +182,7 @@ impl MessageQueue for SqsQueue {
         if let Some(count) = record.attributes.get("ApproximateReceiveCount") {
             send = send.message_attributes(dead_letter_attribute::RECEIVE_COUNT, string(count)?);
         }
-        send.send().await.map_err(|error| QueueError::Sqs(crate::adapters::brief(&error)))?;
+        send.send().await.map_err(|error| QueueError::Sqs(crate::aws::brief(&error)))?;
         Ok(())
     }
 }
@@ -206,14 +206,7 @@ pub fn original_sent_ms(record: &SqsMessage) -> Option<u64> {
 
 /// `why` cut at a character boundary to [`REASON_BYTES_MAX`].
 fn bounded(why: &str) -> &str {
-    if why.len() <= REASON_BYTES_MAX {
-        return why;
-    }
-    let mut end = REASON_BYTES_MAX;
-    while !why.is_char_boundary(end) {
-        end -= 1;
-    }
-    &why[..end]
+    &why[..why.floor_char_boundary(REASON_BYTES_MAX)]
 }
 
 fn cached(map: &Mutex<HashMap<String, String>>, key: &str) -> Option<String> {

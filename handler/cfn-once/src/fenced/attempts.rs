@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 
 use super::{FencedWriteError, Item};
-use crate::adapters::{Failure, classify};
+use crate::aws::{Failure, classify};
 
 /// The most attempts of one write (or read). With the table's call timeout (3 s by default) and
 /// the backoff between attempts, a write takes at most about 10 s.

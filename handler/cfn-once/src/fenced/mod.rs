@@ -106,7 +106,7 @@ use self::attempts::{BACKOFF_MS_BASE, Sent, attempt, send};
 pub use self::expression::{Condition, Update};
 use self::expression::{Expression, Kind};
 use self::stored::{found, new_token, stamp, token_of};
-pub use crate::adapters::{Failure, classify};
+pub use crate::aws::{Failure, classify};
 
 /// A DynamoDB item or key: attribute names to values.
 pub type Item = HashMap<String, AttributeValue>;
@@ -248,7 +248,7 @@ impl FencedTable {
     /// on a client of the table's own: one attempt per call, each given up after
     /// [`CALL_TIMEOUT_MS_DEFAULT`] (connecting after at most 2 s of it).
     pub fn new(sdk: &SdkConfig, table_name: impl Into<String>) -> Self {
-        let config = crate::app::dynamodb_config(sdk, CALL_TIMEOUT_MS_DEFAULT).build();
+        let config = crate::aws::dynamodb_config(sdk, CALL_TIMEOUT_MS_DEFAULT).build();
         Self::with_client(Client::from_conf(config), table_name)
     }
 
@@ -261,12 +261,12 @@ impl FencedTable {
     /// Each call given up after `timeout_ms` (connecting after at most 2 s of it) instead of
     /// [`CALL_TIMEOUT_MS_DEFAULT`]. A write makes at most [`WRITE_ATTEMPTS_MAX`] calls.
     pub fn call_timeout_ms(self, timeout_ms: u64) -> Self {
-        let config = self.client.config().to_builder().timeout_config(crate::app::call_timeouts(timeout_ms));
+        let config = self.client.config().to_builder().timeout_config(crate::aws::call_timeouts(timeout_ms));
         Self { client: Client::from_conf(config.build()), ..self }
     }
 
     /// Fenced writes to `table_name` through `client`, which must make one attempt per call with
-    /// explicit timeouts (`app::dynamodb_client` makes one): a retry inside the SDK after an
+    /// explicit timeouts (`aws::dynamodb_client` makes one): a retry inside the SDK after an
     /// unknown outcome is what the table's own attempts exist to see.
     pub(crate) fn with_client(client: Client, table_name: impl Into<String>) -> Self {
         Self { client, table_name: table_name.into() }

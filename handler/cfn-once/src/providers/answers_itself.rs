@@ -76,7 +76,7 @@ pub struct AnswerObject {
 }
 
 /// Where functions that answer by themselves PUT their answers (the port; `S3AnswerDrop` in
-/// `adapters::s3_answers` is cfn-once's bucket of this region, reading the other's too).
+/// `providers::s3_answers` is cfn-once's bucket of this region, reading the other's too).
 #[async_trait]
 pub trait AnswerDrop: Send + Sync + std::fmt::Debug {
     /// This region's answer bucket, where [`AnswerDrop::upload_url`] points.

@@ -105,7 +105,7 @@ impl DynamoDbItem {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         let client = clients
             .entry(region.to_owned())
-            .or_insert_with(|| crate::app::dynamodb_client(&self.sdk, self.attempt_timeout_ms, region))
+            .or_insert_with(|| crate::aws::dynamodb_client(&self.sdk, self.attempt_timeout_ms, region))
             .clone();
         FencedTable::with_client(client, table)
     }

@@ -1,16 +1,22 @@
 //! The providers cfn-once ships besides `Custom::Echo` (which lives in the core), and the
 //! standard router that serves them all.
+//!
+//! A provider's own ports live with it, and so do their AWS implementations: the function
+//! provider's Lambda Invoke (`function::LambdaInvoker`) and its answer bucket
+//! (`s3_answers::S3AnswerDrop`). The providers name only what is below them (the fenced writes,
+//! `aws`, the core), never the adapters or the wiring above them.
 
 pub mod answers_itself;
 pub mod dynamodb_item;
 pub mod function;
+pub mod s3_answers;
 
 use std::sync::Arc;
 
+use cfn_once_core::config::Config;
 use cfn_once_core::echo::{ECHO_TYPE, Echo};
 use cfn_once_core::provider::Router;
 
-use crate::config::Config;
 use dynamodb_item::{DYNAMODB_ITEM_TYPE, DynamoDbItem};
 
 /// `Custom::Echo` and `Custom::DynamoDBItem`, as every deployment serves them.
@@ -41,7 +47,7 @@ fn answer_drop(
     bucket: &str,
     timeout_ms: u64,
 ) -> anyhow::Result<Arc<dyn answers_itself::AnswerDrop>> {
-    let answers = crate::adapters::s3_answers::S3AnswerDrop::new(sdk, bucket, timeout_ms)
+    let answers = s3_answers::S3AnswerDrop::new(sdk, bucket, timeout_ms)
         .inspect_err(|error| tracing::error!(%error, "the answer bucket is not usable"))?;
     Ok(Arc::new(answers))
 }

@@ -280,13 +280,8 @@ pub fn brief<E>(error: &SdkError<E, HttpResponse>) -> String
 where
     E: ProvideErrorMetadata + Error + 'static,
 {
-    let root = || {
-        let mut cause: &dyn Error = error;
-        while let Some(source) = cause.source() {
-            cause = source;
-        }
-        cause.to_string()
-    };
+    // The chain always holds `error` itself, so its last link is the root cause.
+    let root = || anyhow::Chain::new(error).last().map(ToString::to_string).unwrap_or_default();
     match error {
         SdkError::ServiceError(service) => {
             let status = service.raw().status().as_u16();
@@ -453,7 +448,7 @@ mod tests {
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .credentials_provider(credentials)
             .http_client(crate::adapters::https::sdk_http_client(tls))
-            .timeout_config(crate::app::call_timeouts(2_000))
+            .timeout_config(crate::aws::call_timeouts(2_000))
             .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1));
         if let Some(endpoint) = endpoint {
             config = config.endpoint_url(endpoint).region(aws_sdk_dynamodb::config::Region::new("us-east-1"));

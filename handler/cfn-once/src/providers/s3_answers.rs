@@ -5,7 +5,7 @@
 //!
 //! Both go through `aws-sdk-s3`: the URLs are its presigner's (SigV4 in the query string, on the
 //! function's credentials), the reads are GetObject calls, classified as every AWS call is
-//! (`aws_errors`). Locally (`AWS_ENDPOINT_URL`, moto) the bucket is addressed path-style, as moto
+//! (`aws::errors`). Locally (`AWS_ENDPOINT_URL`, moto) the bucket is addressed path-style, as moto
 //! serves it; in AWS, virtual-hosted. moto does not check signatures, so locally a wrong
 //! signature would pass: the presigner is the SDK's own, tested by the SDK against AWS's examples.
 
@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::presigning::PresigningConfig;
 
-use crate::adapters::aws_errors::{Failure, classify};
+use crate::aws::{Failure, classify};
 use crate::providers::answers_itself::{AnswerDrop, AnswerObject, DropError, UploadUrl};
 
 /// The answer bucket of this region, and reads of the other region's.
@@ -84,7 +84,7 @@ fn client(sdk: &aws_config::SdkConfig, timeout_ms: u64) -> aws_sdk_s3::Client {
     let config = aws_sdk_s3::config::Builder::from(sdk)
         // A local endpoint (moto) serves buckets by path, not by host name.
         .force_path_style(sdk.endpoint_url().is_some())
-        .timeout_config(crate::app::call_timeouts(timeout_ms))
+        .timeout_config(crate::aws::call_timeouts(timeout_ms))
         .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
         .build();
     aws_sdk_s3::Client::from_conf(config)

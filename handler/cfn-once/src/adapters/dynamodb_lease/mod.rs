@@ -12,8 +12,12 @@
 //! `ConditionalCheckFailedException` exists: above it, it is a domain answer.
 //!
 //! Table layout: partition key `pk` = StackId, sort key `sk` = RequestId, both strings.
+//!
+//! The store's calls are here; beside them, `item.rs` turns a record into an item and back, and
+//! `errors.rs` turns a failed call into the port's `StoreError`.
 
-use std::collections::HashMap;
+mod errors;
+mod item;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -23,47 +27,14 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, RequestLabel,
-    StoreError,
+    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, StoreError,
 };
-use cfn_once_core::request::{RequestKey, StackArn};
+use cfn_once_core::request::RequestKey;
 
-use super::aws_errors::{Failure, Refresh, classify};
-
-/// A DynamoDB item.
-type Item = HashMap<String, AttributeValue>;
-
-/// Attribute names, in one place.
-mod attr {
-    pub const FORMAT: &str = "format";
-    pub const PK: &str = "pk";
-    pub const SK: &str = "sk";
-    pub const FENCE: &str = "fence";
-    pub const OWNER: &str = "owner";
-    pub const LEASE_UNTIL: &str = "lease_until_ms";
-    pub const HEARTBEAT: &str = "heartbeat";
-    pub const STATE: &str = "state";
-    pub const FINGERPRINT: &str = "fingerprint";
-    pub const ATTEMPTS: &str = "attempts";
-    pub const SENT: &str = "sent_ms";
-    pub const RESPONSE: &str = "response";
-    pub const DELIVERED: &str = "delivered";
-    pub const UNSENT: &str = "unsent";
-    pub const CREATED: &str = "created_ms";
-    pub const UPDATED: &str = "updated_ms";
-    pub const EXPIRES: &str = "expires_ms";
-    pub const POLL_FINGERPRINT: &str = "poll_fingerprint";
-    pub const POLL_STATE: &str = "poll_state";
-    pub const POLL_AT: &str = "poll_at_ms";
-    pub const WAITING_SINCE: &str = "waiting_since_ms";
-    pub const POLLS: &str = "polls";
-    pub const LOGICAL_ID: &str = "logical_id";
-    pub const REQUEST_TYPE: &str = "request_type";
-    pub const RESOURCE_TYPE: &str = "resource_type";
-    pub const REPLACES: &str = "replaces";
-}
+use self::errors::{of_failure, store_error};
+use self::item::{Item, attr, key_item, lease_record, number, parse_record, record_item};
+use crate::aws::{Refresh, classify};
 
 /// The placeholders of the format clause every write carries.
 const FORMAT_NAME: &str = "#cfn_once_format";
@@ -108,7 +79,7 @@ const WAIT_UPDATE: &str = "SET #state = :waiting, #poll_fp = :poll_fp, #poll_sta
      #poll_at = :poll_at, #waiting_since = :waiting_since, #polls = :polls, #lease_until = :now, #updated = :now";
 
 /// The lease store on a DynamoDB table (an MRSC global table in production), every call through
-/// the SDK's client (the function's: one attempt per call, explicit timeouts; `app::dynamodb_client`).
+/// the SDK's client (the function's: one attempt per call, explicit timeouts; `aws::dynamodb_client`).
 #[derive(Debug, Clone)]
 pub struct DynamoLeaseStore {
     client: Client,
@@ -156,13 +127,6 @@ impl DynamoLeaseStore {
         of_failure(self.refresh.reconsider(classify(error)).await)
     }
 
-    fn key(key: &RequestKey) -> HashMap<String, AttributeValue> {
-        HashMap::from([
-            (attr::PK.to_owned(), AttributeValue::S(key.stack_id.to_string())),
-            (attr::SK.to_owned(), AttributeValue::S(key.request_id.clone())),
-        ])
-    }
-
     /// A conditional UpdateItem on `key`, which also writes this handler's record format and
     /// holds only on a record of a format it knows ([`with_format`]).
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
@@ -175,7 +139,7 @@ impl DynamoLeaseStore {
             .client
             .update_item()
             .table_name(&self.table_name)
-            .set_key(Some(Self::key(key)))
+            .set_key(Some(key_item(key)))
             .update_expression(update)
             .condition_expression(with_format(call.condition))
             .expression_attribute_names(FORMAT_NAME, attr::FORMAT)
@@ -241,7 +205,7 @@ impl DynamoLeaseStore {
             .client
             .get_item()
             .table_name(&self.table_name)
-            .set_key(Some(Self::key(key)))
+            .set_key(Some(key_item(key)))
             .consistent_read(true)
             .send()
             .await;
@@ -327,7 +291,7 @@ impl DynamoLeaseStore {
 
 /// The lease records among a paginated read's items (other items, the control's, skipped).
 fn lease_records<E>(
-    items: Vec<Result<HashMap<String, AttributeValue>, SdkError<E, HttpResponse>>>,
+    items: Vec<Result<Item, SdkError<E, HttpResponse>>>,
 ) -> Result<Vec<LeaseRecord>, StoreError>
 where
     E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
@@ -338,14 +302,6 @@ where
         records.extend(lease_record(&item));
     }
     Ok(records)
-}
-
-/// A scanned item as a lease record, if it is one (StackId ARN key, a fence).
-fn lease_record(item: &HashMap<String, AttributeValue>) -> Option<LeaseRecord> {
-    let text = |field: &str| item.get(field).and_then(|value| value.as_s().ok()).cloned();
-    // Only lease records are keyed by a stack ARN (see `StackArn`): the control item is not.
-    let key = RequestKey { stack_id: StackArn::parse(&text(attr::PK)?)?, request_id: text(attr::SK)? };
-    parse_record(&key, item).ok()
 }
 
 impl DynamoLeaseStore {
@@ -584,57 +540,6 @@ impl LeaseStore for DynamoLeaseStore {
     }
 }
 
-/// A record as a whole item, the inverse of [`parse_record`] (an empty set of attempts, which
-/// DynamoDB cannot store, is left out, as are the response and poll fields when absent).
-fn record_item(record: &LeaseRecord) -> HashMap<String, AttributeValue> {
-    let text = |value: &str| AttributeValue::S(value.to_owned());
-    let mut item = DynamoLeaseStore::key(&record.key);
-    item.extend([
-        // Written by this handler, in its format, whatever format it was read in.
-        (attr::FORMAT.to_owned(), number(u64::from(RECORD_FORMAT))),
-        (attr::FENCE.to_owned(), number(record.fence)),
-        (attr::OWNER.to_owned(), text(&record.owner)),
-        (attr::LEASE_UNTIL.to_owned(), number(record.lease_until_ms)),
-        (attr::HEARTBEAT.to_owned(), number(record.heartbeat)),
-        (attr::STATE.to_owned(), text(record.state.as_str())),
-        (attr::FINGERPRINT.to_owned(), text(record.fingerprint.as_str())),
-        (attr::SENT.to_owned(), number(record.sent_ms)),
-        (attr::CREATED.to_owned(), number(record.created_ms)),
-        (attr::UPDATED.to_owned(), number(record.updated_ms)),
-        (attr::EXPIRES.to_owned(), number(record.expires_ms)),
-        (attr::LOGICAL_ID.to_owned(), text(&record.label.logical_resource_id)),
-        (attr::REQUEST_TYPE.to_owned(), text(&record.label.request_type)),
-        (attr::RESOURCE_TYPE.to_owned(), text(&record.label.resource_type)),
-    ]);
-    // Left out when empty, so that the first write naming a replaced work sets it.
-    if !record.label.replaces.is_empty() {
-        item.insert(attr::REPLACES.to_owned(), text(&record.label.replaces));
-    }
-    if !record.attempts.is_empty() {
-        let attempts = record.attempts.iter().map(|attempt| attempt.as_str().to_owned()).collect();
-        item.insert(attr::ATTEMPTS.to_owned(), AttributeValue::Ss(attempts));
-    }
-    if let Some(response) = &record.response {
-        item.insert(attr::RESPONSE.to_owned(), AttributeValue::B(Blob::new(response.clone())));
-    }
-    if record.delivered {
-        item.insert(attr::DELIVERED.to_owned(), AttributeValue::Bool(true));
-    }
-    if let Some(why) = &record.unsent {
-        item.insert(attr::UNSENT.to_owned(), text(why));
-    }
-    if let Some(poll) = &record.poll {
-        item.extend([
-            (attr::POLL_FINGERPRINT.to_owned(), text(poll.fingerprint.as_str())),
-            (attr::POLL_STATE.to_owned(), text(&poll.state)),
-            (attr::POLL_AT.to_owned(), number(poll.poll_at_ms)),
-            (attr::WAITING_SINCE.to_owned(), number(poll.waiting_since_ms)),
-            (attr::POLLS.to_owned(), number(u64::from(poll.polls))),
-        ]);
-    }
-    item
-}
-
 /// The fence an acquire's `ADD fence :one` wrote over `old`. DynamoDB's numbers go far past
 /// `u64::MAX`, so a fence written by hand at `u64::MAX` is incremented there, and read back it
 /// would wrap to 0 in a release build: an execution holding fence 0 is fenced out by every
@@ -645,96 +550,6 @@ fn next_fence(old: u64) -> Result<u64, StoreError> {
             "the lease record's fence is {old}, the largest a fence can be; it was written by hand: delete the record to let the request be answered"
         ))
     })
-}
-
-fn number(value: u64) -> AttributeValue {
-    AttributeValue::N(value.to_string())
-}
-
-/// A failed operator read as the port's error (expired credentials deferred: the operator's own
-/// tools read once and report).
-fn store_error<E>(error: &SdkError<E, HttpResponse>) -> StoreError
-where
-    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
-{
-    of_failure(classify(error))
-}
-
-/// A classified failure as the port's error.
-fn of_failure(failure: Failure) -> StoreError {
-    match failure {
-        Failure::NotApplied(text) => StoreError::Transient(text),
-        Failure::Unknown(text) => StoreError::Ambiguous(text),
-        Failure::Deferred(text) => StoreError::Deferred(text),
-        Failure::Permanent(text) => StoreError::Permanent(text),
-    }
-}
-
-/// Reads a stored item back into the domain record; a malformed item is a permanent error
-/// (somebody wrote the table by hand), never a panic.
-fn parse_record(key: &RequestKey, item: &HashMap<String, AttributeValue>) -> Result<LeaseRecord, StoreError> {
-    let bad = |field: &str| StoreError::Permanent(format!("lease record has no valid {field}"));
-    let string = |field: &str| item.get(field).and_then(|v| v.as_s().ok()).cloned();
-    let number = |field: &str| item.get(field).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
-    // The format first: a newer one may mean anything by the rest.
-    let format = match item.get(attr::FORMAT) {
-        None => 1,
-        Some(value) => value
-            .as_n()
-            .ok()
-            .and_then(|n| n.parse::<u32>().ok())
-            .ok_or_else(|| bad(attr::FORMAT))?,
-    };
-    if format > RECORD_FORMAT {
-        let settled = item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false);
-        return Err(StoreError::NewerFormat { format, settled });
-    }
-    Ok(LeaseRecord {
-        format,
-        key: key.clone(),
-        fence: number(attr::FENCE).ok_or_else(|| bad(attr::FENCE))?,
-        owner: string(attr::OWNER).unwrap_or_default(),
-        lease_until_ms: number(attr::LEASE_UNTIL).unwrap_or(0),
-        heartbeat: number(attr::HEARTBEAT).unwrap_or(0),
-        state: string(attr::STATE).as_deref().and_then(LeaseState::parse).ok_or_else(|| bad(attr::STATE))?,
-        fingerprint: Fingerprint::from_stored(string(attr::FINGERPRINT).ok_or_else(|| bad(attr::FINGERPRINT))?),
-        attempts: item
-            .get(attr::ATTEMPTS)
-            .and_then(|v| v.as_ss().ok())
-            .map(|set| set.iter().cloned().map(Fingerprint::from_stored).collect())
-            .unwrap_or_default(),
-        response: item.get(attr::RESPONSE).and_then(|v| v.as_b().ok()).map(|blob| blob.as_ref().to_vec()),
-        delivered: item.get(attr::DELIVERED).and_then(|v| v.as_bool().ok()).copied().unwrap_or(false),
-        unsent: string(attr::UNSENT),
-        sent_ms: number(attr::SENT).unwrap_or(0),
-        created_ms: number(attr::CREATED).unwrap_or(0),
-        updated_ms: number(attr::UPDATED).unwrap_or(0),
-        expires_ms: number(attr::EXPIRES).unwrap_or(0),
-        poll: parse_poll(item)?,
-        label: RequestLabel {
-            logical_resource_id: string(attr::LOGICAL_ID).unwrap_or_default(),
-            request_type: string(attr::REQUEST_TYPE).unwrap_or_default(),
-            resource_type: string(attr::RESOURCE_TYPE).unwrap_or_default(),
-            replaces: string(attr::REPLACES).unwrap_or_default(),
-        },
-    })
-}
-
-/// The poll fields, all or nothing: a record with some but not all of them was written by hand.
-fn parse_poll(item: &HashMap<String, AttributeValue>) -> Result<Option<PollRecord>, StoreError> {
-    let string = |field: &str| item.get(field).and_then(|v| v.as_s().ok()).cloned();
-    let number = |field: &str| item.get(field).and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<u64>().ok());
-    let Some(fingerprint) = string(attr::POLL_FINGERPRINT) else {
-        return Ok(None);
-    };
-    let bad = |field: &str| StoreError::Permanent(format!("lease record has a poll without a valid {field}"));
-    Ok(Some(PollRecord {
-        fingerprint: Fingerprint::from_stored(fingerprint),
-        state: string(attr::POLL_STATE).ok_or_else(|| bad(attr::POLL_STATE))?,
-        poll_at_ms: number(attr::POLL_AT).ok_or_else(|| bad(attr::POLL_AT))?,
-        waiting_since_ms: number(attr::WAITING_SINCE).ok_or_else(|| bad(attr::WAITING_SINCE))?,
-        polls: number(attr::POLLS).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(attr::POLLS))?,
-    }))
 }
 
 /// The key schema the store expects, for provisioning tools (`make local`, tests, templates).
