@@ -2,9 +2,7 @@
 //! the region's copy of the table, observed for the invariants.
 
 use async_trait::async_trait;
-use cfn_once_core::lease::{
-    Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, StoreError,
-};
+use cfn_once_core::lease::{Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseStore, PollRecord, StoreError};
 use cfn_once_core::request::RequestKey;
 
 use super::RegionStore;
@@ -20,22 +18,11 @@ impl LeaseStore for RegionStore {
             let answer = self.local().acquire(request).await?;
             if let Acquire::Acquired { fence, .. } = answer {
                 self.cover_poll_taken(before.as_ref(), request);
-                let live = |record: &LeaseRecord| {
-                    record.state == LeaseState::Running
-                        && record.lease_until_ms >= request.now_ms.saturating_sub(request.skew_ms)
-                };
-                if request.preempt && before.as_ref().is_some_and(live) {
-                    self.shared.cover("close: took the work's lease from a poll in flight");
+                if request.preempt {
+                    self.cover_preempted(before.as_ref(), request);
                 }
                 self.note_drained_acquire(before.as_ref(), request, fence);
-                let previous = self.shared.observed().grants.insert(request.key.clone(), fence).unwrap_or(0);
-                if fence <= previous {
-                    self.shared.violation(format!(
-                        "S3: fence {fence} granted to {} after fence {previous} for {:?}",
-                        self.region.name(),
-                        request.key.request_id
-                    ));
-                }
+                self.check_grant(&request.key, fence);
                 if fence > 1 {
                     self.shared.cover("lease taken over");
                 }
@@ -52,36 +39,11 @@ impl LeaseStore for RegionStore {
             let before = self.local().get(&request.key);
             let answer = self.local().close(request, signal).await?;
             if let Acquire::Acquired { fence, .. } = answer {
-                let live = |record: &LeaseRecord| {
-                    record.state == LeaseState::Running
-                        && record.lease_until_ms >= request.now_ms.saturating_sub(request.skew_ms)
-                };
-                if before.as_ref().is_some_and(live) {
-                    self.shared.cover("close: took the work's lease from a poll in flight");
-                }
+                self.cover_preempted(before.as_ref(), request);
                 self.note_drained_acquire(before.as_ref(), request, fence);
                 self.check_drain(&request.key, fence, request.now_ms, "closed a work");
-                let mut observed = self.shared.observed();
-                let previous = observed.grants.insert(request.key.clone(), fence).unwrap_or(0);
-                let commits = observed.commits.entry((request.key.clone(), request.fingerprint.clone())).or_default();
-                commits.push(fence);
-                let count = commits.len();
-                drop(observed);
-                if fence <= previous {
-                    self.shared.violation(format!(
-                        "S3: fence {fence} granted to {} after fence {previous} for {:?}",
-                        self.region.name(),
-                        request.key.request_id
-                    ));
-                }
-                if count > 1 {
-                    self.shared.violation(format!(
-                        "S1: attempt {} of {:?} committed {count} times (fence {fence} by {})",
-                        request.fingerprint,
-                        request.key.request_id,
-                        self.region.name()
-                    ));
-                }
+                self.check_grant(&request.key, fence);
+                self.check_commit(&request.key, &request.fingerprint, fence);
                 self.shared.trace(Some(self.region), || {
                     format!("work closed, its signal committed under fence {fence} ({})", request.owner)
                 });
@@ -132,21 +94,8 @@ impl LeaseStore for RegionStore {
             let answer = self.local().commit(key, fence, response, now_ms).await?;
             match &answer {
                 Conditional::Applied => {
-                    let record = self.local().get(key);
-                    if let Some(record) = record {
-                        let mut observed = self.shared.observed();
-                        let commits = observed.commits.entry((key.clone(), record.fingerprint.clone())).or_default();
-                        commits.push(fence);
-                        let count = commits.len();
-                        drop(observed);
-                        if count > 1 {
-                            self.shared.violation(format!(
-                                "S1: attempt {} of {:?} committed {count} times (fence {fence} by {})",
-                                record.fingerprint,
-                                key.request_id,
-                                self.region.name()
-                            ));
-                        }
+                    if let Some(record) = self.local().get(key) {
+                        self.check_commit(key, &record.fingerprint, fence);
                     }
                     self.shared.trace(Some(self.region), || format!("committed under fence {fence}"));
                     self.replicate_later(key);

@@ -1,6 +1,7 @@
 //! What a region's store calls are checked for (S2 for waits, S3 for grants, S1 for commits,
 //! DRAIN for a drained primary's leases) and counted as.
 
+use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::lease::{AcquireRequest, LeaseRecord, LeaseState, PollRecord};
 use cfn_once_core::request::RequestKey;
 use cfn_once_core::wait_condition::is_work_id;
@@ -26,6 +27,47 @@ impl RegionStore {
             }
             LeaseState::Running => self.shared.cover("lease taken over in the middle of a poll"),
             LeaseState::Committed | LeaseState::Left => {}
+        }
+    }
+
+    /// Counts a grant that took the lease from a run still in flight (its lease live at the
+    /// request's time, the skew allowed): a close stopping a poll.
+    pub(super) fn cover_preempted(&self, before: Option<&LeaseRecord>, request: &AcquireRequest) {
+        let live = |record: &LeaseRecord| {
+            record.state == LeaseState::Running
+                && record.lease_until_ms >= request.now_ms.saturating_sub(request.skew_ms)
+        };
+        if before.is_some_and(live) {
+            self.shared.cover("close: took the work's lease from a poll in flight");
+        }
+    }
+
+    /// S3: the fences granted for a key only grow.
+    pub(super) fn check_grant(&self, key: &RequestKey, fence: u64) {
+        let previous = self.shared.observed().grants.insert(key.clone(), fence).unwrap_or(0);
+        if fence <= previous {
+            self.shared.violation(format!(
+                "S3: fence {fence} granted to {} after fence {previous} for {:?}",
+                self.region.name(),
+                key.request_id
+            ));
+        }
+    }
+
+    /// S1: an attempt is committed once, whoever commits it (a commit, or a close that commits
+    /// the work's signal).
+    pub(super) fn check_commit(&self, key: &RequestKey, fingerprint: &Fingerprint, fence: u64) {
+        let mut observed = self.shared.observed();
+        let commits = observed.commits.entry((key.clone(), fingerprint.clone())).or_default();
+        commits.push(fence);
+        let count = commits.len();
+        drop(observed);
+        if count > 1 {
+            self.shared.violation(format!(
+                "S1: attempt {fingerprint} of {:?} committed {count} times (fence {fence} by {})",
+                key.request_id,
+                self.region.name()
+            ));
         }
     }
 
