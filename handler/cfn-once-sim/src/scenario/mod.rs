@@ -28,6 +28,7 @@
 //! the planted bugs of the self-check.
 
 use cfn_once_core::random::{Random, SplitMix64};
+use cfn_once_core::vocabulary::Role;
 
 use crate::deployed::{Deployed, FunctionTimeout};
 
@@ -55,6 +56,14 @@ impl Region {
         match self {
             Self::Primary => "us-east-1",
             Self::Secondary => "us-west-2",
+        }
+    }
+
+    /// The role its handler is deployed with.
+    pub fn role(self) -> Role {
+        match self {
+            Self::Primary => Role::Primary,
+            Self::Secondary => Role::Secondary,
         }
     }
 
@@ -311,5 +320,11 @@ impl Scenario {
             store_outage,
             upgrade,
         }
+    }
+
+    /// How long after its publish a copy of a request becomes visible in `region`'s queue
+    /// (the secondary's delay), besides SNS delivering it late.
+    pub fn delay_ms(&self, region: Region) -> u64 {
+        if region == Region::Secondary { self.secondary_delay_ms } else { 0 }
     }
 }

@@ -59,6 +59,11 @@ impl RequestPlan {
         }
     }
 
+    /// How long after the publish SNS delivers `region`'s copy.
+    pub fn late_ms(&self, region: Region) -> u64 {
+        self.late.filter(|(late, _)| *late == region).map_or(0, |(_, ms)| ms)
+    }
+
     /// When the request's answer is due, ms after the start.
     pub fn deadline_ms(&self) -> u64 {
         self.sent_at_ms + self.service_timeout_s * 1_000

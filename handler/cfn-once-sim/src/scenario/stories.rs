@@ -206,7 +206,7 @@ pub(super) fn kills_near_deadline(
                 poll_work_ms: if draw.chance(0.3) { draw.between(5_000, 40_000) } else { draw.below(2_000) },
             });
         }
-        let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1_000;
+        let deadline_ms = plan.deadline_ms();
         for _ in 0..draw.between(1, 3) {
             let region = if draw.chance(0.3) { None } else { Some(draw.region()) };
             let at_ms = deadline_ms.saturating_sub(draw.between(1_000, 60_000));

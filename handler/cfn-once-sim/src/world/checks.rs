@@ -11,6 +11,17 @@ use crate::sink::short;
 use super::World;
 
 impl World {
+    /// Counts what an end-of-seed check saw and reports what it found broken, once it has let
+    /// go of the observations (both take them).
+    pub(super) fn report(&self, covered: Vec<&'static str>, violations: Vec<String>) {
+        for name in covered {
+            self.shared.cover(name);
+        }
+        for violation in violations {
+            self.shared.violation(violation);
+        }
+    }
+
     /// Checks the handler's moves to the DLQ since the last look.
     pub(super) fn check_dead_letters(&mut self) {
         let moved = std::mem::take(&mut self.queues().dead_lettered);
@@ -187,12 +198,7 @@ impl World {
             }
         }
         drop(observed);
-        for name in covered {
-            self.shared.cover(name);
-        }
-        for violation in violations {
-            self.shared.violation(violation);
-        }
+        self.report(covered, violations);
     }
 
     /// COUNT: every ADD to a counter of the provider's fenced store was applied once, however
@@ -315,11 +321,6 @@ impl World {
             }
         }
         drop(observed);
-        for name in covered {
-            self.shared.cover(name);
-        }
-        for violation in violations {
-            self.shared.violation(violation);
-        }
+        self.report(covered, violations);
     }
 }

@@ -73,8 +73,8 @@ impl World {
                 Region::BOTH
                     .into_iter()
                     .map(|region| {
-                        let late_ms = plan.late.filter(|(late, _)| *late == region).map_or(0, |(_, ms)| ms);
-                        let delay_ms = if region == Region::Secondary { self.scenario.secondary_delay_ms } else { 0 };
+                        let late_ms = plan.late_ms(region);
+                        let delay_ms = self.scenario.delay_ms(region);
                         if self.down_within(region, from_ms, deadline_ms) {
                             Some(Excuse::Down)
                         } else if observed
@@ -112,12 +112,7 @@ impl World {
             ));
         }
         drop(observed);
-        for name in excused {
-            self.shared.cover(name);
-        }
-        for violation in missed {
-            self.shared.violation(violation);
-        }
+        self.report(excused, missed);
     }
 
     /// Whether `region` was down at any moment of `from_ms..to_ms` (elapsed ms).

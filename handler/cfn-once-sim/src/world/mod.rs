@@ -157,6 +157,11 @@ fn stack_arn(seed: u64) -> String {
     format!("arn:aws:cloudformation:us-east-2:123456789012:stack/sim/{seed}")
 }
 
+/// The simulated stack of `seed`, as the handler reads it from a request.
+fn stack_id(seed: u64) -> cfn_once_core::request::StackArn {
+    cfn_once_core::request::StackArn::parse(&stack_arn(seed)).unwrap_or_else(|| panic!("the simulated stack's ARN"))
+}
+
 /// Runs one seed's scenario to the end and checks the invariants.
 pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedOutcome {
     quiet_provider_panics();
@@ -286,11 +291,11 @@ impl World {
                 });
                 let now_ms = self.now_ms();
                 for region in Region::BOTH {
-                    let late_ms = plan.late.filter(|(late, _)| *late == region).map_or(0, |(_, ms)| ms);
+                    let late_ms = plan.late_ms(region);
                     if late_ms > 0 {
                         self.shared.cover("SNS delivered a copy late");
                     }
-                    let delay_ms = if region == Region::Secondary { self.scenario.secondary_delay_ms } else { 0 };
+                    let delay_ms = self.scenario.delay_ms(region);
                     self.queues().add(Copy {
                         request: index,
                         region,
@@ -375,7 +380,7 @@ impl World {
         tasks.iter().filter_map(|id| self.tasks.get(id)).flat_map(|task| &task.receipts).any(|receipt| {
             queues.copies.get(&receipt.message).is_some_and(|copy| {
                 let plan = &self.scenario.requests[copy.request];
-                let deadline_ms = plan.sent_at_ms + plan.service_timeout_s * 1_000;
+                let deadline_ms = plan.deadline_ms();
                 (deadline_ms.saturating_sub(60_000)..deadline_ms).contains(&elapsed_ms)
             })
         })

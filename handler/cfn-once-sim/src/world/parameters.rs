@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 
 use cfn_once_core::settings::Settings;
-use cfn_once_core::vocabulary::Role;
 
 use crate::deployed::Deployed;
 use crate::scenario::Region;
@@ -26,17 +25,17 @@ impl Parameters {
         PARAMETERS.get_or_init(|| {
             let deployed = Deployed::regional().unwrap_or_else(|e| panic!("cannot read the deployed parameters: {e}"));
             let settings = Region::BOTH.map(|region| {
-                let role = if region == Region::Primary { Role::Primary } else { Role::Secondary };
-                deployed.settings(role, region.name()).unwrap_or_else(|e| panic!("the template's handler: {e}"))
+                deployed
+                    .settings(region.role(), region.name())
+                    .unwrap_or_else(|e| panic!("the template's handler: {e}"))
             });
             let settings_by_timeout = deployed
                 .function_timeouts
                 .iter()
                 .map(|timeout| {
                     let settings = Region::BOTH.map(|region| {
-                        let role = if region == Region::Primary { Role::Primary } else { Role::Secondary };
                         deployed
-                            .settings_with_timeout(role, region.name(), timeout.timeout_s)
+                            .settings_with_timeout(region.role(), region.name(), timeout.timeout_s)
                             .unwrap_or_else(|e| panic!("the template's handler: {e}"))
                     });
                     (timeout.timeout_s, settings)

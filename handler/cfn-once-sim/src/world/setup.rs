@@ -24,7 +24,7 @@ use crate::shared::{Shared, T0_MS};
 use crate::sink::SimSink;
 use crate::stores::{RegionStore, Table};
 
-use super::{Event, Parameters, TOPIC_ARN, World, stack_arn};
+use super::{Event, Parameters, TOPIC_ARN, World, stack_arn, stack_id};
 
 /// `epoch_ms` as a presigned URL's `X-Amz-Date` says it: `20270115T080000Z`.
 fn amz_date(epoch_ms: u64) -> String {
@@ -134,8 +134,7 @@ impl World {
                 if let Some(request) = message {
                     observed.deadlines.insert(Fingerprint::of(&request), plan.deadline_ms());
                     if let (Some(work_ms), Some(handle)) = (plan.work_deadline_ms(), &handles[index]) {
-                        let stack = cfn_once_core::request::StackArn::parse(&stack_arn(scenario.seed))
-                            .unwrap_or_else(|| panic!("the simulated stack's ARN"));
+                        let stack = stack_id(scenario.seed);
                         let logical_id = format!("Resource{}", plan.original(index));
                         let work = cfn_once_core::work::work_key_of(&stack, &logical_id, handle);
                         observed.work_deadlines.insert((Fingerprint::of(&request), work.request_id), work_ms);

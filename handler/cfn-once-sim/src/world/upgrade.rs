@@ -4,14 +4,13 @@
 
 use cfn_once_core::clock::Clock;
 
-use super::{Event, World, stack_arn};
+use super::{Event, World, stack_arn, stack_id};
 
 impl World {
     /// The key of the record of request `index` (a Create: its RequestId is its own).
     fn key_of(&self, index: usize) -> cfn_once_core::request::RequestKey {
         cfn_once_core::request::RequestKey {
-            stack_id: cfn_once_core::request::StackArn::parse(&stack_arn(self.scenario.seed))
-                .unwrap_or_else(|| panic!("the simulated stack's ARN")),
+            stack_id: stack_id(self.scenario.seed),
             request_id: format!("request-{index}"),
         }
     }
