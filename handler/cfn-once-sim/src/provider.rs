@@ -264,8 +264,18 @@ impl SimProvider {
     }
 
     async fn run(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
+        self.run_watched(ctx, self.run_once(ctx, properties)).await
+    }
+
+    /// Runs `once` (a run or a poll) as observed for OVERLAP, and loses its answer if the seed
+    /// says so.
+    async fn run_watched(
+        &self,
+        ctx: &ProviderContext,
+        once: impl Future<Output = Result<Step, ProviderError>>,
+    ) -> Result<Step, ProviderError> {
         self.run_begins(ctx);
-        let step = self.run_once(ctx, properties).await;
+        let step = once.await;
         if let Some(lost) = self.lost_answer(ctx) {
             return Err(lost);
         }
@@ -322,13 +332,7 @@ impl Provider for SimProvider {
     }
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
-        self.run_begins(ctx);
-        let step = self.poll_once(ctx, state).await;
-        if let Some(lost) = self.lost_answer(ctx) {
-            return Err(lost);
-        }
-        self.run_ends(ctx, 0);
-        step
+        self.run_watched(ctx, self.poll_once(ctx, state)).await
     }
 }
 

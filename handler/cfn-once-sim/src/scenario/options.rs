@@ -1,0 +1,71 @@
+//! How the simulation is set up besides the seed: the lease store's mode, and the bugs the
+//! self-check plants to see that the checks catch them.
+
+/// Which lease store the regions share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// One linearizable copy, as a multi-Region strongly consistent table provides.
+    Mrsc,
+    /// A replica per region, conditions checked locally, replicated after `lag_ms`, last
+    /// writer wins: DynamoDB's default global tables, which cfn-once must not use.
+    Mrec { lag_ms: u64 },
+}
+
+/// How the simulation is set up besides the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    pub mode: StoreMode,
+    /// A deliberately broken lease store: the self-check must catch it.
+    pub planted_bug: Option<PlantedBug>,
+}
+
+/// The bugs the simulator's self-check plants in the lease store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Commit ignores its condition (fence mine, state RUNNING): two executions both commit.
+    UnfencedCommit,
+    /// A work's committed signal is forgotten when another execution takes its lease (the
+    /// acquire grants it as if the signal were never committed): a takeover signals again.
+    SignalAgain,
+    /// The response bucket answers a PUT to an expired wait condition handle with a retryable
+    /// error instead of S3's final 403, so the handler retries a signal nobody can take.
+    ExpiredRetried,
+    /// The provider reports a call whose answer was lost as transient (certainly not applied)
+    /// instead of unknown, so the worker runs it again under the same fence while the first
+    /// run goes on.
+    RerunSameFence,
+    /// A fenced write's retry after a lost reply reads the item that refused it as if it did not
+    /// carry the write's own token, so a write that stands is taken for one refused.
+    UnknownAsNotApplied,
+    /// The lease store reads and writes records of a newer format as if they were its own (a
+    /// handler that checks no format), so records a newer version wrote are overwritten.
+    FormatBlind,
+}
+
+impl PlantedBug {
+    /// The command line's spelling (`--planted-bug=<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::UnfencedCommit => "unfenced-commit",
+            Self::SignalAgain => "signal-again",
+            Self::ExpiredRetried => "expired-retried",
+            Self::RerunSameFence => "rerun-same-fence",
+            Self::UnknownAsNotApplied => "unknown-as-not-applied",
+            Self::FormatBlind => "format-blind",
+        }
+    }
+
+    /// Parses [`PlantedBug::name`].
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Self::UnfencedCommit,
+            Self::SignalAgain,
+            Self::ExpiredRetried,
+            Self::RerunSameFence,
+            Self::UnknownAsNotApplied,
+            Self::FormatBlind,
+        ]
+        .into_iter()
+        .find(|bug| bug.name() == name)
+    }
+}
