@@ -19,7 +19,8 @@ use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnviron
 use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::functions_file::FunctionsFile;
 use cfn_once_cli::local::moto::{MotoServer, PYTHON_VARIABLE, check_python, choose_python};
-use cfn_once_cli::local::pair::{LOCAL_SETTINGS, LOCAL_SETTLE_MS, RegionPair, printing_observer};
+use cfn_once_cli::local::pair::{RegionPair, printing_observer};
+use cfn_once_cli::local::settings::{LOCAL_SETTINGS, LOCAL_SETTLE_MS};
 use cfn_once_cli::local::tls_front::TlsFront;
 use cfn_once_cli::ops::OpsTarget;
 use cfn_once_cli::ops::inspect::InspectOptions;
