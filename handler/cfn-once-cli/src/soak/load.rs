@@ -6,9 +6,11 @@
 //! ServiceToken topic of the stack's region with a ResponseURL presigned against the PUT proxy,
 //! and a share of them is published twice.
 //!
-//! The harness learns that an answer came from the PUT proxy's log (as CloudFormation learns it
-//! from its bucket) and reads the body from S3 to decide the next request; the checks
-//! ([`crate::soak::verify`]) read everything again from what landed.
+//! What is played is drawn beforehand ([`crate::soak::plan`]); each attempt is written in the
+//! [ledger](crate::soak::ledger) as it is sent. The harness learns that an answer came from the
+//! PUT proxy's log (as CloudFormation learns it from its bucket) and reads the body from S3 to
+//! decide the next request; the checks ([`crate::soak::verify`]) read everything again from what
+//! landed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
