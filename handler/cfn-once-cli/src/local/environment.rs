@@ -137,8 +137,8 @@ impl EnvironmentOptions {
         Self {
             name,
             secondary_delay_s,
-            visibility_timeout_s: crate::local::pair::LOCAL_VISIBILITY_TIMEOUT_S,
-            max_receive_count: crate::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+            visibility_timeout_s: crate::local::settings::LOCAL_VISIBILITY_TIMEOUT_S,
+            max_receive_count: crate::local::settings::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         }
     }

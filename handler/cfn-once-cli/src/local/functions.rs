@@ -35,7 +35,7 @@ pub const EXAMPLES_FILE: &str = "examples/functions/functions.yaml";
 /// Sandboxes of one function at once in each region: as many as the handler's own invocations
 /// (the regional template's `MaximumConcurrency` default), so a function never holds the
 /// handler's batches back where Lambda's unreserved concurrency would not.
-pub const FUNCTION_CONCURRENCY_MAX: usize = crate::local::pair::ESM_CONCURRENCY_MAX;
+pub const FUNCTION_CONCURRENCY_MAX: usize = crate::local::settings::ESM_CONCURRENCY_MAX;
 
 /// The credentials the functions are given: moto accepts any, and these are nobody's.
 const TEST_ACCESS_KEY_ID: &str = "test";

@@ -17,5 +17,6 @@ pub mod moto;
 pub mod pair;
 pub mod provision;
 pub mod report;
+pub mod settings;
 pub mod tls_front;
 pub mod worker;

@@ -7,35 +7,16 @@ use cfn_once_core::vocabulary::Role;
 use cfn_once_core::worker::Ports;
 
 use crate::local::environment::LocalEnvironment;
-use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
+use crate::local::esm::LocalEventSourceMapping;
 use crate::local::functions::LocalFunctions;
+// The settings live below both this file and the environment; their old paths stay.
+pub use crate::local::settings::{
+    ESM_CONCURRENCY_MAX, ESM_SETTINGS, LOCAL_MAX_RECEIVE_COUNT, LOCAL_SETTINGS, LOCAL_SETTLE_MS,
+    LOCAL_VISIBILITY_TIMEOUT_S,
+};
 use crate::local::worker::RegionalWorker;
 use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::{App, Observer};
-
-/// The local event source mapping's settings: batches of 10, a 1 s long poll, a 60 s function
-/// timeout.
-pub const ESM_SETTINGS: EsmSettings = EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 };
-
-/// Batches the local event source mapping hands each region's handler at once: the regional
-/// template's `MaximumConcurrency` default (the handler's reserved concurrency), so one slow
-/// request holds back only its own batch, as in Lambda.
-pub const ESM_CONCURRENCY_MAX: usize = 10;
-
-/// The local queues' visibility timeout, as `infra/regional.yaml` maps it from the function
-/// timeout: one minute over it.
-pub const LOCAL_VISIBILITY_TIMEOUT_S: u32 = (ESM_SETTINGS.function_timeout_ms / 1_000) as u32 + 60;
-
-/// The local queues' receive limit: the deployed one, which the handler assumes by default.
-pub const LOCAL_MAX_RECEIVE_COUNT: u32 = cfn_once_core::config::MAX_RECEIVE_COUNT_DEFAULT;
-
-/// Handler settings for local runs: the control is re-read every second (so a drill settles
-/// quickly) and a standby primary looks again after 5 s. Everything else is the default.
-pub const LOCAL_SETTINGS: [(&str, &str); 2] =
-    [("CFN_ONCE_CONTROL_CACHE_MS", "1000"), ("CFN_ONCE_STANDBY_RETRY_S", "5")];
-
-/// How long the drill waits after a flip with [`LOCAL_SETTINGS`].
-pub const LOCAL_SETTLE_MS: u64 = 1_500;
 
 /// A primary and a secondary worker.
 #[derive(Debug)]

@@ -115,18 +115,39 @@ pub async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<S
 
 /// Approximate number of messages in the queue, visible or not.
 pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> anyhow::Result<u64> {
-    let attributes = sqs
+    let depth = depth(sqs, url).await?;
+    Ok(depth.visible + depth.in_flight + depth.delayed)
+}
+
+/// A queue's counts: visible, in flight (received, not yet deleted or released), delayed.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Depth {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+}
+
+/// `queue_url`'s approximate counts.
+pub async fn depth(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> anyhow::Result<Depth> {
+    let attributes: std::collections::HashMap<QueueAttributeName, String> = sqs
         .get_queue_attributes()
-        .queue_url(url)
+        .queue_url(queue_url)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
         .send()
         .await
-        .map_err(|e| sdk_error("GetQueueAttributes", &e))?
+        .map_err(|e| {
+            anyhow::anyhow!("GetQueueAttributes on {queue_url}: {}", aws_sdk_sqs::error::DisplayErrorContext(&e))
+        })?
         .attributes
         .unwrap_or_default();
-    Ok(attributes.values().filter_map(|count| count.parse::<u64>().ok()).sum())
+    let count = |name: QueueAttributeName| attributes.get(&name).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(Depth {
+        visible: count(QueueAttributeName::ApproximateNumberOfMessages),
+        in_flight: count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    })
 }
 
 /// Creates the ServiceToken topic and returns its ARN.

@@ -3,15 +3,15 @@
 //! moved. SQS cannot be searched by content, so this is the only way to tell which requests'
 //! copies sit there; the queue's own counts say how many.
 
-use std::collections::HashMap;
-
 use anyhow::anyhow;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use cfn_once::adapters::sqs_queue::dead_letter_attribute;
 use cfn_once_core::vocabulary::DeadLetterCause;
 
 use crate::ops::{Identified, QueueTarget, identify};
+// A queue's counts are read where the local queues are made; their path here stays.
+pub use crate::local::provision::{Depth, depth};
 
 /// How long the tools hold a DLQ message while they look at it.
 pub const HOLD_S: i32 = 120;
@@ -167,33 +167,4 @@ pub async fn move_back(
         .await
         .map_err(|e| anyhow!("DeleteMessage on {}: {}", queue.dlq_url, DisplayErrorContext(&e)))?;
     Ok(())
-}
-
-/// A queue's counts: visible, in flight (received, not yet deleted or released), delayed.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct Depth {
-    pub visible: u64,
-    pub in_flight: u64,
-    pub delayed: u64,
-}
-
-/// `queue_url`'s approximate counts.
-pub async fn depth(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> anyhow::Result<Depth> {
-    let attributes: HashMap<QueueAttributeName, String> = sqs
-        .get_queue_attributes()
-        .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
-        .send()
-        .await
-        .map_err(|e| anyhow!("GetQueueAttributes on {queue_url}: {}", DisplayErrorContext(&e)))?
-        .attributes
-        .unwrap_or_default();
-    let count = |name: QueueAttributeName| attributes.get(&name).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Ok(Depth {
-        visible: count(QueueAttributeName::ApproximateNumberOfMessages),
-        in_flight: count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        delayed: count(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
-    })
 }

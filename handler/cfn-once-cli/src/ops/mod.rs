@@ -208,21 +208,13 @@ pub fn identify(body: &str) -> Option<Identified> {
     })
 }
 
-/// Epoch ms as `2026-11-30T09:41:07Z`.
+/// Epoch ms as `2026-11-30T09:41:07Z`, by the SDK's own RFC 3339 writer (whole seconds, so no
+/// fraction); a time past year 9999, which no record of ours holds, is shown as its number.
 pub fn utc(ms: u64) -> String {
-    let seconds = ms / 1000;
-    let (days, day_s) = (seconds / 86_400, seconds % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", day_s / 3_600, day_s / 60 % 60, day_s % 60)
+    let seconds = (ms / 1000) as i64;
+    aws_smithy_types::DateTime::from_secs(seconds)
+        .fmt(aws_smithy_types::date_time::Format::DateTime)
+        .unwrap_or_else(|_| format!("{ms} ms after the epoch"))
 }
 
 /// `12 s`, `3 min 4 s`, `2 h 5 min`.

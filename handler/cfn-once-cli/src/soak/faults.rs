@@ -25,7 +25,8 @@ use serde::Serialize;
 
 use crate::local::fault_proxy::{Fault as WireFault, FaultProxy, Match};
 use crate::soak::fleet::Fleet;
-use crate::soak::{FaultKind, Rng, SoakOptions};
+use crate::soak::ledger::Sent;
+use crate::soak::{FaultKind, Rng, SoakOptions, sleep_until};
 
 /// Where a wire fault is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -279,6 +280,23 @@ pub struct Injected {
     pub outage_kills: u64,
 }
 
+/// The worst fault a request saw while it waited for its answer.
+pub(crate) fn fault_seen(request: &Sent, answered_ms: u64, injected: &Injected, started_ms: u64) -> &'static str {
+    let (from, to) = (request.published_ms.saturating_sub(started_ms), answered_ms.saturating_sub(started_ms));
+    let overlaps = |kind: &str| injected.windows.iter().any(|w| w.kind == kind && w.start_ms <= to && w.end_ms >= from);
+    if overlaps("outage") {
+        "primary region down"
+    } else if overlaps("drill") {
+        "drill (secondary active)"
+    } else if injected.kill_times_ms.iter().any(|at| (from..=to).contains(at)) {
+        "a SIGKILL in the fleet"
+    } else if overlaps("wire") {
+        "wire faults"
+    } else {
+        "no fault"
+    }
+}
+
 /// Injects `schedule` into the fleet, from `started_ms`; returns once the load is over and
 /// everything is healed.
 pub async fn inject(fleet: Arc<Fleet>, schedule: Schedule, started_ms: u64) -> Injected {
@@ -425,12 +443,5 @@ fn wire_fault(kind: WireKind) -> WireFault {
         WireKind::LostReply => WireFault::ForwardThenReset,
         // Longer than the store's and the PUT's attempt timeouts (3 s and 5 s).
         WireKind::Stall => WireFault::ForwardThenDelay(Duration::from_secs(7)),
-    }
-}
-
-async fn sleep_until(at_ms: u64) {
-    let now = SystemClock.now_ms();
-    if at_ms > now {
-        tokio::time::sleep(Duration::from_millis(at_ms - now)).await;
     }
 }

@@ -219,7 +219,7 @@ impl Fleet {
         self.timeout.visibility_s * 1000
             + self.lease_ms
             + self.deployed.secondary_delay_s * 1000
-            + crate::soak::load::LONGEST_RUN_MS
+            + crate::soak::plan::LONGEST_RUN_MS
     }
 
     /// Whether the two regions run different binaries (an upgrade halfway through).

@@ -10,7 +10,9 @@
 //!   upgrade, one region on the old version and one on the new (`make upgrade-check`).
 //!   Every AWS call the processes make goes through a per-region fault proxy, and every response
 //!   PUT through another one, in front of a versioned bucket.
-//! * **Load** ([`load`]): stacks deploying at once, as CloudFormation orders their requests.
+//! * **Load** ([`load`]): stacks deploying at once, as CloudFormation orders their requests,
+//!   drawn from the seed beforehand ([`plan`]) and each attempt written down as it is sent
+//!   ([`ledger`]).
 //! * **Faults** ([`faults`]): a seeded schedule of SIGKILLs, a region outage, a drill's flip and
 //!   wire faults, printed with the result.
 //! * **Checks** ([`verify`]): from what landed (every version of every response object, the
@@ -19,8 +21,10 @@
 
 pub mod faults;
 pub mod fleet;
+pub mod ledger;
 pub mod load;
 pub mod mapping;
+pub mod plan;
 pub mod report;
 pub mod verify;
 
@@ -196,6 +200,14 @@ pub struct SoakOutcome {
     pub last_line: String,
 }
 
+/// Sleeps until the wall clock reads `at_ms` (at once if it is past).
+async fn sleep_until(at_ms: u64) {
+    let now = SystemClock.now_ms();
+    if at_ms > now {
+        tokio::time::sleep(Duration::from_millis(at_ms - now)).await;
+    }
+}
+
 /// Waits until both regions' queues are empty (visible, in flight and delayed) or `until_ms`;
 /// returns how many messages were left.
 async fn drain(fleet: &fleet::Fleet, until_ms: u64) -> u64 {
@@ -247,15 +259,15 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<SoakOutcome> {
     println!("{}", fleet.describe());
 
     let load_ms = (options.minutes * 60_000.0) as u64;
-    let plan = load::Plan::generate(seed, options, &fleet);
+    let plan = plan::Plan::generate(seed, options);
     let schedule = faults::Schedule::generate(seed, options, load_ms, &fleet);
     println!("{}", plan.describe());
     println!("{}", schedule.describe());
 
     let drain_ms = options.drain_s.map_or_else(|| fleet.liveness_bound_ms() + 60_000, |s| s * 1000);
     let started_ms = SystemClock.now_ms();
-    let ledger = Arc::new(load::Ledger::new(started_ms, load_ms + drain_ms));
-    let watcher = tokio::spawn(load::watch_answers(Arc::clone(&fleet), Arc::clone(&ledger)));
+    let ledger = Arc::new(ledger::Ledger::new(started_ms, load_ms + drain_ms));
+    let watcher = tokio::spawn(ledger::watch_answers(Arc::clone(&fleet), Arc::clone(&ledger)));
     let injector = tokio::spawn(faults::inject(Arc::clone(&fleet), schedule.clone(), started_ms));
     let players = tokio::spawn(load::play(Arc::clone(&fleet), Arc::clone(&ledger), plan.clone()));
     let progress = tokio::spawn(load::progress(Arc::clone(&fleet), Arc::clone(&ledger), plan.requests()));

@@ -8,9 +8,10 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::soak::SoakOptions;
-use crate::soak::faults::{Injected, Schedule};
+use crate::soak::faults::{Injected, Schedule, fault_seen};
 use crate::soak::fleet::Fleet;
-use crate::soak::load::{Ledger, Plan, Sent};
+use crate::soak::ledger::Ledger;
+use crate::soak::plan::Plan;
 use crate::soak::verify::Findings;
 
 /// The machine the soak ran on, and how busy the run kept it.
@@ -133,23 +134,6 @@ impl Spread {
 
 fn seconds(ms: u64) -> String {
     if ms < 10_000 { format!("{:.2} s", ms as f64 / 1000.0) } else { format!("{:.0} s", ms as f64 / 1000.0) }
-}
-
-/// The worst fault a request saw while it waited for its answer.
-pub(crate) fn fault_seen(request: &Sent, answered_ms: u64, injected: &Injected, started_ms: u64) -> &'static str {
-    let (from, to) = (request.published_ms.saturating_sub(started_ms), answered_ms.saturating_sub(started_ms));
-    let overlaps = |kind: &str| injected.windows.iter().any(|w| w.kind == kind && w.start_ms <= to && w.end_ms >= from);
-    if overlaps("outage") {
-        "primary region down"
-    } else if overlaps("drill") {
-        "drill (secondary active)"
-    } else if injected.kill_times_ms.iter().any(|at| (from..=to).contains(at)) {
-        "a SIGKILL in the fleet"
-    } else if overlaps("wire") {
-        "wire faults"
-    } else {
-        "no fault"
-    }
 }
 
 /// Everything the report says.

@@ -19,9 +19,10 @@ use serde_json::Value;
 
 use crate::ops::QueueTarget;
 use crate::ops::dlq;
-use crate::soak::faults::Injected;
+use crate::soak::faults::{Injected, fault_seen};
 use crate::soak::fleet::Fleet;
-use crate::soak::load::{Class, Expect, Ledger, Plan, Sent, Step, UNDELIVERABLE_MARK};
+use crate::soak::ledger::{Ledger, Sent};
+use crate::soak::plan::{Class, Expect, Plan, Step, UNDELIVERABLE_MARK};
 
 /// What landed for one request attempt.
 #[derive(Debug, Clone)]
@@ -178,7 +179,7 @@ fn deadline_excuse(
     if request.deadline_ms.saturating_sub(request.published_ms) >= fleet.liveness_bound_ms() {
         return None;
     }
-    let fault = crate::soak::report::fault_seen(request, answered_ms, injected, started_ms);
+    let fault = fault_seen(request, answered_ms, injected, started_ms);
     ["primary region down", "drill (secondary active)", "a SIGKILL in the fleet"].contains(&fault).then_some(fault)
 }
 
