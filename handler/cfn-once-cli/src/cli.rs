@@ -169,7 +169,7 @@ pub(crate) struct LocalArgs {
     pub(crate) env_file: PathBuf,
     /// The functions file: each Custom:: type to its functions by kind (on-event, is-complete,
     /// cfn-response), each with its folder, handler, environment, timeout-s and memory-mb (see
-    /// the README's "Bring your functions"); checked before anything starts. Without it, only
+    /// docs/functions.md, "Bring your functions"); checked before anything starts. Without it, only
     /// the built-in providers are served: Custom::Echo and Custom::DynamoDBItem (`make local`
     /// passes the examples' file). The functions run with --python.
     #[arg(long, value_name = "FILE")]

@@ -215,7 +215,7 @@ impl FunctionsFile {
                 path: path.to_path_buf(),
                 line: None,
                 column: None,
-                message: "names no resource types: map each Custom:: type to its functions (see the README's \"Bring your functions\")".to_owned(),
+                message: "names no resource types: map each Custom:: type to its functions (see docs/functions.md, \"Bring your functions\")".to_owned(),
             });
         }
         Ok(Self { path: path.to_path_buf(), routes })
