@@ -18,6 +18,7 @@ mod formats;
 mod functions;
 mod golden;
 mod hostile;
+mod hostile_http;
 mod http_sink;
 mod invoke_api;
 mod lambda_service;

@@ -17,19 +17,24 @@
 //!   [`InvokeApi::throttle_next`]: `429` `TooManyRequestsException`, as Lambda answers at once
 //!   rather than queueing a synchronous invoke.
 //!
-//! Not played: signatures (any credentials are accepted), aliases and versions, `LogType: Tail`,
-//! payloads over 6 MB (the connection is closed rather than answered 413).
+//! Not played: signatures (any credentials are accepted), aliases and versions, `LogType: Tail`.
+//! A payload over 6 MB is answered 413 (a request the server cannot read gets a 4xx, see
+//! `local/http_server.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::net::TcpListener;
 
-use crate::local::lambda_service::{HttpRequest, Invoked, LocalFunction, read_request, reply};
+use crate::local::http_server::{self, Body, json_reply, read_body};
+use crate::local::lambda_service::{Invoked, LocalFunction};
 
 const PREFIX: &str = "/2015-03-31/functions/";
+/// The longest payload an Invoke carries (Lambda's synchronous payload limit is 6 MB).
+const PAYLOAD_BYTES_MAX: usize = 6 * 1024 * 1024;
 
 /// The Invoke API in front of some local functions, on a loopback port until dropped.
 pub struct InvokeApi {
@@ -72,11 +77,10 @@ impl InvokeApi {
             invokes: Mutex::default(),
         });
         let serving = Arc::clone(&shared);
-        let server = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve_connection(stream, Arc::clone(&serving)));
-            }
-        });
+        let server = tokio::spawn(http_server::serve(listener, move |request| {
+            let shared = Arc::clone(&serving);
+            async move { Ok(answer(&shared, request).await) }
+        }));
         Ok(Self { endpoint, shared, server })
     }
 
@@ -99,17 +103,6 @@ impl InvokeApi {
     /// Invokes of `name` answered so far, throttled ones included.
     pub fn invokes(&self, name: &str) -> u32 {
         self.shared.invokes.lock().unwrap_or_else(PoisonError::into_inner).get(name).copied().unwrap_or(0)
-    }
-}
-
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    while let Some(request) = read_request(&mut reader).await {
-        let answer = answer(&shared, request).await;
-        if write.write_all(&answer).await.is_err() {
-            return;
-        }
     }
 }
 
@@ -149,17 +142,29 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn error(status: u16, kind: &str, body: serde_json::Value) -> Vec<u8> {
-    reply(status, &format!("x-amzn-ErrorType: {kind}\r\n"), body.to_string().as_bytes())
+fn error(status: StatusCode, kind: &str, body: serde_json::Value) -> Response<Body> {
+    json_reply(status, &[("x-amzn-ErrorType", kind)], body.to_string())
 }
 
-async fn answer(shared: &Shared, request: HttpRequest) -> Vec<u8> {
-    let Some(name) = (request.method == "POST").then(|| function_name(&request.path)).flatten() else {
-        return error(404, "UnknownOperationException", serde_json::json!({"message": "Unknown operation"}));
+async fn answer(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
+    let (head, body) = request.into_parts();
+    // Read whole before it is routed, as a client expects of a server that keeps its connection
+    // alive.
+    let payload = match read_body(body, PAYLOAD_BYTES_MAX).await {
+        Ok(payload) => payload.to_vec(),
+        Err(refusal) => return refusal,
+    };
+    let target = head.uri.path_and_query().map_or("", |target| target.as_str());
+    let Some(name) = (head.method == Method::POST).then(|| function_name(target)).flatten() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "UnknownOperationException",
+            serde_json::json!({"message": "Unknown operation"}),
+        );
     };
     let Some(function) = shared.functions.get(&name) else {
         return error(
-            404,
+            StatusCode::NOT_FOUND,
             "ResourceNotFoundException",
             serde_json::json!({"Type": "User", "message": format!("Function not found: {name}")}),
         );
@@ -178,7 +183,7 @@ async fn answer(shared: &Shared, request: HttpRequest) -> Vec<u8> {
     // Lambda refuses a synchronous invoke at once when the function's concurrency is in use.
     if injected || function.busy() >= function.spec().concurrency_max {
         return error(
-            429,
+            StatusCode::TOO_MANY_REQUESTS,
             "TooManyRequestsException",
             serde_json::json!({
                 "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded",
@@ -187,42 +192,45 @@ async fn answer(shared: &Shared, request: HttpRequest) -> Vec<u8> {
             }),
         );
     }
-    match request.header("x-amz-invocation-type").unwrap_or("RequestResponse") {
-        "DryRun" => return reply(204, "", b""),
+    let invocation_type = head.headers.get("x-amz-invocation-type").and_then(|value| value.to_str().ok());
+    match invocation_type.unwrap_or("RequestResponse") {
+        "DryRun" => return json_reply(StatusCode::NO_CONTENT, &[], ""),
         "Event" => {
             let function = Arc::clone(function);
-            let payload = request.body;
             tokio::spawn(async move {
                 let _ = function.invoke(payload).await;
             });
-            return reply(202, "", b"");
+            return json_reply(StatusCode::ACCEPTED, &[], "");
         }
         _ => {}
     }
     let timeout_s = function.spec().timeout_ms as f64 / 1000.0;
-    let unhandled = "X-Amz-Function-Error: Unhandled\r\nX-Amz-Executed-Version: $LATEST\r\n";
-    match function.invoke(request.body).await {
-        Invoked::Response(payload) => reply(200, "X-Amz-Executed-Version: $LATEST\r\n", &payload),
-        Invoked::Error(payload) => reply(200, unhandled, &payload),
-        Invoked::TimedOut => reply(
-            200,
-            unhandled,
+    let executed = ("X-Amz-Executed-Version", "$LATEST");
+    let unhandled = [("X-Amz-Function-Error", "Unhandled"), executed];
+    // The invocation runs to its end whether or not its caller waits, as in Lambda: a caller
+    // that gives up (a timeout, a crash) does not take back a function already running.
+    let running = Arc::clone(function);
+    let invoked = tokio::spawn(async move { running.invoke(payload).await }).await.unwrap_or(Invoked::Crashed);
+    match invoked {
+        Invoked::Response(payload) => json_reply(StatusCode::OK, &[executed], payload),
+        Invoked::Error(payload) => json_reply(StatusCode::OK, &unhandled, payload),
+        Invoked::TimedOut => json_reply(
+            StatusCode::OK,
+            &unhandled,
             serde_json::json!({
                 "errorType": "Sandbox.Timedout",
                 "errorMessage": format!("Task timed out after {timeout_s:.2} seconds"),
             })
-            .to_string()
-            .as_bytes(),
+            .to_string(),
         ),
-        Invoked::Crashed => reply(
-            200,
-            unhandled,
+        Invoked::Crashed => json_reply(
+            StatusCode::OK,
+            &unhandled,
             serde_json::json!({
                 "errorType": "Runtime.ExitError",
                 "errorMessage": "Runtime exited without providing a reason",
             })
-            .to_string()
-            .as_bytes(),
+            .to_string(),
         ),
     }
 }

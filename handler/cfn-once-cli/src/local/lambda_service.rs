@@ -19,6 +19,9 @@
 //! down), or kill the next one to print a given log line (a crash at a chosen point: after the
 //! commit, say). `make soak` runs the stock function this way, and `cfn-once local` runs
 //! functions of other runtimes this way (issue: "custom resources you already have").
+//!
+//! This file keeps the sandboxes (starting, reusing, killing them); each sandbox's Runtime API
+//! server is `lambda_service/runtime_api.rs`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -30,14 +33,15 @@ use std::time::Duration;
 use anyhow::Context;
 use cfn_once::clock::SystemClock;
 use cfn_once_core::clock::Clock;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpListener;
 use tokio::process::Command;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-const PREFIX: &str = "/2018-06-01/runtime";
-/// The longest head or body the Runtime API reads (Lambda's payload limit is 6 MB).
-const MESSAGE_BYTES_MAX: usize = 6 * 1024 * 1024;
+mod runtime_api;
+
+use self::runtime_api::{Assignment, Sandbox};
+
 /// How long a new process may take to ask for its first event (Lambda's init limit is 10 s).
 const INIT_MS_MAX: u64 = 10_000;
 
@@ -115,42 +119,6 @@ pub struct FunctionStats {
     pub crashed: u64,
     /// Processes killed on purpose (faults injected).
     pub killed: u64,
-}
-
-/// One invocation handed to a sandbox.
-struct Assignment {
-    request_id: String,
-    payload: Vec<u8>,
-    deadline_ms: u64,
-}
-
-/// One process and its Runtime API.
-struct Sandbox {
-    id: u64,
-    assign: mpsc::Sender<Assignment>,
-    /// The invocation in flight, answered by the Runtime API or by the process's death.
-    in_flight: Mutex<Option<oneshot::Sender<Invoked>>>,
-    kill: Mutex<Option<oneshot::Sender<()>>>,
-    alive: std::sync::atomic::AtomicBool,
-}
-
-impl Sandbox {
-    fn finish(&self, outcome: Invoked) {
-        if let Some(waiting) = lock(&self.in_flight).take() {
-            let _ = waiting.send(outcome);
-        }
-    }
-
-    fn kill(&self) -> bool {
-        match lock(&self.kill).take() {
-            Some(kill) => kill.send(()).is_ok(),
-            None => false,
-        }
-    }
-
-    fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::SeqCst)
-    }
 }
 
 /// A kill armed on a log line: the next sandbox to print a line containing `pattern` dies.
@@ -439,7 +407,7 @@ impl LocalFunction {
         let (first_next, ready) = oneshot::channel();
         let runtime = Arc::clone(&sandbox);
         let arn = format!("arn:aws:lambda:{}:123456789012:function:{}", self.spec.region, self.spec.name);
-        let server = tokio::spawn(serve_runtime_api(listener, assignments, runtime, arn, Some(first_next)));
+        let server = tokio::spawn(runtime_api::serve(listener, assignments, runtime, arn, first_next));
         let watcher = Arc::clone(&sandbox);
         let inner = Arc::clone(&self.inner);
         tokio::spawn(async move {
@@ -473,174 +441,6 @@ impl LocalFunction {
 impl Drop for LocalFunction {
     fn drop(&mut self) {
         self.kill_all();
-    }
-}
-
-/// One sandbox's Runtime API: connections served one at a time, each request in turn.
-async fn serve_runtime_api(
-    listener: TcpListener,
-    assignments: mpsc::Receiver<Assignment>,
-    sandbox: Arc<Sandbox>,
-    arn: String,
-    first_next: Option<oneshot::Sender<()>>,
-) {
-    let assignments = tokio::sync::Mutex::new(assignments);
-    let mut first_next = first_next;
-    while let Ok((stream, _)) = listener.accept().await {
-        serve_connection(stream, &assignments, &sandbox, &arn, &mut first_next).await;
-    }
-}
-
-async fn serve_connection(
-    stream: TcpStream,
-    assignments: &tokio::sync::Mutex<mpsc::Receiver<Assignment>>,
-    sandbox: &Sandbox,
-    arn: &str,
-    first_next: &mut Option<oneshot::Sender<()>>,
-) {
-    let (read, mut write) = stream.into_split();
-    let mut reader = BufReader::new(read);
-    while let Some(HttpRequest { method, path, body, .. }) = read_request(&mut reader).await {
-        let rest = path.strip_prefix(PREFIX).unwrap_or_default();
-        let reply = match (method.as_str(), rest) {
-            ("GET", "/invocation/next") => {
-                if let Some(ready) = first_next.take() {
-                    let _ = ready.send(());
-                }
-                let Some(assignment) = assignments.lock().await.recv().await else { return };
-                let headers = format!(
-                    "Lambda-Runtime-Aws-Request-Id: {}\r\nLambda-Runtime-Deadline-Ms: {}\r\n\
-                     Lambda-Runtime-Invoked-Function-Arn: {arn}\r\n\
-                     Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\n",
-                    assignment.request_id, assignment.deadline_ms
-                );
-                reply(200, &headers, &assignment.payload)
-            }
-            ("POST", "/init/error") => {
-                sandbox.finish(Invoked::Error(body));
-                reply(202, "", b"{}")
-            }
-            ("POST", rest) => {
-                let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
-                match parts.as_slice() {
-                    ["invocation", _request_id, "response"] => {
-                        sandbox.finish(Invoked::Response(body));
-                        reply(202, "", b"{}")
-                    }
-                    ["invocation", _request_id, "error"] => {
-                        sandbox.finish(Invoked::Error(body));
-                        reply(202, "", b"{}")
-                    }
-                    _ => reply(404, "", b"{}"),
-                }
-            }
-            _ => reply(404, "", b"{}"),
-        };
-        if write.write_all(&reply).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// One HTTP/1.1 response: `status`, extra `headers` (each line ending in CRLF), a JSON `body`.
-pub(crate) fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
-    let reason = match status {
-        200 => "OK",
-        202 => "Accepted",
-        204 => "No Content",
-        400 => "Bad Request",
-        413 => "Request Entity Too Large",
-        429 => "Too Many Requests",
-        _ => "Not Found",
-    };
-    let mut bytes = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n",
-        body.len()
-    )
-    .into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// One HTTP/1.1 request, as the local services read it.
-#[derive(Debug)]
-pub(crate) struct HttpRequest {
-    pub method: String,
-    pub path: String,
-    /// Header names in lower case, values trimmed.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl HttpRequest {
-    /// The value of header `name` (lower case), if sent.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
-
-/// Reads one request: method, path, headers and body (by Content-Length, or chunked), at most
-/// Lambda's 6 MB payload limit.
-pub(crate) async fn read_request<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<HttpRequest> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).await.ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-    let (mut length, mut chunked) = (0usize, false);
-    let mut headers = Vec::new();
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).await.ok()? == 0 {
-            return None;
-        }
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':')?;
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_owned());
-        match name.as_str() {
-            "content-length" => length = value.parse().ok()?,
-            "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
-            _ => {}
-        }
-        headers.push((name, value));
-    }
-    let body = if chunked { read_chunked(reader).await? } else { read_exact(reader, length).await? };
-    Some(HttpRequest { method, path, headers, body })
-}
-
-async fn read_exact<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>, length: usize) -> Option<Vec<u8>> {
-    if length > MESSAGE_BYTES_MAX {
-        return None;
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).await.ok()?;
-    Some(body)
-}
-
-async fn read_chunked<R: tokio::io::AsyncRead + Unpin>(reader: &mut BufReader<R>) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let mut size = String::new();
-        reader.read_line(&mut size).await.ok()?;
-        let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
-        if size == 0 {
-            loop {
-                let mut trailer = String::new();
-                if reader.read_line(&mut trailer).await.ok()? == 0 || trailer.trim().is_empty() {
-                    return Some(body);
-                }
-            }
-        }
-        if body.len() + size > MESSAGE_BYTES_MAX {
-            return None;
-        }
-        body.extend(read_exact(reader, size).await?);
-        let mut crlf = [0; 2];
-        reader.read_exact(&mut crlf).await.ok()?;
     }
 }
 
