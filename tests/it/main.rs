@@ -22,6 +22,7 @@ mod hostile_http;
 mod http_sink;
 mod invoke_api;
 mod lambda_service;
+mod layout;
 mod lifecycle;
 mod links;
 mod local_anywhere;
