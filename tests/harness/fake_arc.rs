@@ -1,16 +1,26 @@
 //! A stand-in for a Route 53 ARC cluster: moto has no ARC, so this HTTP peer answers the two
 //! data-plane calls cfn-once makes with ARC's documented wire format (awsJson1_0, target
 //! `ToggleCustomerAPI`): GetRoutingControlState and UpdateRoutingControlStates. Each endpoint
-//! of the cluster can be told to answer, fail with a 500, or not listen at all.
+//! of the cluster can be told to answer, fail with a 500, or not listen at all. Each endpoint
+//! is served on hyper (`background_server.rs`) and closes its connection after every answer.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cfn_once::config::ArcEndpoint;
+use cfn_once_cli::local::http_server::{Body, Unanswered, json_reply, read_body};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
+
+use crate::background_server::serve_in_background;
+
+/// The longest request body an endpoint reads (a longer one is answered 413): ARC's requests
+/// name a few routing controls.
+const BODY_BYTES_MAX: usize = 1024 * 1024;
 
 /// One endpoint's behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,12 +70,14 @@ impl FakeArcCluster {
         if mode == EndpointMode::Down {
             drop(listener);
         } else {
-            let (state, served, updates) = (Arc::clone(&self.states), Arc::clone(&endpoint), Arc::clone(&self.updates));
-            std::thread::spawn(move || {
-                for stream in listener.incoming().flatten() {
-                    served.requests.fetch_add(1, Ordering::SeqCst);
-                    let _ = serve(stream, &state, served.failing.load(Ordering::SeqCst), &updates);
-                }
+            let peer = Arc::new(Peer {
+                states: Arc::clone(&self.states),
+                endpoint: Arc::clone(&endpoint),
+                updates: Arc::clone(&self.updates),
+            });
+            serve_in_background("fake-arc-endpoint", listener, move |request| {
+                let peer = Arc::clone(&peer);
+                async move { Ok::<_, Unanswered>(peer.answer(request).await) }
             });
         }
         let regions = ["us-east-1", "ap-southeast-2", "eu-west-1", "us-west-2", "ap-northeast-1"];
@@ -106,81 +118,75 @@ impl FakeArcCluster {
     }
 }
 
-fn serve(
-    stream: TcpStream,
-    states: &Mutex<HashMap<String, bool>>,
-    failing: bool,
-    updates: &Mutex<Vec<Update>>,
-) -> std::io::Result<()> {
-    let mut reader = BufReader::new(&stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let (mut length, mut target) = (0, String::new());
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header)?;
-        if header.trim().is_empty() {
-            break;
-        }
-        let lower = header.to_ascii_lowercase();
-        if let Some(value) = lower.strip_prefix("content-length:") {
-            length = value.trim().parse().unwrap_or(0);
-        }
-        if lower.starts_with("x-amz-target:") {
-            target = header.split_once(':').map(|(_, v)| v.trim().to_owned()).unwrap_or_default();
-        }
+/// What one endpoint's server holds: the cluster's shared states and its own counters.
+#[derive(Debug)]
+struct Peer {
+    states: Arc<Mutex<HashMap<String, bool>>>,
+    endpoint: Arc<Endpoint>,
+    updates: Arc<Mutex<Vec<Update>>>,
+}
+
+impl Peer {
+    /// Answers one call as ARC does, or with a 500 while the endpoint is failing.
+    async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        self.endpoint.requests.fetch_add(1, Ordering::SeqCst);
+        let failing = self.endpoint.failing.load(Ordering::SeqCst);
+        let (head, body) = request.into_parts();
+        let target = head.headers.get("x-amz-target").and_then(|value| value.to_str().ok()).unwrap_or_default();
+        let body = match read_body(body, BODY_BYTES_MAX).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        };
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (status, answer) = if failing {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"__type": "InternalServerException", "message": "injected failure"}),
+            )
+        } else {
+            match target {
+                "ToggleCustomerAPI.GetRoutingControlState" => {
+                    let arn = request["RoutingControlArn"].as_str().unwrap_or_default().to_owned();
+                    match self.states.lock().expect("states").get(&arn) {
+                        Some(on) => (
+                            StatusCode::OK,
+                            json!({"RoutingControlArn": arn, "RoutingControlState": if *on { "On" } else { "Off" }, "RoutingControlName": "cell"}),
+                        ),
+                        None => (
+                            StatusCode::BAD_REQUEST,
+                            json!({"__type": "ResourceNotFoundException", "message": "no such routing control"}),
+                        ),
+                    }
+                }
+                "ToggleCustomerAPI.UpdateRoutingControlStates" => {
+                    let entries: Update = request["UpdateRoutingControlStateEntries"]
+                        .as_array()
+                        .map(|entries| {
+                            entries
+                                .iter()
+                                .map(|e| {
+                                    (
+                                        e["RoutingControlArn"].as_str().unwrap_or_default().to_owned(),
+                                        e["RoutingControlState"] == "On",
+                                    )
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let mut states = self.states.lock().expect("states");
+                    for (arn, on) in &entries {
+                        states.insert(arn.clone(), *on);
+                    }
+                    self.updates.lock().expect("updates").push(entries);
+                    (StatusCode::OK, json!({}))
+                }
+                _ => (StatusCode::BAD_REQUEST, json!({"__type": "ValidationException", "message": "unknown target"})),
+            }
+        };
+        // Every answer closes its connection, as this stand-in's always have: the adapter's next
+        // call to the endpoint opens a fresh one.
+        let mut reply = json_reply(status, &[("connection", "close")], answer.to_string());
+        reply.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/x-amz-json-1.0"));
+        reply
     }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let (status, answer) = if failing {
-        ("500 Internal Server Error", json!({"__type": "InternalServerException", "message": "injected failure"}))
-    } else {
-        match target.as_str() {
-            "ToggleCustomerAPI.GetRoutingControlState" => {
-                let arn = request["RoutingControlArn"].as_str().unwrap_or_default().to_owned();
-                match states.lock().expect("states").get(&arn) {
-                    Some(on) => (
-                        "200 OK",
-                        json!({"RoutingControlArn": arn, "RoutingControlState": if *on { "On" } else { "Off" }, "RoutingControlName": "cell"}),
-                    ),
-                    None => (
-                        "400 Bad Request",
-                        json!({"__type": "ResourceNotFoundException", "message": "no such routing control"}),
-                    ),
-                }
-            }
-            "ToggleCustomerAPI.UpdateRoutingControlStates" => {
-                let entries: Update = request["UpdateRoutingControlStateEntries"]
-                    .as_array()
-                    .map(|entries| {
-                        entries
-                            .iter()
-                            .map(|e| {
-                                (
-                                    e["RoutingControlArn"].as_str().unwrap_or_default().to_owned(),
-                                    e["RoutingControlState"] == "On",
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut states = states.lock().expect("states");
-                for (arn, on) in &entries {
-                    states.insert(arn.clone(), *on);
-                }
-                updates.lock().expect("updates").push(entries);
-                ("200 OK", json!({}))
-            }
-            _ => ("400 Bad Request", json!({"__type": "ValidationException", "message": "unknown target"})),
-        }
-    };
-    let body = answer.to_string();
-    let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    stream.flush()
 }

@@ -8,14 +8,21 @@
 //! difference between two calls is what it spent in between.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use cfn_once_cli::local::http_server::{Body, Unanswered, json_reply, read_body};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::Notify;
+
+use crate::background_server::serve_in_background;
+
 const PREFIX: &str = "/2018-06-01/runtime";
-/// The longest head or body the stand-in reads.
-const MESSAGE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The longest body the stand-in reads (a longer one is answered 413); the head's limit is
+/// the tools' server's.
+const BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 /// What the function posted for one invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +76,10 @@ pub fn cpu_ns(pid: u32) -> Option<u64> {
 #[derive(Debug, Default)]
 struct Shared {
     state: Mutex<State>,
+    /// Told when something is posted, for the test's thread waiting in [`FakeRuntime::posted`].
     changed: Condvar,
+    /// Told when an event is queued, for the server's `next` calls waiting for one.
+    queued: Notify,
 }
 
 impl Shared {
@@ -92,11 +102,9 @@ impl FakeRuntime {
         let address = listener.local_addr().expect("address").to_string();
         let shared = Arc::new(Shared::default());
         let serving = Arc::clone(&shared);
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let shared = Arc::clone(&serving);
-                std::thread::spawn(move || serve(stream, &shared));
-            }
+        serve_in_background("fake-runtime-api", listener, move |request| {
+            let shared = Arc::clone(&serving);
+            async move { answer(request, &shared).await }
         });
         Self { address, shared }
     }
@@ -110,7 +118,7 @@ impl FakeRuntime {
     pub fn invoke(&self, request_id: &str, body: impl Into<Vec<u8>>, budget_ms: u64) {
         let deadline_ms = epoch_ms() + budget_ms;
         self.shared.lock().queued.push_back((request_id.to_owned(), body.into(), deadline_ms));
-        self.shared.changed.notify_all();
+        self.shared.queued.notify_waiters();
     }
 
     /// What the function posted for `request_id`, waiting up to `timeout`.
@@ -147,48 +155,25 @@ fn epoch_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-fn serve(stream: TcpStream, shared: &Shared) {
-    let mut reader = BufReader::new(match stream.try_clone() {
-        Ok(stream) => stream,
-        Err(_) => return,
-    });
-    let mut writer = stream;
-    while let Some((method, path, body)) = read_request(&mut reader) {
-        let reply = route(&method, &path, body, shared);
-        if writer.write_all(&reply).is_err() {
-            return;
-        }
-    }
-}
-
-/// Answers one call; the reply's bytes.
-fn route(method: &str, path: &str, body: Vec<u8>, shared: &Shared) -> Vec<u8> {
+/// Answers one call. Its arrival is taken once its body is read, as a call is made when it
+/// has been sent whole.
+async fn answer(request: Request<Incoming>, shared: &Shared) -> Result<Response<Body>, Unanswered> {
+    let (head, body) = request.into_parts();
+    let body = match read_body(body, BODY_BYTES_MAX).await {
+        Ok(body) => body.to_vec(),
+        Err(refusal) => return Ok(refusal),
+    };
     let now = Instant::now();
-    let rest = path.strip_prefix(PREFIX).unwrap_or_default();
-    match (method, rest) {
-        ("GET", "/invocation/next") => {
-            let mut state = shared.lock();
-            state.record(now, Call::Next);
-            let (request_id, event, deadline_ms) = loop {
-                if let Some(next) = state.queued.pop_front() {
-                    break next;
-                }
-                state = shared.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
-            };
-            state.record(Instant::now(), Call::Handed(request_id.clone()));
-            let headers = format!(
-                "Lambda-Runtime-Aws-Request-Id: {request_id}\r\nLambda-Runtime-Deadline-Ms: {deadline_ms}\r\n\
-                 Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:123456789012:function:cfn-once\r\n\
-                 Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\n"
-            );
-            reply(200, &headers, &event)
-        }
-        ("POST", "/init/error") => {
+    let rest = head.uri.path().strip_prefix(PREFIX).unwrap_or_default();
+    let accepted = || json_reply(StatusCode::ACCEPTED, &[], "{}");
+    Ok(match (&head.method, rest) {
+        (&Method::GET, "/invocation/next") => next(now, shared).await,
+        (&Method::POST, "/init/error") => {
             shared.lock().record(now, Call::InitError(body));
             shared.changed.notify_all();
-            reply(202, "", b"{}")
+            accepted()
         }
-        ("POST", rest) => {
+        (&Method::POST, rest) => {
             let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
             match parts.as_slice() {
                 ["invocation", request_id, kind @ ("response" | "error")] => {
@@ -198,84 +183,37 @@ fn route(method: &str, path: &str, body: Vec<u8>, shared: &Shared) -> Vec<u8> {
                     state.posted.insert((*request_id).to_owned(), posted);
                     drop(state);
                     shared.changed.notify_all();
-                    reply(202, "", b"{}")
+                    accepted()
                 }
-                _ => reply(404, "", b"{}"),
+                _ => json_reply(StatusCode::NOT_FOUND, &[], "{}"),
             }
         }
-        _ => reply(404, "", b"{}"),
-    }
+        _ => json_reply(StatusCode::NOT_FOUND, &[], "{}"),
+    })
 }
 
-fn reply(status: u16, headers: &str, body: &[u8]) -> Vec<u8> {
-    let reason = if status < 300 { "OK" } else { "Not Found" };
-    let mut bytes = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}\r\n",
-        body.len()
-    )
-    .into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
-}
-
-/// Reads one request: method, path and body (by Content-Length, or chunked).
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next()?.to_owned(), parts.next()?.to_owned());
-    let (mut length, mut chunked) = (0usize, false);
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).ok()? == 0 {
-            return None;
-        }
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':')?;
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => length = value.trim().parse().ok()?,
-            "transfer-encoding" => chunked = value.trim().eq_ignore_ascii_case("chunked"),
-            _ => {}
-        }
-    }
-    let body = if chunked { read_chunked(reader)? } else { read_exact(reader, length)? };
-    Some((method, path, body))
-}
-
-fn read_exact(reader: &mut BufReader<TcpStream>, length: usize) -> Option<Vec<u8>> {
-    if length > MESSAGE_BYTES_MAX {
-        return None;
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(body)
-}
-
-fn read_chunked(reader: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let mut size = String::new();
-        reader.read_line(&mut size).ok()?;
-        let size = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
-        if size == 0 {
-            // Trailers, then the blank line.
-            loop {
-                let mut trailer = String::new();
-                if reader.read_line(&mut trailer).ok()? == 0 || trailer.trim().is_empty() {
-                    return Some(body);
-                }
+/// `GET .../invocation/next`, arrived at `now`: the next queued event, once there is one.
+async fn next(now: Instant, shared: &Shared) -> Response<Body> {
+    shared.lock().record(now, Call::Next);
+    let (request_id, event, deadline_ms) = loop {
+        // Registered before the queue is looked at, so an event queued in between still wakes it.
+        let mut queued = std::pin::pin!(shared.queued.notified());
+        queued.as_mut().enable();
+        {
+            let mut state = shared.lock();
+            if let Some(next) = state.queued.pop_front() {
+                state.record(Instant::now(), Call::Handed(next.0.clone()));
+                break next;
             }
         }
-        if body.len() + size > MESSAGE_BYTES_MAX {
-            return None;
-        }
-        body.extend(read_exact(reader, size)?);
-        let mut crlf = [0; 2];
-        reader.read_exact(&mut crlf).ok()?;
-    }
+        queued.await;
+    };
+    let deadline_ms = deadline_ms.to_string();
+    let headers = [
+        ("Lambda-Runtime-Aws-Request-Id", request_id.as_str()),
+        ("Lambda-Runtime-Deadline-Ms", deadline_ms.as_str()),
+        ("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:123456789012:function:cfn-once"),
+        ("Lambda-Runtime-Trace-Id", "Root=1-00000000-000000000000000000000000;Sampled=0"),
+    ];
+    json_reply(StatusCode::OK, &headers, event)
 }

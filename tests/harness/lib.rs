@@ -51,6 +51,7 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 pub struct ProvidersGuideDoctests;
 
+mod background_server;
 mod fake_arc;
 mod fake_runtime;
 mod lambda_process;

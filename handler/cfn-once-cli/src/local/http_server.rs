@@ -1,6 +1,8 @@
 //! What the tools' local HTTP servers share (the Runtime API of each local sandbox, the local
 //! Invoke API, the fault proxy): hyper's HTTP/1.1 server, so none of them reads a request by
-//! hand, and a request's body read whole up to a limit.
+//! hand, and a request's body read whole up to a limit. Public so that the tests' stand-ins
+//! for AWS endpoints (`cfn-once-tests`' fake Runtime API and fake ARC cluster) are served the
+//! same way rather than by a parser of their own.
 //!
 //! A hostile or broken request gets a 4xx and never a panic or a hang: hyper answers a head
 //! longer than [`HEAD_BYTES_MAX`] (a huge header, a request line that never ends) with 431, a
@@ -23,18 +25,18 @@ use tokio::task::JoinSet;
 
 /// The longest request head (request line and headers) a server reads; a longer one is
 /// answered 431. AWS's own limits on headers are far below it.
-pub(crate) const HEAD_BYTES_MAX: usize = 64 * 1024;
+pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// How long a request's body may stop arriving before it is answered 408: a local client
 /// writes its body at once, so only a client that means to hang a server waits this long.
-pub(crate) const BODY_IDLE_MS_MAX: u64 = 3_000;
+pub const BODY_IDLE_MS_MAX: u64 = 3_000;
 
 /// The body of every answer: whole, in memory.
-pub(crate) type Body = Full<Bytes>;
+pub type Body = Full<Bytes>;
 
 /// A connection to close without an answer (the service's error): hyper closes it, and a
 /// client sees the connection end before any byte of a reply.
 #[derive(Debug)]
-pub(crate) struct Unanswered;
+pub struct Unanswered;
 
 impl std::fmt::Display for Unanswered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,7 +47,7 @@ impl std::fmt::Display for Unanswered {
 impl std::error::Error for Unanswered {}
 
 /// The HTTP/1.1 server every local server uses: heads up to [`HEAD_BYTES_MAX`].
-pub(crate) fn http1() -> http1::Builder {
+pub fn http1() -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder.max_header_size(HEAD_BYTES_MAX);
     builder
@@ -55,7 +57,7 @@ pub(crate) fn http1() -> http1::Builder {
 /// connection and the connections side by side, until accepting fails or the future is dropped:
 /// the connections are this future's own (a [`JoinSet`]), so dropping it (aborting its task)
 /// closes them all.
-pub(crate) async fn serve<A, F>(listener: TcpListener, answer: A)
+pub async fn serve<A, F>(listener: TcpListener, answer: A)
 where
     A: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Result<Response<Body>, Unanswered>> + Send + 'static,
@@ -76,7 +78,7 @@ where
 }
 
 /// Serves one connection with `answer` until either side closes it.
-pub(crate) async fn serve_connection<A, F>(stream: TcpStream, answer: A)
+pub async fn serve_connection<A, F>(stream: TcpStream, answer: A)
 where
     A: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Result<Response<Body>, Unanswered>> + Send + 'static,
@@ -90,7 +92,7 @@ where
 /// A request's body, whole, when it is at most `bytes_max` long and arrives without a pause of
 /// [`BODY_IDLE_MS_MAX`]; else the answer to send instead (413, 408, or 400 for a body that cannot
 /// be decoded or was cut short). Trailers are dropped.
-pub(crate) async fn read_body(mut body: Incoming, bytes_max: usize) -> Result<Bytes, Response<Body>> {
+pub async fn read_body(mut body: Incoming, bytes_max: usize) -> Result<Bytes, Response<Body>> {
     if body.size_hint().lower() > bytes_max as u64 {
         return Err(too_large(bytes_max));
     }
@@ -121,12 +123,12 @@ fn too_large(bytes_max: usize) -> Response<Body> {
 }
 
 /// A refusal of a request: `status` with a JSON `message`.
-pub(crate) fn refusal(status: StatusCode, message: &str) -> Response<Body> {
+pub fn refusal(status: StatusCode, message: &str) -> Response<Body> {
     json_reply(status, &[], serde_json::json!({ "message": message }).to_string().into_bytes())
 }
 
 /// An answer: `status`, the extra `headers`, a JSON `body` (hyper adds its length and a Date).
-pub(crate) fn json_reply(status: StatusCode, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
+pub fn json_reply(status: StatusCode, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Response<Body> {
     let mut builder = Response::builder().status(status).header("content-type", "application/json");
     for (name, value) in headers {
         builder = builder.header(*name, *value);

@@ -10,7 +10,7 @@ pub mod fault_proxy;
 pub mod function_build;
 pub mod functions;
 pub mod functions_file;
-mod http_server;
+pub mod http_server;
 pub mod invoke_api;
 pub mod lambda_service;
 pub mod long_work;
