@@ -74,16 +74,25 @@ impl Local {
 
     /// Plays `options`; the events and progress lines are printed (`--nocapture` shows them).
     async fn play(&self, options: &PlayOptions, region_faults: Option<&dyn RegionFaults>) -> PlayReport {
+        let cloud = LocalCloud::connect(&self.env.file).await.expect("the environment's clients");
+        self.play_on(&cloud, options, region_faults).await
+    }
+
+    /// Plays `options` through `cloud`.
+    async fn play_on(
+        &self,
+        cloud: &LocalCloud,
+        options: &PlayOptions,
+        region_faults: Option<&dyn RegionFaults>,
+    ) -> PlayReport {
         let place = self.place();
         let targets = run::prepare(options, &place).unwrap_or_else(|error| panic!("{error:#}"));
-        let cloud = LocalCloud::connect(&self.env.file).await.expect("the environment's clients");
         let stack = run::identity(options, &place, (7, 11));
         let notify = |notice: Notice| match notice {
             Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
             Notice::Progress(line) => println!(".. {line}"),
         };
-        let report =
-            run::play(&cloud, region_faults, &place, stack, targets, options, &notify).await.expect("the play");
+        let report = run::play(cloud, region_faults, &place, stack, targets, options, &notify).await.expect("the play");
         println!("{}", cfn_once_cli::play::render::summary(&report));
         report
     }
@@ -392,5 +401,74 @@ async fn the_long_work_stack_plays_its_wait_condition_past_the_service_timeout()
     let result = &report.steps[0].outputs[0];
     assert_eq!(result.key, "BackfillResult");
     assert!(result.value.contains("\"Backfill\""), "the signal's Data, keyed by its UniqueId: {}", result.value);
+    local.stop().await;
+}
+
+/// The item `Custom::DynamoDBItem` keeps under `pk` in the environment's item table, if any.
+async fn item(local: &Local, pk: &str) -> Option<String> {
+    let file = &local.env.file;
+    let sdk = cfn_once_cli::local::provision::sdk_config(&file.endpoint_url, &file.customer_region).await;
+    let found = aws_sdk_dynamodb::Client::new(&sdk)
+        .get_item()
+        .table_name(&file.item_table)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(pk.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("GetItem");
+    found.item.and_then(|item| item.get("Plan").and_then(|plan| plan.as_s().ok()).cloned())
+}
+
+#[tokio::test]
+async fn a_replaced_item_is_deleted_in_the_cleanup_and_the_stacks_delete_deletes_the_new_one() {
+    let local = Local::start(None, 5).await;
+    let fixture = |name: &str| root().join("tests/fixtures/play").join(name);
+    let items = |prefix: &str, keep: bool| {
+        let mut options = options(fixture("items.yaml"));
+        options.updates = vec![fixture("items-v2.yaml")];
+        options.parameters.insert("Table".into(), local.env.file.item_table.clone());
+        options.parameters.insert("Prefix".into(), prefix.into());
+        options.stack_name = Some(format!("items-{prefix}"));
+        options.keep = keep;
+        options
+    };
+
+    // Create, then an Update naming a new key: the provider writes the new item, answers a new
+    // id, and the cleanup's Delete of the old id removes the old item.
+    let kept = local.play(&items("kept", true), None).await;
+    assert_eq!(statuses(&kept), ["CREATE_COMPLETE", "UPDATE_COMPLETE"]);
+    assert_eq!(
+        requests(&kept)["Tenant"],
+        ["create forward Create -> SUCCESS", "update forward Update -> SUCCESS", "update cleanup Delete -> SUCCESS"]
+    );
+    assert_eq!(item(&local, "kept#2").await.as_deref(), Some("pro"), "the replacement's item is written");
+    assert_eq!(item(&local, "kept#1").await, None, "the replaced item is gone after the cleanup");
+
+    // The whole life: the stack's Delete removes the item it holds then.
+    let whole = local.play(&items("whole", false), None).await;
+    assert!(whole.passed, "{:?}", statuses(&whole));
+    for pk in ["whole#1", "whole#2"] {
+        assert_eq!(item(&local, pk).await, None, "{pk} is left after the stack's delete");
+    }
+    local.stop().await;
+}
+
+#[tokio::test]
+async fn a_publish_whose_reply_is_lost_is_answered_once_all_the_same() {
+    use cfn_once_cli::local::fault_proxy::{Fault, FaultProxy, Match};
+    let local = Local::start(None, 5).await;
+    // Every attempt of the first publishes reaches SNS and loses its reply: the SDK's retries
+    // deliver copies, and the player, not knowing, must look for the answer rather than fail.
+    let proxy = FaultProxy::start(&local.env.file.endpoint_url);
+    proxy.inject(Match::Any, Fault::ForwardThenReset, 6);
+    let cloud = LocalCloud::connect_publishing_at(&local.env.file, &proxy.url()).await.expect("clients");
+    let mut options = options(example("stack.yaml"));
+    options.stack_name = Some("lost-replies".into());
+    let report = local.play_on(&cloud, &options, None).await;
+    assert!(proxy.injected() >= 3, "the replies of at least one request's every attempt were lost");
+    assert_eq!(statuses(&report), ["CREATE_COMPLETE", "DELETE_COMPLETE"]);
+    let network = &report.resources["Network"];
+    assert_eq!(network[0].outcome, "SUCCESS");
+    assert!(report.resources.values().flatten().all(|r| r.puts == 1), "each copy answered once");
     local.stop().await;
 }

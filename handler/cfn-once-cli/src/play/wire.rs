@@ -6,6 +6,7 @@
 //! URLs into the same bucket, valid 86,399 s as CloudFormation's are; their signals are the
 //! versions of that object. Never logs or prints a ResponseURL or a handle.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use crate::play::cloud::{Answer, Answerer, CfnRequest, Cloud, Outcome, Signal, S
 use crate::play::faults::RegionFaults;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
+use cfn_once::aws::Failure;
 use cfn_once::clock::{SystemClock, random_seed};
 use cfn_once_core::clock::Clock;
 use cfn_once_core::lease::LeaseStore;
@@ -38,6 +40,8 @@ pub struct LocalCloud {
     /// S3 over the environment's HTTPS front: the URLs handed out, as AWS makes them.
     presigner: aws_sdk_s3::Client,
     store: DynamoLeaseStore,
+    /// Each customer region's SNS client, made once: every request of a play is published.
+    sns: BTreeMap<String, aws_sdk_sns::Client>,
 }
 
 impl std::fmt::Debug for LocalCloud {
@@ -49,11 +53,23 @@ impl std::fmt::Debug for LocalCloud {
 impl LocalCloud {
     /// Clients for the environment `file` describes.
     pub async fn connect(file: &EnvFile) -> anyhow::Result<Self> {
+        Self::connect_publishing_at(file, &file.endpoint_url).await
+    }
+
+    /// As [`LocalCloud::connect`], with the ServiceToken topics reached at `sns_endpoint` (a
+    /// fault proxy before moto, in the tests).
+    pub async fn connect_publishing_at(file: &EnvFile, sns_endpoint: &str) -> anyhow::Result<Self> {
         let primary = provision::sdk_config(&file.endpoint_url, &file.primary_region).await;
         let https = https_sdk_config(&file.https_endpoint_url, &file.ca_file, &file.primary_region)
             .await
             .context("the environment's HTTPS front (is `cfn-once local` still running?)")?;
+        let mut sns = BTreeMap::new();
+        for region in file.customer_topics.keys().chain(std::iter::once(&file.customer_region)) {
+            let client = aws_sdk_sns::Client::new(&provision::sdk_config(sns_endpoint, region).await);
+            sns.insert(region.clone(), client);
+        }
         Ok(Self {
+            sns,
             file: file.clone(),
             s3: s3_client(&primary),
             presigner: s3_client(&https),
@@ -113,11 +129,23 @@ impl Cloud for LocalCloud {
         if let Some(old) = &request.old_resource_properties {
             body["OldResourceProperties"] = old.clone();
         }
-        let sns = aws_sdk_sns::Client::new(&provision::sdk_config(&self.file.endpoint_url, &region).await);
+        let sns = self.sns.get(&region).ok_or_else(|| anyhow::anyhow!("no SNS client for {region}"))?;
         let started = Instant::now();
-        sns.publish().topic_arn(&request.service_token).message(body.to_string()).send().await.map_err(|e| {
-            anyhow::anyhow!("publishing the request to the ServiceToken topic: {}", e.into_service_error())
-        })?;
+        let published = sns.publish().topic_arn(&request.service_token).message(body.to_string()).send().await;
+        if let Err(error) = published {
+            // A publish whose reply was lost may have been delivered: its copy is answered to
+            // this ResponseURL, so the answer is looked for as usual (an identical copy sent
+            // again would be a duplicate cfn-once answers once). Only a publish that certainly
+            // sent nothing fails the request here.
+            match cfn_once::aws::classify(&error) {
+                Failure::Unknown(why) => {
+                    progress(format!("the publish's outcome is unknown ({why}); waiting for an answer all the same"))
+                }
+                Failure::NotApplied(why) | Failure::Deferred(why) | Failure::Permanent(why) => {
+                    anyhow::bail!("publishing the request to the ServiceToken topic: {why}")
+                }
+            }
+        }
         let timeout = Duration::from_secs(request.service_timeout_s);
         let answer = provision::wait_for_response(&self.s3, &self.file.response_bucket, &key, timeout, |waited_s| {
             if waited_s % 15 == 0 {
