@@ -33,7 +33,6 @@ pub struct StackIdentity {
     /// `arn:aws:cloudformation:<region>:<account>:stack/<name>/<id>`, the same for the stack's
     /// whole life.
     pub id: String,
-    pub region: String,
 }
 
 /// One request to a custom resource, as CloudFormation would send it (the wire adds

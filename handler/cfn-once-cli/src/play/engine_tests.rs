@@ -122,11 +122,7 @@ fn target(text: &str) -> Target {
 }
 
 fn stack() -> StackIdentity {
-    StackIdentity {
-        name: "s1".into(),
-        id: "arn:aws:cloudformation:us-east-2:123456789012:stack/s1/0000".into(),
-        region: "us-east-2".into(),
-    }
+    StackIdentity { name: "s1".into(), id: "arn:aws:cloudformation:us-east-2:123456789012:stack/s1/0000".into() }
 }
 
 fn pseudo() -> Pseudo {

@@ -120,7 +120,7 @@ fn check_service_tokens(
     place: &Place,
     options: &PlayOptions,
 ) -> anyhow::Result<()> {
-    let stack = StackIdentity { name: "check".into(), id: "check".into(), region: place.region.clone() };
+    let stack = StackIdentity { name: "check".into(), id: "check".into() };
     let live = BTreeMap::new();
     let view = View { live: &live, declared: &template.resources, stack: &stack, stubs: &options.stubs, masked: false };
     let pseudo = pseudo(place, &stack);
@@ -180,7 +180,7 @@ pub fn identity(options: &PlayOptions, place: &Place, seed: (u64, u64)) -> Stack
         place.account_id,
         crate::play::wire::uuid_like(seed.0, seed.1)
     );
-    StackIdentity { name, id, region: place.region.clone() }
+    StackIdentity { name, id }
 }
 
 /// Plays `targets` (from [`prepare`]): create, each update, then delete unless `keep`.
