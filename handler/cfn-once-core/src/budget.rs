@@ -67,6 +67,23 @@ const LAST_POLL_RUN_MS: u64 = 5_000;
 /// The base of a failed delivery's backoff, which doubles with every receive.
 pub(crate) const RETRY_BACKOFF_BASE_MS: u64 = 1_000;
 
+/// The longest deadline margin of a request, as a divisor of its time: a quarter. The deadline
+/// margin (20 s by default) is kept whole for a request of four times it (80 s) or more; a
+/// request with less time keeps a quarter of it (and the skew margin, or as much as that
+/// quarter if less), so that a `ServiceTimeout` of a few seconds leaves half of it or more to
+/// run the provider rather than a fixed margin eating all of it.
+pub const KEPT_SHARE_DIVISOR: u64 = 4;
+
+/// The most of a request's time the secondary leaves to the primary before starting the
+/// request itself, as a divisor: a fifth, and never more than `CFN_ONCE_HEAD_START_S`
+/// ([`Settings::head_start_ms`]).
+pub const HEAD_START_SHARE_DIVISOR: u64 = 5;
+
+/// Time the secondary is allowed to answer in once it starts a request the primary never
+/// took, when judging whether a request has failover ([`Budget::no_failover`]): an acquire,
+/// a provider that answers in about a second, a commit and a PUT, as they take on AWS.
+const FAILOVER_ANSWER_MS: u64 = 2_000;
+
 impl Settings {
     /// Time a delivery that takes over near the deadline needs to answer: the acquire, then
     /// what any answer needs ([`Settings::answer_ms`]). The deadline margin must exceed it.
@@ -74,12 +91,71 @@ impl Settings {
         self.store_call_timeout_ms + self.answer_ms()
     }
 
-    /// How long before a request's deadline every lease of it ends at the latest, on the
-    /// holder's clock: the deadline margin and the skew margin. A taker-over sees the lease
-    /// expired exactly where the margin begins, and the margin holds the time it needs to
-    /// answer, so a holder crashing just before then still leaves time to answer FAILED.
-    pub fn lease_end_before_deadline_ms(&self) -> u64 {
-        self.deadline_margin_ms + self.skew_ms
+    /// How long before `deadline` every lease of its request ends at the latest, on the
+    /// holder's clock: the request's deadline margin ([`Settings::deadline_margin_for_ms`])
+    /// and the skew margin. A taker-over sees the lease expired where the margin begins, and
+    /// the margin holds the time it needs to answer, so a holder crashing just before then
+    /// still leaves time to answer FAILED. The skew margin is kept whole as long as the
+    /// deadline margin is at least as long, since a taker-over waits it whole: a request of a
+    /// few seconds keeps as much for skew as for its margin (its copies come back a second
+    /// apart at best, so it has no time for a takeover anyway).
+    pub fn lease_end_before_deadline_ms(&self, deadline: &RequestDeadline) -> u64 {
+        let margin_ms = self.deadline_margin_for_ms(deadline);
+        margin_ms + self.skew_ms.min(margin_ms)
+    }
+
+    /// The deadline margin of `deadline`'s request: `CFN_ONCE_DEADLINE_MARGIN_MS`, or a
+    /// quarter of the request's time if that is less ([`KEPT_SHARE_DIVISOR`]). Inside it,
+    /// whoever sees the request uncommitted answers FAILED at once.
+    pub fn deadline_margin_for_ms(&self, deadline: &RequestDeadline) -> u64 {
+        if !self.proportioned_margins {
+            return self.deadline_margin_ms;
+        }
+        self.deadline_margin_ms.min(deadline.span_ms() / KEPT_SHARE_DIVISOR)
+    }
+
+    /// How long the secondary leaves a request nobody has started to the primary, from when
+    /// it was sent: a fifth of the request's time ([`HEAD_START_SHARE_DIVISOR`]), at most
+    /// `CFN_ONCE_HEAD_START_S`. A primary that is up takes the lease within a second or two; a
+    /// primary that is down costs a request this long, and leaves it the rest of its time.
+    pub fn head_start_ms(&self, deadline: &RequestDeadline) -> u64 {
+        self.head_start_s.saturating_mul(1000).min(deadline.span_ms() / HEAD_START_SHARE_DIVISOR)
+    }
+
+    /// Whether a request with `span_ms` of time, sent at `sent_ms`, has failover: whether the
+    /// secondary, seeing its copy after the queue's delay and the primary's head start (and
+    /// the longest jitter of the backoff that waits for it), still has
+    /// [`FAILOVER_ANSWER_MS`] before the request's lease cap to answer it.
+    pub fn has_failover(&self, deadline: &RequestDeadline) -> bool {
+        let sent_ms = deadline.sent_ms;
+        let delay_ms = self.secondary_delay_s.saturating_mul(1000);
+        let head_start_ms = self.head_start_ms(deadline);
+        // A copy that arrives within the head start waits for its end, plus the backoff's
+        // jitter and SQS's rounding of a visibility timeout up to a whole second.
+        let starts_ms = if head_start_ms > delay_ms {
+            sent_ms + head_start_ms + self.jitter_ms_max() + 1_000
+        } else {
+            sent_ms + delay_ms
+        };
+        let lease_cap_ms = deadline.at_ms.saturating_sub(self.lease_end_before_deadline_ms(deadline));
+        starts_ms + FAILOVER_ANSWER_MS <= lease_cap_ms
+    }
+
+    /// The shortest `ServiceTimeout`, in seconds, from which every longer one has failover
+    /// ([`Settings::has_failover`]): below it, a request whose primary is down goes unanswered
+    /// or is answered FAILED. `None` if not even CloudFormation's longest has.
+    pub fn failover_minimum_s(&self) -> Option<u64> {
+        let has = |seconds: u64| {
+            let deadline = RequestDeadline::of(0, Some(seconds), None, self.deadline_ceiling_s);
+            self.has_failover(&deadline)
+        };
+        let longest_s = self.deadline_ceiling_s.min(3_600);
+        if !has(longest_s) {
+            return None;
+        }
+        // The last second without failover, counting down: every longer one has it.
+        let without = (1..longest_s).rev().find(|&seconds| !has(seconds));
+        Some(without.map_or(1, |seconds| seconds + 1))
     }
 
     /// Kept at the end of an invocation for the batch's SQS calls (concurrent, one timeout) and
@@ -172,7 +248,7 @@ impl Settings {
         if now_ms >= deadline.at_ms {
             return None;
         }
-        let latest_wake_ms = deadline.latest_wake_ms(self.deadline_margin_ms);
+        let latest_wake_ms = deadline.latest_wake_ms(self.deadline_margin_for_ms(deadline));
         let visibility_ms = self.visibility_timeout_s.saturating_mul(1000);
         if latest_wake_ms >= now_ms.saturating_add(visibility_ms) {
             return None;
@@ -302,7 +378,13 @@ impl<'a> Budget<'a> {
 
     /// Whether the request's deadline is within the margin: then it is answered now.
     pub(crate) fn deadline_near(&self, now_ms: u64) -> bool {
-        self.deadline.is_near(now_ms, self.settings.deadline_margin_ms)
+        self.deadline.is_near(now_ms, self.settings.deadline_margin_for_ms(&self.deadline))
+    }
+
+    /// Until when the secondary leaves this request to the primary, if nobody has started it:
+    /// the primary's head start, counted from when the request was sent.
+    pub(crate) fn head_start_end_ms(&self) -> u64 {
+        self.deadline.sent_ms.saturating_add(self.settings.head_start_ms(&self.deadline))
     }
 
     /// The lag this delivery gives a due poll: the region's own, none near the deadline.
@@ -317,7 +399,7 @@ impl<'a> Budget<'a> {
     pub(crate) fn lease_cap_ms(&self) -> u64 {
         // A millisecond less: a lease counts as expired once it ended more than the skew margin
         // ago, and that must be true at the margin's first moment.
-        self.deadline.at_ms.saturating_sub(self.settings.lease_end_before_deadline_ms()).saturating_sub(1)
+        self.deadline.at_ms.saturating_sub(self.settings.lease_end_before_deadline_ms(&self.deadline)).saturating_sub(1)
     }
 
     /// The end of a lease taken at `now_ms`: a lease's length, cut at the cap. A lease taken at
@@ -344,7 +426,7 @@ impl<'a> Budget<'a> {
         let request_end_ms = self.lease_cap_ms();
         let invocation_end_ms = self.work_end_ms().saturating_sub(self.settings.answer_ms());
         if request_end_ms <= invocation_end_ms {
-            let kept_ms = self.settings.lease_end_before_deadline_ms();
+            let kept_ms = self.settings.lease_end_before_deadline_ms(&self.deadline);
             RunWindow { end_ms: request_end_ms, bound: RunBound::Request, kept_ms }
         } else {
             let kept_ms = self.invocation_deadline_ms.saturating_sub(invocation_end_ms);
@@ -390,7 +472,7 @@ impl<'a> Budget<'a> {
         let cap_s = settings.backoff_cap_s();
         let floor_s = self.floor_s;
         let seconds = |ms: u64| u32::try_from(ms.div_ceil(1000)).unwrap_or(cap_s);
-        let latest_wake_ms = self.deadline.latest_wake_ms(settings.deadline_margin_ms);
+        let latest_wake_ms = self.deadline.latest_wake_ms(settings.deadline_margin_for_ms(&self.deadline));
         if now_ms < latest_wake_ms {
             let until_ms = until_ms.min(latest_wake_ms);
             let to_margin_s = seconds(latest_wake_ms - now_ms).max(1);
@@ -405,20 +487,17 @@ impl<'a> Budget<'a> {
         seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(margin_floor_s, cap_s)
     }
 
-    /// Whether a primary's request sent at `attempt_sent_ms` has no failover: its deadline
-    /// comes before the secondary's copy, delayed by the secondary queue, could still be
-    /// answered.
-    pub(crate) fn no_failover(&self, attempt_sent_ms: u64) -> bool {
-        let settings = self.settings;
-        let secondary_answers_from_ms =
-            attempt_sent_ms + settings.secondary_delay_s * 1000 + settings.deadline_margin_ms;
-        self.deadline.at_ms < secondary_answers_from_ms
+    /// Whether this request has no failover: its deadline comes before the secondary, after
+    /// its queue's delay and the primary's head start, could still answer it
+    /// ([`Settings::has_failover`]).
+    pub(crate) fn no_failover(&self) -> bool {
+        !self.settings.has_failover(&self.deadline)
     }
 }
 
 #[cfg(test)]
 /// The worker tests' settings (`worker::tests` and the tests below): 2 s store calls and PUT attempts, a 1 s
-/// SQS call.
+/// SQS call, no head start.
 pub(crate) fn test_settings(region: &str) -> Settings {
     Settings {
         region: region.into(),
@@ -449,6 +528,10 @@ pub(crate) fn test_settings(region: &str) -> Settings {
         control_cache_ms: 0,
         visibility_timeout_s: 960,
         secondary_delay_s: 60,
+        // The worker tests' secondaries see a copy that the primary had all the time it needed
+        // for; the head start's own tests (`region_tests`) set one.
+        head_start_s: 0,
+        proportioned_margins: true,
     }
 }
 

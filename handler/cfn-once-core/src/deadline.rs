@@ -30,13 +30,19 @@ pub struct RequestDeadline {
     pub at_ms: u64,
     /// Which bound set it, so a FAILED Reason can say why the request ran out of time.
     pub source: DeadlineSource,
+    /// When the request was sent, epoch ms: the margins kept before the deadline are
+    /// proportioned to the time between the two ([`RequestDeadline::span_ms`]).
+    pub sent_ms: u64,
 }
 
 impl RequestDeadline {
     /// The earliest of: `sent_ms` + ServiceTimeout, the URL's expiry, `sent_ms` + ceiling.
     pub fn of(sent_ms: u64, service_timeout_s: Option<u64>, url_expiry_ms: Option<u64>, ceiling_s: u64) -> Self {
-        let mut deadline =
-            Self { at_ms: sent_ms.saturating_add(ceiling_s.saturating_mul(1000)), source: DeadlineSource::Ceiling };
+        let mut deadline = Self {
+            at_ms: sent_ms.saturating_add(ceiling_s.saturating_mul(1000)),
+            source: DeadlineSource::Ceiling,
+            sent_ms,
+        };
         let candidates = [
             (service_timeout_s.map(|s| sent_ms.saturating_add(s.saturating_mul(1000))), DeadlineSource::ServiceTimeout),
             (url_expiry_ms, DeadlineSource::PresignedUrlExpiry),
@@ -45,7 +51,7 @@ impl RequestDeadline {
             if let Some(at_ms) = at_ms
                 && at_ms < deadline.at_ms
             {
-                deadline = Self { at_ms, source };
+                deadline = Self { at_ms, source, sent_ms };
             }
         }
         deadline
@@ -54,12 +60,20 @@ impl RequestDeadline {
     /// A work's deadline: the earliest of `sent_ms` + the wait condition's timeout and the
     /// handle's expiry.
     pub fn of_work(sent_ms: u64, timeout_s: u64, handle_expiry_ms: Option<u64>) -> Self {
-        let timeout =
-            Self { at_ms: sent_ms.saturating_add(timeout_s.saturating_mul(1000)), source: DeadlineSource::WaitTimeout };
+        let timeout = Self {
+            at_ms: sent_ms.saturating_add(timeout_s.saturating_mul(1000)),
+            source: DeadlineSource::WaitTimeout,
+            sent_ms,
+        };
         match handle_expiry_ms {
-            Some(at_ms) if at_ms < timeout.at_ms => Self { at_ms, source: DeadlineSource::HandleExpiry },
+            Some(at_ms) if at_ms < timeout.at_ms => Self { at_ms, source: DeadlineSource::HandleExpiry, sent_ms },
             _ => timeout,
         }
+    }
+
+    /// The time CloudFormation gives the request: from when it was sent to its deadline.
+    pub fn span_ms(&self) -> u64 {
+        self.at_ms.saturating_sub(self.sent_ms)
     }
 
     /// True once less than `margin_ms` is left.
@@ -105,7 +119,7 @@ mod tests {
 
     #[test]
     fn nearness_and_latest_wake() {
-        let deadline = RequestDeadline { at_ms: 100_000, source: DeadlineSource::ServiceTimeout };
+        let deadline = RequestDeadline { at_ms: 100_000, source: DeadlineSource::ServiceTimeout, sent_ms: 0 };
         assert!(!deadline.is_near(79_999, 20_000));
         assert!(deadline.is_near(80_000, 20_000));
         assert!(deadline.is_near(200_000, 20_000));

@@ -3,7 +3,7 @@
 //!
 //! | record seen              | active              | standby primary      | standby secondary   |
 //! |--------------------------|---------------------|----------------------|---------------------|
-//! | none                     | acquire and run     | leave the message    | acquire and run     |
+//! | none                     | acquire and run³    | leave the message    | acquire and run³    |
 //! | RUNNING, lease live      | back off to its end | back off to its end  | back off to its end |
 //! | RUNNING, lease expired   | take over           | take over            | take over           |
 //! | COMMITTED, not delivered | PUT stored bytes¹   | PUT stored bytes¹    | PUT stored bytes¹   |
@@ -23,8 +23,15 @@
 //! where any region takes the lease to answer (FAILED with the last state, if still waiting).
 //! A WAITING record of another attempt is one CloudFormation gave up on: as for none.
 //!
-//! A standby secondary acts as an active region: its queue delays every copy, so a copy that
-//! finds no record means the primary missed it. A standby primary starts no new work, except
+//! ³ For the secondary, once the primary's head start has passed (`Situation::head_start_until_ms`:
+//! a fifth of the request's time, at most `CFN_ONCE_HEAD_START_S`, counted from when it was
+//! sent); before that it backs off to the head start's end. Its queue's short delay lets it see
+//! a copy early enough to answer a ServiceTimeout of 30 s when the primary is down, and the
+//! head start, proportioned to each request's deadline, still leaves a primary that is up to
+//! start it first. Near the deadline no head start is left.
+//!
+//! A standby secondary otherwise acts as an active region: a copy that finds no record once
+//! the head start has passed means the primary missed it. A standby primary starts no new work, except
 //! that near the deadline any region answers FAILED rather than let the request time out. A
 //! lease this delivery holds (`Mine`) is run (polled, if its attempt is waiting), or, near the
 //! deadline, answered FAILED at once.
@@ -139,6 +146,18 @@ pub struct Situation {
     /// How long past its time a poll must be before this delivery takes it (see the table's
     /// note ²); the acquire carries the same lag.
     pub poll_lag_ms: u64,
+    /// Until when this delivery leaves a request nobody has started to the primary, epoch ms
+    /// (see the table's note ³): the primary's head start for a secondary's copy of
+    /// CloudFormation's request, 0 for every other delivery.
+    pub head_start_until_ms: u64,
+}
+
+impl Situation {
+    /// Whether this delivery is a secondary's within the primary's head start, away from the
+    /// deadline: it reads the record rather than acquire, and starts nothing new.
+    pub fn within_head_start(&self) -> bool {
+        !self.deadline_near && self.now_ms < self.head_start_until_ms
+    }
 }
 
 /// A decision table: this version's is [`decide`]; the simulator also runs a copy frozen at
@@ -148,9 +167,13 @@ pub type DecisionTable = fn(&Seen, &Situation) -> Action;
 
 /// The decision table.
 pub fn decide(seen: &Seen, situation: &Situation) -> Action {
-    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms } = *situation;
+    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms, head_start_until_ms } =
+        *situation;
     let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
     match seen {
+        Seen::Absent | Seen::NewAttempt if situation.within_head_start() => {
+            Action::BackOff { until_ms: head_start_until_ms }
+        }
         Seen::Absent | Seen::NewAttempt if starts_new_work => Action::Acquire,
         Seen::Absent | Seen::NewAttempt => Action::Leave,
         Seen::Held { until_ms } => Action::BackOff { until_ms: *until_ms },
@@ -195,6 +218,12 @@ mod tests {
 
     /// One row of the table: the seen record, then the action for each column in `COLUMNS`.
     fn row(seen: Seen, deadline_near: bool, expected: [Action; 4]) {
+        row_in_head_start(seen, deadline_near, 0, expected);
+    }
+
+    /// A row where the secondary's copies are within the primary's head start until
+    /// `head_start_until_ms` (the worker gives the primary none).
+    fn row_in_head_start(seen: Seen, deadline_near: bool, head_start_until_ms: u64, expected: [Action; 4]) {
         for ((role, activity), expected) in COLUMNS.into_iter().zip(expected) {
             let situation = Situation {
                 role,
@@ -203,6 +232,7 @@ mod tests {
                 now_ms: NOW_MS,
                 delivery_grace_ms: GRACE_MS,
                 poll_lag_ms: if role == Secondary && !deadline_near { LAG_MS } else { 0 },
+                head_start_until_ms: if role == Secondary { head_start_until_ms } else { 0 },
             };
             assert_eq!(
                 decide(&seen, &situation),
@@ -284,6 +314,21 @@ mod tests {
             true,
             all(FailWithoutRunning { fence: 5, took_over: true, poll: Some(waiting()) }),
         );
+    }
+
+    #[test]
+    fn the_secondary_leaves_a_request_nobody_started_to_the_primary_for_its_head_start() {
+        use Action::*;
+        let until_ms = NOW_MS + 4_000;
+        let wait = BackOff { until_ms };
+        row_in_head_start(Seen::Absent, false, until_ms, [Acquire, wait.clone(), Leave, wait.clone()]);
+        row_in_head_start(Seen::NewAttempt, false, until_ms, [Acquire, wait.clone(), Leave, wait]);
+        // What someone started is not the head start's business.
+        row_in_head_start(Seen::Expired, false, until_ms, all(Acquire));
+        row_in_head_start(Seen::Held { until_ms: 9 }, false, until_ms, all(BackOff { until_ms: 9 }));
+        // Once it has passed, or near the deadline, the secondary starts the request.
+        row_in_head_start(Seen::Absent, false, NOW_MS, [Acquire, Acquire, Leave, Acquire]);
+        row_in_head_start(Seen::Absent, true, until_ms, all(Acquire));
     }
 
     #[test]

@@ -63,4 +63,12 @@ pub struct Settings {
     /// The secondary queue's delay: a primary's request due sooner than this and the margin has
     /// no failover.
     pub secondary_delay_s: u64,
+    /// The longest head start the secondary leaves the primary on a request nobody started;
+    /// a request with less time gets a fifth of it (`Settings::head_start_ms`).
+    pub head_start_s: u64,
+    /// Whether the margins kept before a deadline are proportioned to each request's time
+    /// (`Settings::lease_end_before_deadline_ms`). Always true for a handler; false only in
+    /// the simulator's planted bug that keeps the configured margins whole, which answers
+    /// requests with a short ServiceTimeout FAILED without running them.
+    pub proportioned_margins: bool,
 }

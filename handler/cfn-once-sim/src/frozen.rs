@@ -11,7 +11,7 @@ use cfn_once_core::vocabulary::Role;
 
 /// `decide` of 47ab05d, verbatim.
 pub fn decide_47ab05d(seen: &Seen, situation: &Situation) -> Action {
-    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms } = *situation;
+    let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms, .. } = *situation;
     let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
     match seen {
         Seen::Absent | Seen::NewAttempt if starts_new_work => Action::Acquire,

@@ -274,6 +274,10 @@ impl LocalEnvironment {
             // What the regional template tells the function about its queues.
             ("CFN_ONCE_VISIBILITY_TIMEOUT_S".into(), self.visibility_timeout_s.to_string()),
             ("CFN_ONCE_SECONDARY_DELAY_S".into(), self.secondary_delay_s.to_string()),
+            // Locally the queue's delay is also the longest head start, so that a failover
+            // shows within seconds (deployed, the queue's delay is 5 s and the head start 60 s;
+            // either way a request with less time gets a fifth of it).
+            ("CFN_ONCE_HEAD_START_S".into(), self.secondary_delay_s.to_string()),
         ]);
         for (name, value) in overrides {
             vars.insert((*name).to_owned(), (*value).to_owned());

@@ -40,5 +40,11 @@ pub const DEADLINE_CEILING_S_MAX: u64 = 3_600;
 /// ChangeMessageVisibilityBatch per batch; `infra/regional.yaml` sets the queue's own value.
 pub const VISIBILITY_TIMEOUT_S_DEFAULT: u64 = 43_200;
 /// Default `CFN_ONCE_SECONDARY_DELAY_S`: the secondary queue's `DelaySeconds` that
-/// `infra/regional.yaml` defaults to.
-pub const SECONDARY_DELAY_S_DEFAULT: u64 = 60;
+/// `infra/regional.yaml` deploys. Short, so that the secondary sees a copy while a request with
+/// a ServiceTimeout of 30 s can still be answered; the primary's head start
+/// (`CFN_ONCE_HEAD_START_S`) is kept by the handler, proportioned to each request's time.
+pub const SECONDARY_DELAY_S_DEFAULT: u64 = 5;
+
+/// Default `CFN_ONCE_HEAD_START_S`: the longest the secondary leaves a request nobody started
+/// to the primary (a request with less time gets a fifth of it).
+pub const HEAD_START_S_DEFAULT: u64 = 60;

@@ -100,10 +100,14 @@ pub struct Config {
     /// closer than this to its deadline margin has its visibility shortened at once, so a crash
     /// still leaves a copy to answer. The regional template sets it from the queue's value.
     pub visibility_timeout_s: u64,
-    /// `CFN_ONCE_SECONDARY_DELAY_S` (default 60): the secondary queue's `DelaySeconds`. A primary
+    /// `CFN_ONCE_SECONDARY_DELAY_S` (default 5): the secondary queue's `DelaySeconds`. A primary
     /// counts the requests whose deadline comes too soon for the secondary to answer them
     /// (`ShortServiceTimeout`): they have no failover. The regional template sets it.
     pub secondary_delay_s: u64,
+    /// `CFN_ONCE_HEAD_START_S` (default 60): the longest the secondary leaves a request nobody
+    /// has started to the primary, from when it was sent; a request with less than five times
+    /// this gets a fifth of its time (`Settings::head_start_ms`). The regional template sets it.
+    pub head_start_s: u64,
     /// `CFN_ONCE_PROVIDER_ENVIRONMENT` (default none): settings for the function's own
     /// providers, a JSON object of names to strings (`{"POLICY_TABLE": "bucket-policies"}`),
     /// handed to them at start (`cfn_once::ProviderSetup::var`). The regional template passes
@@ -261,6 +265,7 @@ impl Config {
         let visibility_timeout_s =
             vars.number("CFN_ONCE_VISIBILITY_TIMEOUT_S", VISIBILITY_TIMEOUT_S_DEFAULT, 0, 43_200);
         let secondary_delay_s = vars.number("CFN_ONCE_SECONDARY_DELAY_S", SECONDARY_DELAY_S_DEFAULT, 0, 900);
+        let head_start_s = vars.number("CFN_ONCE_HEAD_START_S", HEAD_START_S_DEFAULT, 0, 900);
         let functions = function_routes(&vars.list("CFN_ONCE_FUNCTIONS"), &region).unwrap_or_else(|why| {
             vars.problems.extend(why);
             Vec::new()
@@ -310,6 +315,7 @@ impl Config {
             deadline_margin_ms,
             visibility_timeout_s,
             secondary_delay_s,
+            head_start_s,
             provider_environment,
             functions,
             answer_bucket,
@@ -351,6 +357,8 @@ impl Config {
             control_cache_ms: self.control_cache_ms,
             visibility_timeout_s: self.visibility_timeout_s,
             secondary_delay_s: self.secondary_delay_s,
+            head_start_s: self.head_start_s,
+            proportioned_margins: true,
         }
     }
 }

@@ -229,8 +229,8 @@ fn a_create_failed_after_a_takeover_is_cleaned_up_by_its_rollback_delete() {
 fn a_create_no_provider_ran_for_skips_the_provider_on_its_rollback_delete() {
     let h = Harness::new();
     let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
-    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
-    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120"}), URL);
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
     let failed = h.bodies(URL).remove(0);
     assert!(is_failed_create_id(&failed.physical_resource_id), "nobody ever ran it: {failed:?}");
     assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &rollback_delete(&failed))).1, Status::Success);
@@ -270,10 +270,10 @@ fn a_transient_failure_runs_again_under_the_same_fence() {
 fn an_unknown_outcome_with_no_time_to_run_again_is_answered_failed_saying_so() {
     let h = Harness::new();
     h.counting.lose_answers(1);
-    // A ServiceTimeout of 24 s: its 20 s deadline margin begins before a second run could
-    // take the lease (a backoff floor of 4 s and the skew margin away).
-    let body = request("Create", "Custom::Counting", json!({"A": "1", "ServiceTimeout": "24"}), URL);
-    let answered = answered(&h.handle(&h.worker("us-east-1"), &body));
+    // 24 s left of a ServiceTimeout of 104 s: its 20 s deadline margin begins before a second
+    // run could take the lease (a backoff floor of 4 s and the skew margin away).
+    let body = request("Create", "Custom::Counting", json!({"A": "1", "ServiceTimeout": "104"}), URL);
+    let answered = answered(&handle_sent(&h, &h.worker("us-east-1"), &body, 80_000));
     assert_eq!(answered, (1, Status::Failed));
     let reason = h.bodies(URL)[0].reason.clone().unwrap_or_default();
     assert!(reason.contains("the outcome of its last call is unknown"), "{reason}");

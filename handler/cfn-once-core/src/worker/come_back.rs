@@ -18,17 +18,16 @@ impl Worker {
     }
 
     /// A primary's warning that `job`'s request has no failover: its deadline comes before the
-    /// secondary's copy, delayed by the secondary queue, could still be answered. The
-    /// secondary's copy then finds the deadline near or passed, so if this region fails, the
-    /// request goes unanswered or FAILED.
+    /// secondary, after its queue's delay and this region's head start, could still answer it
+    /// (`Settings::has_failover`). If this region fails, the request goes unanswered or FAILED.
     pub(super) fn warn_if_no_failover(&self, job: &Job<'_>) {
         let settings = &self.settings;
-        if job.budget.no_failover(job.attempt_sent_ms) {
+        if job.budget.no_failover() {
             tracing::warn!(
-                deadline_s = job.budget.deadline.at_ms.saturating_sub(job.attempt_sent_ms) / 1000,
+                deadline_s = job.budget.deadline.span_ms() / 1000,
                 secondary_delay_s = settings.secondary_delay_s,
-                deadline_margin_ms = settings.deadline_margin_ms,
-                "this request's deadline comes before the secondary region could answer it: if this region fails, it has no failover; give the resource a ServiceTimeout of at least the secondary's delay plus the deadline margin"
+                failover_minimum_s = settings.failover_minimum_s(),
+                "this request's deadline comes before the secondary region could answer it: if this region fails, it has no failover; give the resource a ServiceTimeout of at least failover_minimum_s, or deploy a shorter SecondaryDelaySeconds"
             );
             self.metrics.record(MetricEvent::ShortServiceTimeout);
         }

@@ -412,6 +412,8 @@ impl Worker {
                 Action::BackOff { until_ms } => {
                     let why = if matches!(current, Seen::Committed { .. }) {
                         "just committed by another execution, which is sending it"
+                    } else if matches!(current, Seen::Absent | Seen::NewAttempt) {
+                        "the primary's head start has not ended"
                     } else {
                         self.metrics.record(MetricEvent::LeaseContended);
                         "another execution holds the lease"
@@ -429,8 +431,12 @@ impl Worker {
         self.retry(job, "the record kept changing while deciding".into()).into()
     }
 
-    /// The table's first step for `activity`: acquire, or read first (a standby primary).
+    /// The table's first step for `activity`: acquire, or read first (a standby primary, or
+    /// a secondary within the primary's head start, which must not take a lease for new work).
     async fn first_look(&self, job: &Job<'_>, activity: Activity) -> Result<Seen, StoreError> {
+        if self.situation(job, activity).within_head_start() {
+            return self.read(job).await;
+        }
         match first_step(self.settings.role, activity) {
             FirstStep::Acquire => self.acquire(job).await,
             FirstStep::Read => self.read(job).await,
@@ -447,6 +453,11 @@ impl Worker {
             now_ms,
             delivery_grace_ms: self.settings.put.attempt_timeout_ms,
             poll_lag_ms: job.budget.poll_lag_ms(now_ms),
+            // Only CloudFormation's request has a head start: a work is already under way.
+            head_start_until_ms: match (self.settings.role, job.phase) {
+                (Role::Secondary, Phase::Answer | Phase::HandOver) => job.budget.head_start_end_ms(),
+                _ => 0,
+            },
         }
     }
 }

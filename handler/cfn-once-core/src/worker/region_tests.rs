@@ -114,14 +114,14 @@ fn a_standby_primary_takes_over_an_expired_lease() {
 fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
     let h = Harness::new();
     let standby = h.drained_primary("us-east-1");
-    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
-    // Sent 30 s ago with a 60 s ServiceTimeout: 30 s left, more than the 20 s margin.
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120"}), URL);
+    // Sent 90 s ago with a 120 s ServiceTimeout: 30 s left, more than the 20 s margin.
     assert!(
-        matches!(handle_sent(&h, &standby, &body, 30_000), Disposition::Retry { delay_s: 10, .. }),
+        matches!(handle_sent(&h, &standby, &body, 90_000), Disposition::Retry { delay_s: 10, .. }),
         "wakes at deadline - margin"
     );
-    // Sent 45 s ago: 15 s left, inside the margin, and nobody has answered.
-    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    // Sent 105 s ago: 15 s left, inside the margin, and nobody has answered.
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
     assert_eq!(h.counting.calls(), 0, "the provider was not started so close to the deadline");
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert_eq!(
@@ -135,9 +135,9 @@ fn l1_near_the_deadline_a_standby_primary_answers_failed_without_running() {
 fn l1_near_the_deadline_a_standby_primary_without_an_answer_keeps_the_lease_it_took() {
     let h = Harness::new();
     let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
-    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "60"}), URL);
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120"}), URL);
     // 15 s left, inside the margin: the table has any region answer, so the acquire stands.
-    assert_eq!(answered(&handle_sent(&h, &standby, &body, 45_000)), (1, Status::Failed));
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
     assert_eq!((h.store.calls(Op::Leave), h.counting.calls()), (0, 0));
 }
 

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::clock::{Clock, ManualClock};
 use crate::control::{Activity, ActivitySource, ControlError, FixedActivity};
+use crate::deadline::RequestDeadline;
 use crate::doubles::{
     CountingEcho, Fault, FaultyStore, Op, PutFault, RecordedMetrics, RecordingSink, drive, drive_until,
 };
@@ -43,6 +44,9 @@ mod time_bounds;
 
 #[path = "wait_condition_tests.rs"]
 mod wait_conditions;
+
+#[path = "short_deadline_tests.rs"]
+mod short_deadlines;
 
 const START_MS: u64 = 1_800_000_000_000;
 const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";

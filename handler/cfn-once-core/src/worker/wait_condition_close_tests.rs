@@ -98,16 +98,17 @@ fn a_delete_takes_the_lease_from_a_poll_in_flight_and_goes_on_once_that_lease_ha
 
 #[test]
 fn a_delete_near_its_deadline_goes_on_at_once_after_taking_the_lease_from_a_long_poll() {
-    // Seed 1211045: 26 s of the Delete's time left, and a 30 s poll took the work's lease.
+    // Seed 1211045: 30 s of the Delete's time left (of 110: its whole 20 s margin), and a 30 s
+    // poll took the work's lease.
     let h = Harness::new();
     start_five_hour_work(&h);
     h.clock.advance_ms(600_000);
     poll_in_flight(&h, "us-west-2/batch-mate/1");
     let delete = delete_of(json!({
-        "DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200", "ServiceTimeout": "30",
+        "DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200", "ServiceTimeout": "110",
     }));
     let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
-    let done = deliver(&h, &secondary, &delete, h.clock.now_ms(), 1);
+    let done = deliver(&h, &secondary, &delete, h.clock.now_ms() - 80_000, 1);
     assert_eq!(answered(&done).1, Status::Success, "answered in the same delivery: its deadline comes first");
     assert_eq!(signals(&h, HANDLE).len(), 1);
     assert!(answer_record(&h, "req-delete").updated_ms >= work_record(&h).updated_ms, "the signal came first");

@@ -377,9 +377,10 @@ fn a_lost_wait_reply_is_resolved_from_the_record() {
 }
 
 /// docs/configuration.md's rule for when waiting stops: work still in progress is answered FAILED at the
-/// first poll after which no further poll fits, which comes between `margin + skew + 5 s + 4 s`
-/// and `margin + skew + 5 s` before the deadline (the last poll is scheduled 5 s before the
-/// lease cap, and never sooner than the 4 s backoff floor after the one before).
+/// first poll after which no further poll fits, which comes between `kept + 5 s + 4 s` and
+/// `kept + 5 s` before the deadline, where `kept` is the margin (or a quarter of the
+/// ServiceTimeout if that is less) and the skew margin (the last poll is scheduled 5 s before
+/// the lease cap, and never sooner than the 4 s backoff floor after the one before).
 #[test]
 fn work_polled_every_5_s_with_a_45_s_service_timeout_is_answered_failed_in_the_window_the_readme_states() {
     let h = Harness::new();
@@ -393,10 +394,13 @@ fn work_polled_every_5_s_with_a_45_s_service_timeout_is_answered_failed_in_the_w
     let (done, _) = follow(&h, |_| h.worker("us-east-1"), &body, sent_ms);
     assert_eq!(answered(&done).1, Status::Failed);
     let after_ms = h.clock.now_ms() - sent_ms;
-    // The harness's margin is 20 s and its skew margin 1 s: the window is 15 s to 19 s after the
-    // send (with the defaults' 2 s skew margin, 14 s to 18 s).
-    let (margin_ms, skew_ms) = (20_000, 1_000);
-    let latest_ms = 45_000 - (margin_ms + skew_ms + 5_000);
+    // The harness's margin is 20 s, more than a quarter of 45 s, and its skew margin 1 s:
+    // 12.25 s are kept, and the window is 23.75 s to 27.75 s after the send (with the
+    // defaults' 2 s skew margin, 22.75 s to 26.75 s).
+    let (margin_ms, skew_ms) = (20_000_u64, 1_000);
+    let kept_ms = margin_ms.min(45_000 / 4) + skew_ms;
+    assert_eq!(kept_ms, 12_250);
+    let latest_ms = 45_000 - (kept_ms + 5_000);
     assert!((latest_ms - 4_000..=latest_ms).contains(&after_ms), "answered {after_ms} ms after the send");
 }
 

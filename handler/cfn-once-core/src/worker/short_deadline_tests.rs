@@ -1,0 +1,125 @@
+//! Deadlines as users set them: every `ServiceTimeout` CloudFormation accepts, from 1 s, with
+//! the margins proportioned to each request's time; and the secondary's head start, which gives
+//! a request with a short deadline its failover.
+
+use super::waits::deliver;
+use super::*;
+
+/// The ServiceTimeouts users write to fail fast, and the default's neighbours.
+const SERVICE_TIMEOUTS_S: [u64; 10] = [1, 2, 5, 10, 20, 30, 60, 90, 300, 3_600];
+
+/// The secondary as deployed: its queue delays a copy 5 s, and it leaves a request nobody
+/// started to the primary for a fifth of its time, at most 60 s.
+fn deployed_secondary(h: &Harness) -> Worker {
+    let settings = Settings { role: Role::Secondary, secondary_delay_s: 5, head_start_s: 60, ..settings("us-west-2") };
+    h.worker_with(settings, Arc::new(FixedActivity(Activity::Standby)))
+}
+
+#[test]
+fn a_quick_provider_is_answered_success_at_every_service_timeout_deletes_included() {
+    for service_timeout_s in SERVICE_TIMEOUTS_S {
+        for kind in ["Create", "Update", "Delete"] {
+            let h = Harness::new();
+            let body = request(kind, ECHO_TYPE, json!({"ServiceTimeout": service_timeout_s.to_string()}), URL);
+            // A warm handler sees the copy a fifth of a second after CloudFormation sent it.
+            let done = handle_sent(&h, &h.worker("us-east-1"), &body, 200);
+            assert_eq!(answered(&done), (1, Status::Success), "{kind} with a ServiceTimeout of {service_timeout_s} s");
+        }
+    }
+}
+
+#[test]
+fn the_margins_shrink_with_the_request_and_stay_whole_from_four_times_their_sum() {
+    let settings = settings("us-east-1");
+    let check = |service_timeout_s: u64, kept_ms: u64, margin_ms: u64| {
+        let deadline = RequestDeadline::of(0, Some(service_timeout_s), None, 3_600);
+        assert_eq!(
+            (settings.lease_end_before_deadline_ms(&deadline), settings.deadline_margin_for_ms(&deadline)),
+            (kept_ms, margin_ms),
+            "a ServiceTimeout of {service_timeout_s} s"
+        );
+    };
+    // The harness's margin is 20 s and its skew margin 1 s: whole from 80 s.
+    check(1, 500, 250);
+    check(5, 2_250, 1_250);
+    check(30, 8_500, 7_500);
+    check(79, 20_750, 19_750);
+    check(80, 21_000, 20_000);
+    check(3_600, 21_000, 20_000);
+}
+
+#[test]
+fn a_copy_in_the_last_quarter_of_a_short_deadline_is_answered_failed_without_running() {
+    let h = Harness::new();
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "4"}), URL);
+    // 3.5 s into 4 s: less than the quarter kept to answer is left.
+    assert_eq!(answered(&handle_sent(&h, &h.worker("us-east-1"), &body, 3_500)), (1, Status::Failed));
+    assert_eq!(h.counting.calls(), 0);
+}
+
+#[test]
+fn the_secondary_leaves_a_request_nobody_started_to_the_primary_for_its_head_start() {
+    let h = Harness::new();
+    let secondary = deployed_secondary(&h);
+    let body = request("Create", "Custom::Counting", json!({}), URL);
+    let sent_ms = h.clock.now_ms();
+    h.clock.advance_ms(5_000);
+    // CloudFormation's hour: a head start of 60 s, of which 55 s are left (and the jitter).
+    let first = deliver(&h, &secondary, &body, sent_ms, 1);
+    let Disposition::Retry { delay_s, why } = &first else { panic!("expected a backoff, got {first:?}") };
+    assert!((55..=58).contains(delay_s), "{first:?}");
+    assert_eq!(why, "the primary's head start has not ended");
+    assert_eq!((h.store.calls(Op::Read), h.store.calls(Op::Acquire), h.counting.calls()), (1, 0, 0));
+    // The primary answers meanwhile: the secondary's next look drops its copy.
+    let primary = h.worker("us-east-1");
+    assert_eq!(answered(&deliver(&h, &primary, &body, sent_ms, 1)), (1, Status::Success));
+    h.clock.advance_ms(u64::from(*delay_s) * 1_000);
+    assert_eq!(deliver(&h, &secondary, &body, sent_ms, 2), Disposition::Done(Done::Duplicate));
+    assert_eq!(h.counting.calls(), 1);
+}
+
+/// The primary down from the start: the secondary alone answers every request whose
+/// ServiceTimeout is at least the failover minimum, within it.
+#[test]
+fn with_the_primary_down_the_secondary_answers_every_request_from_the_failover_minimum() {
+    let minimum_s = {
+        let h = Harness::new();
+        deployed_secondary(&h).settings.failover_minimum_s().expect("failover")
+    };
+    assert!(minimum_s <= 30, "a ServiceTimeout of 30 s has failover (minimum {minimum_s} s)");
+    for service_timeout_s in SERVICE_TIMEOUTS_S.into_iter().filter(|s| *s >= minimum_s) {
+        let h = Harness::new();
+        let secondary = deployed_secondary(&h);
+        let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": service_timeout_s.to_string()}), URL);
+        let sent_ms = h.clock.now_ms();
+        h.clock.advance_ms(5_000);
+        let mut receive = 1;
+        let done = loop {
+            match deliver(&h, &secondary, &body, sent_ms, receive) {
+                Disposition::Retry { delay_s, .. } => h.clock.advance_ms(u64::from(delay_s) * 1_000),
+                done => break done,
+            }
+            receive += 1;
+        };
+        assert_eq!(answered(&done), (1, Status::Success), "a ServiceTimeout of {service_timeout_s} s");
+        let after_ms = h.clock.now_ms() - sent_ms;
+        assert!(after_ms < service_timeout_s * 1_000, "{service_timeout_s} s: answered after {after_ms} ms");
+        // Once the head start is over, or at once when the queue's delay outlasted it.
+        let head_start_ms = (service_timeout_s * 1_000 / 5).min(60_000);
+        assert!(after_ms >= head_start_ms.min(5_000), "{service_timeout_s} s: answered after {after_ms} ms");
+    }
+}
+
+#[test]
+fn the_failover_minimum_follows_the_queues_delay() {
+    let minimum = |secondary_delay_s: u64| {
+        Settings { secondary_delay_s, head_start_s: 60, ..settings("us-west-2") }.failover_minimum_s()
+    };
+    // A copy seen 5 s after the send, and 2 s to answer, before the margins (a quarter, and
+    // the harness's 1 s skew margin): 11 s.
+    assert_eq!(minimum(5), Some(11));
+    // The delay this template used to deploy: a minute, 2 s, and the whole margins.
+    assert_eq!(minimum(60), Some(83));
+    // SQS's longest delay leaves failover to the longest ServiceTimeouts only.
+    assert_eq!(minimum(900), Some(923));
+}
