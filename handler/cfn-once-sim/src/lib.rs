@@ -45,7 +45,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    const MRSC: Options = Options { mode: StoreMode::Mrsc, planted_bug: None };
+    const MRSC: Options = Options { mode: StoreMode::Mrsc, planted_bug: None, user_settings: false };
 
     fn violations(options: Options, seeds: std::ops::Range<u64>) -> Vec<(u64, String)> {
         seeds
@@ -288,15 +288,20 @@ mod tests {
 
     #[test]
     fn the_planted_bug_is_caught_within_1000_seeds() {
-        let found =
-            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnfencedCommit) }, 0..1_000);
+        let found = violations(
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnfencedCommit), user_settings: false },
+            0..1_000,
+        );
         assert!(!found.is_empty(), "an unconditional commit went unnoticed for 1000 seeds");
         assert!(found.iter().any(|(_, v)| v.starts_with("S1")), "{found:?}");
     }
 
     #[test]
     fn the_planted_second_signal_is_caught_within_1000_seeds() {
-        let found = violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::SignalAgain) }, 0..1_000);
+        let found = violations(
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::SignalAgain), user_settings: false },
+            0..1_000,
+        );
         assert!(
             found.iter().any(|(_, v)| v.contains("cfn-once-work:") || v.starts_with("SIGNAL")),
             "a takeover that signalled a handle again went unnoticed for 1000 seeds: {found:?}"
@@ -312,7 +317,8 @@ mod tests {
 
     #[test]
     fn the_planted_retry_of_a_refused_signal_is_caught_within_1000_seeds() {
-        let options = Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::ExpiredRetried) };
+        let options =
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::ExpiredRetried), user_settings: false };
         let found: Vec<(u64, String)> = (0..1_000)
             .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
             .collect();
@@ -326,8 +332,10 @@ mod tests {
 
     #[test]
     fn the_planted_rerun_under_the_same_fence_is_caught_within_1000_seeds() {
-        let found =
-            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::RerunSameFence) }, 0..1_000);
+        let found = violations(
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::RerunSameFence), user_settings: false },
+            0..1_000,
+        );
         assert!(
             found.iter().any(|(_, v)| v.starts_with("OVERLAP")),
             "a provider run again under the same fence after a lost answer went unnoticed for 1000 seeds: {found:?}"
@@ -336,8 +344,10 @@ mod tests {
 
     #[test]
     fn the_planted_lost_reply_read_as_a_refusal_is_caught_within_1000_seeds() {
-        let found =
-            violations(Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnknownAsNotApplied) }, 0..1_000);
+        let found = violations(
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnknownAsNotApplied), user_settings: false },
+            0..1_000,
+        );
         assert!(
             found.iter().any(|(_, v)| v.starts_with("STANDS")),
             "a fenced write that stands, reported failed after its reply was lost, went unnoticed for 1000 seeds: {found:?}"
@@ -349,8 +359,17 @@ mod tests {
     }
 
     #[test]
+    fn the_planted_fixed_margin_is_caught_within_1000_seeds_of_user_settings() {
+        let options =
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FixedMargin), user_settings: true };
+        let found = violations(options, 0..1_000);
+        assert!(found.iter().any(|(_, v)| v.starts_with("TIME")), "{found:?}");
+    }
+
+    #[test]
     fn the_planted_format_blind_store_is_caught_within_1000_seeds() {
-        let options = Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FormatBlind) };
+        let options =
+            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FormatBlind), user_settings: false };
         let found: Vec<(u64, String)> = (0..1_000)
             .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
             .collect();
@@ -407,7 +426,10 @@ mod tests {
 
     #[test]
     fn an_eventually_consistent_table_is_caught() {
-        let found = violations(Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None }, 0..1_000);
+        let found = violations(
+            Options { mode: StoreMode::Mrec { lag_ms: 1_000 }, planted_bug: None, user_settings: false },
+            0..1_000,
+        );
         assert!(!found.is_empty(), "MREC's lost races went unnoticed for 1000 seeds");
     }
 

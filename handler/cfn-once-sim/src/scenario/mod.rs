@@ -156,6 +156,13 @@ impl Draw {
         (self.0.next_u64() as f64 / u64::MAX as f64) < p
     }
 
+    /// A whole number from `low` to `high`, its logarithm uniform.
+    fn log_uniform(&self, low: u64, high: u64) -> u64 {
+        let (low_ln, high_ln) = ((low as f64).ln(), (high as f64).ln());
+        let drawn = (low_ln + self.probability(high_ln - low_ln)).exp().round() as u64;
+        drawn.clamp(low, high)
+    }
+
     fn probability(&self, max: f64) -> f64 {
         max * (self.0.next_u64() as f64 / u64::MAX as f64)
     }
@@ -180,7 +187,10 @@ impl Scenario {
         let window_end_ms = draw.between(30_000, 240_000);
         // Deadlines fall anywhere: in the fault window, just after it, or an hour away. Where
         // faults leave no region the time to answer, the L1 check says which rule excuses it.
+        // Four in ten as users write them to fail fast or by default: log-uniform from 1 s (a
+        // ServiceTimeout of 1 to 10 s as likely as one of 10 to 100 s) to CloudFormation's hour.
         let service_timeout = |draw: &Draw| match draw.below(10) {
+            0..4 if options.user_settings => draw.log_uniform(1, 3_600),
             0..3 => draw.between(30, 600),
             _ => draw.between(600, 3_600),
         };
@@ -285,6 +295,16 @@ impl Scenario {
         }
         // Drawn last, so that the rest of the seed is drawn as for the weather.
         let upgrade = (kind == Kind::Upgrade).then(|| stories::upgrade(&draw, &drawn.requests));
+        // The secondary queue's delay as users may set it (SQS accepts 0 to 900 s), in the
+        // weather; the stories time themselves on the deployed one.
+        let secondary_delay_s = match kind {
+            Kind::Weather if options.user_settings => match draw.below(10) {
+                0..6 => deployed.secondary_delay_s,
+                6..8 => draw.between(0, 30),
+                _ => draw.between(0, 900),
+            },
+            _ => deployed.secondary_delay_s,
+        };
         let Drawn {
             requests,
             faults,
@@ -307,7 +327,7 @@ impl Scenario {
             sweep_every_ms,
             function_timeout,
             max_receive_count: deployed.max_receive_count,
-            secondary_delay_ms: deployed.secondary_delay_s * 1_000,
+            secondary_delay_ms: secondary_delay_s * 1_000,
             batch_size: deployed.batch_size.max(1),
             concurrency: deployed.maximum_concurrency.max(1),
             requests,

@@ -17,6 +17,10 @@ pub struct Options {
     pub mode: StoreMode,
     /// A deliberately broken lease store: the self-check must catch it.
     pub planted_bug: Option<PlantedBug>,
+    /// Settings drawn as users write them (`--user-settings`): a ServiceTimeout log-uniform
+    /// from 1 s for four requests in ten, and, in the weather, the secondary queue's delay
+    /// anywhere from 0 to 900 s for four seeds in ten.
+    pub user_settings: bool,
 }
 
 /// The bugs the simulator's self-check plants in the lease store.
@@ -40,6 +44,10 @@ pub enum PlantedBug {
     /// The lease store reads and writes records of a newer format as if they were its own (a
     /// handler that checks no format), so records a newer version wrote are overwritten.
     FormatBlind,
+    /// The handler keeps its configured deadline margin whole whatever a request's time (the
+    /// fixed 20 s margin of earlier versions), so a short ServiceTimeout is answered FAILED
+    /// without its provider running.
+    FixedMargin,
 }
 
 impl PlantedBug {
@@ -52,6 +60,7 @@ impl PlantedBug {
             Self::RerunSameFence => "rerun-same-fence",
             Self::UnknownAsNotApplied => "unknown-as-not-applied",
             Self::FormatBlind => "format-blind",
+            Self::FixedMargin => "fixed-margin",
         }
     }
 
@@ -64,6 +73,7 @@ impl PlantedBug {
             Self::RerunSameFence,
             Self::UnknownAsNotApplied,
             Self::FormatBlind,
+            Self::FixedMargin,
         ]
         .into_iter()
         .find(|bug| bug.name() == name)

@@ -115,6 +115,59 @@ impl World {
         self.report(excused, missed);
     }
 
+    /// No request is answered FAILED for lack of time while a region could have run it in
+    /// time: a request of the weather whose life, from its sending to its deadline, met no
+    /// fault (no outage, crash, freeze, store or PUT fault, clock step or control flip in
+    /// either region, no late copy, clocks within an eighth of its time) and whose provider
+    /// answers in time (its run and two seconds fit in the three quarters of its time that are
+    /// not kept back) must not be answered FAILED saying that no region could run it, that it
+    /// did not finish before its deadline, or that no time was left to run it again.
+    pub(super) fn check_no_failed_for_lack_of_time(&self) {
+        if self.scenario.kind != crate::scenario::Kind::Weather {
+            return;
+        }
+        let observed = self.shared.observed();
+        let clock_faults = self.clock_faults();
+        let mut violations = Vec::new();
+        let mut covered = Vec::new();
+        for (index, plan) in self.scenario.requests.iter().enumerate() {
+            let (from_ms, to_ms) = (plan.sent_at_ms, plan.deadline_ms());
+            let span_ms = to_ms - from_ms;
+            let quick = plan.wait.is_none()
+                && plan.panic_percent == 0
+                && plan.late.is_none()
+                && plan.wait_condition_s.is_none()
+                && plan.work_ms + 2_000 <= span_ms * 3 / 4;
+            let calm = Region::BOTH.into_iter().all(|region| {
+                !self.down_within(region, from_ms, to_ms)
+                    && self.scenario.skew_ms[region.index()].unsigned_abs() <= span_ms / 8
+            }) && !observed.fault_log.iter().any(|(at, _, _)| (from_ms..=to_ms).contains(at))
+                && !self.scenario.crashes.iter().any(|(at, _)| (from_ms..=to_ms).contains(at))
+                && !self.scenario.flips.iter().any(|(at, _)| *at <= to_ms)
+                && !clock_faults.iter().any(|(_, stepped, back)| *stepped <= to_ms && *back >= from_ms);
+            if !(quick && calm) {
+                continue;
+            }
+            covered.push("a quick request in calm weather, checked for a FAILED for lack of time");
+            let Some((_, body)) = observed.puts.get(&self.urls[index]).and_then(|puts| puts.first()) else {
+                continue;
+            };
+            let Ok(answer) = cfn_once_core::response::ResponseBody::parse(body) else { continue };
+            let reason = answer.reason.unwrap_or_default();
+            let for_lack_of_time = ["no region could run", "did not finish before", "no time is left"]
+                .iter()
+                .any(|words| reason.contains(words));
+            if answer.status == cfn_once_core::response::Status::Failed && for_lack_of_time {
+                violations.push(format!(
+                    "TIME: request {index} (ServiceTimeout {} s, a provider of {} ms, no fault in its life) was answered FAILED for lack of time: {reason}",
+                    plan.service_timeout_s, plan.work_ms
+                ));
+            }
+        }
+        drop(observed);
+        self.report(covered, violations);
+    }
+
     /// Whether `region` was down at any moment of `from_ms..to_ms` (elapsed ms).
     fn down_within(&self, region: Region, from_ms: u64, to_ms: u64) -> bool {
         self.scenario.outages.iter().any(|(r, down, up)| *r == region && *down < to_ms && *up > from_ms)

@@ -168,6 +168,7 @@ pub fn run(scenario: &Scenario, parameters: &Parameters, tracing: bool) -> SeedO
     let mut world = World::new(scenario.clone(), parameters, tracing);
     world.run();
     world.check_liveness();
+    world.check_no_failed_for_lack_of_time();
     world.check_wait_survived();
     world.check_signals();
     world.check_long_life();

@@ -117,11 +117,15 @@ impl World {
             };
             let input =
                 InputPolicy { topic_arns: vec![TOPIC_ARN.into()], raw_delivery: false, urls: UrlPolicy::new(vec![]) };
-            let settings = parameters
+            let mut settings = parameters
                 .settings_by_timeout
                 .get(&scenario.function_timeout.timeout_s)
                 .unwrap_or(&parameters.settings)[region.index()]
             .clone();
+            // The queue's delay drawn for this seed, as the template would pass it.
+            settings.secondary_delay_s = scenario.secondary_delay_ms / 1_000;
+            settings.proportioned_margins =
+                scenario.options.planted_bug != Some(crate::scenario::PlantedBug::FixedMargin);
             Worker::new(ports, input, settings)
         });
         let old_workers = workers.clone().map(|worker| worker.with_decision_table(crate::frozen::decide_47ab05d));
