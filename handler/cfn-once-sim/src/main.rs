@@ -170,7 +170,7 @@ fn main() -> ExitCode {
     println!("function timeouts drawn per seed: {}", timeouts.join(", "));
     let settings = &parameters.settings[0];
     println!(
-        "handler: lease={}ms skew={}ms heartbeat={}ms store-call={}ms put={}x{}ms reserve={}ms backoff-floor={}s retry-max={}s standby-retry={}s margin={}ms (the template's environment and the handler's defaults)",
+        "handler: lease={}ms skew={}ms heartbeat={}ms store-call={}ms put={}x{}ms reserve={}ms backoff-floor={}s retry-max={}s standby-retry={}s margin={}ms head-start={}s failover-minimum={} (the template's environment and the handler's defaults)",
         settings.lease_ms,
         settings.skew_ms,
         settings.heartbeat_ms,
@@ -182,6 +182,8 @@ fn main() -> ExitCode {
         settings.retry_delay_s_max,
         settings.standby_retry_s,
         settings.deadline_margin_ms,
+        settings.head_start_s,
+        parameters.settings[1].failover_minimum_s().map_or("none".to_owned(), |seconds| format!("{seconds}s")),
     );
     let started = Instant::now();
     let mut coverage: BTreeMap<&'static str, u64> = BTreeMap::new();
