@@ -95,11 +95,13 @@ impl Worker {
         let close = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
         // Its calls end where the request's own FAILED answer must begin to come before the
         // deadline: an acquire, a commit and a PUT, what a taker-over needs in the margin. A
-        // call cut there has an unknown outcome, which only that FAILED answer follows.
+        // call cut there has an unknown outcome, which only that FAILED answer follows. Past
+        // that point (a copy that arrived too late for any answer in time) nothing is gained
+        // by skipping the close: it stops the work first, bounded by its own calls.
         let end_ms = job.budget.deadline.at_ms.saturating_sub(self.settings.take_over_answer_ms());
         let left_ms = end_ms.saturating_sub(self.clock.now_ms());
         let closed = if left_ms == 0 {
-            Err(Unfinished::Failed("no time was left to close it before the answer".into()))
+            self.close_work(&close, closing.why).await
         } else {
             within(self.clock.as_ref(), left_ms, self.close_work(&close, closing.why)).await.unwrap_or_else(|| {
                 Err(Unfinished::Failed(format!(
