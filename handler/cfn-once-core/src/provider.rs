@@ -57,6 +57,12 @@ pub struct ProviderContext {
     /// find it. `None` for a first run, and for a poll that follows a finished wait (the fence
     /// grows with every poll, so the fence alone cannot tell a takeover).
     pub took_over_from: Option<u64>,
+    /// What ends the run at [`ProviderContext::deadline_ms`]: the request's deadline, or this
+    /// handler's own Lambda invocation. A provider that starts work it cannot take back (a
+    /// synchronous Invoke keeps running after its caller hangs up) needs to know: past the
+    /// request's deadline nobody runs the provider again, while a run cut at the invocation's
+    /// end is answered FAILED although the work may go on.
+    pub ended_by: RunEnd,
     clock: Arc<dyn Clock>,
     lease_lost: Arc<AtomicBool>,
 }
@@ -81,9 +87,16 @@ impl ProviderContext {
             request_type: request.kind().unwrap_or(RequestKind::Create),
             deadline_ms,
             took_over_from: None,
+            ended_by: RunEnd::RequestDeadline,
             clock,
             lease_lost,
         }
+    }
+
+    /// The same context, its run ended by `ended_by` (see [`ProviderContext::ended_by`]).
+    pub fn ended_by(mut self, ended_by: RunEnd) -> Self {
+        self.ended_by = ended_by;
+        self
     }
 
     /// The same context, for an execution that took over from one that held `fence` (see
@@ -119,6 +132,17 @@ impl ProviderContext {
     pub fn lease_lost(&self) -> bool {
         self.lease_lost.load(Ordering::SeqCst)
     }
+}
+
+/// What ends a provider's run ([`ProviderContext::ended_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The request's deadline (its lease cap): past it the request is answered FAILED and the
+    /// provider never runs again for it.
+    RequestDeadline,
+    /// This handler's Lambda invocation, less the time kept to answer: it ends sooner than the
+    /// request's deadline.
+    Invocation,
 }
 
 /// A provider's answer.

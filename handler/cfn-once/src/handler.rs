@@ -211,6 +211,9 @@ impl Handler {
             Configured::Sweeper(config) => return run_sweeper(config, &sdk).await,
             Configured::Handler(config) => Config::clone(config),
         };
+        if let Some(handler_timeout_s) = config.handler_timeout_s {
+            functions_fit(&config, &sdk, handler_timeout_s).await?;
+        }
         let metrics = crate::metrics::install(&config.region, config.role.as_str())
             .map_err(|error| Error::Setup(error.to_string()))?;
         let router = self.router(&config, &sdk);
@@ -226,6 +229,23 @@ impl Handler {
             .await
             .map_err(|error| Error::Runtime(error.to_string()))
     }
+}
+
+/// Refuses to start a handler whose invocations, `handler_timeout_s` long, cannot wait for one of
+/// its `CFN_ONCE_FUNCTIONS` functions (`providers::function::timeouts`): such a function would be
+/// cut off while it may still run, so no request of its type could be answered once.
+async fn functions_fit(config: &Config, sdk: &SdkConfig, handler_timeout_s: u64) -> Result<(), Error> {
+    use crate::providers::function::{LambdaInvoker, timeouts};
+    if config.functions.is_empty() {
+        return Ok(());
+    }
+    let invoker = LambdaInvoker::new(sdk);
+    let functions = config.functions.iter().flat_map(|route| {
+        std::iter::once(route.on_event.as_str()).chain(route.is_complete.as_ref().map(|f| f.as_str()))
+    });
+    timeouts::check_at_start(functions, &invoker, handler_timeout_s, config.settings().reserve_ms())
+        .await
+        .map_err(Error::Setup)
 }
 
 /// The scheduled sweeper: one sweep per invocation, within the invocation's time.

@@ -124,6 +124,12 @@ pub struct Config {
     /// of this region where functions that answer by themselves PUT their answers, each to an
     /// object presigned for one execution. The regional template creates it.
     pub answer_bucket: Option<String>,
+    /// `CFN_ONCE_HANDLER_TIMEOUT_S` (default none): this handler's own Lambda timeout, in
+    /// seconds (the regional template passes `FunctionTimeoutSeconds`). With it, the handler
+    /// refuses to start when a `CFN_ONCE_FUNCTIONS` function's timeout does not fit in one of
+    /// its invocations with the time kept to answer, since such a function could be cut off
+    /// while it may still be running. Without it, that is found only when a request runs.
+    pub handler_timeout_s: Option<u64>,
 }
 
 /// Every problem found in the environment.
@@ -281,6 +287,8 @@ impl Config {
                 "CFN_ONCE_FUNCTIONS names a function that answers by itself (cfn-response:), which needs CFN_ONCE_ANSWER_BUCKET: the bucket its answers are PUT to".into(),
             );
         }
+        let handler_timeout_s =
+            vars.get("CFN_ONCE_HANDLER_TIMEOUT_S").map(|_| vars.number("CFN_ONCE_HANDLER_TIMEOUT_S", 0, 1, 900));
         let provider_environment = match vars.get("CFN_ONCE_PROVIDER_ENVIRONMENT") {
             None => std::collections::BTreeMap::new(),
             Some(text) => provider_environment(&text).unwrap_or_else(|why| {
@@ -319,6 +327,7 @@ impl Config {
             provider_environment,
             functions,
             answer_bucket,
+            handler_timeout_s,
         };
         problems.extend(checks::problems(&config, lookup("CFN_ONCE_RESERVE_MS").is_some()));
         if problems.is_empty() { Ok(config) } else { Err(ConfigError { problems }) }

@@ -166,6 +166,12 @@ impl ProviderTest {
         self.polls.load(Ordering::SeqCst)
     }
 
+    /// The kit's clock (shared), for fakes whose calls take time: a fake that sleeps on it
+    /// takes that long in the kit's deliveries.
+    pub fn clock(&self) -> ManualClock {
+        self.clock.clone()
+    }
+
     /// Moves the kit's clock forward.
     pub fn advance_ms(&self, delta_ms: u64) {
         self.clock.advance_ms(delta_ms);

@@ -29,7 +29,7 @@ use crate::clock::within;
 use crate::lease::{Conditional, PollRecord, StoreError};
 use crate::metrics::MetricEvent;
 use crate::ownership::Fence;
-use crate::provider::{Progress, ProviderContext, ProviderError, Waiting};
+use crate::provider::{Progress, ProviderContext, ProviderError, RunEnd, Waiting};
 use crate::random::full_jitter_ms;
 use crate::request::Request;
 use crate::response::{Outcome, foreign_text};
@@ -178,7 +178,12 @@ impl Worker {
             describe(job.request),
             window.kept_ms.div_ceil(1000)
         );
-        let outcome = match self.supervise(job, fence, took_over_from, poll.as_ref(), window.end_ms, reason).await {
+        let ended_by = match window.bound {
+            RunBound::Request => RunEnd::RequestDeadline,
+            RunBound::Invocation => RunEnd::Invocation,
+        };
+        let run_end = (window.end_ms, ended_by);
+        let outcome = match self.supervise(job, fence, took_over_from, poll.as_ref(), run_end, reason).await {
             Run::Finished(outcome) => outcome,
             Run::InProgress(waiting) => return self.wait(job, fence, waiting, poll.as_ref()).await,
             Run::LeaseLost => {
@@ -280,14 +285,15 @@ impl Worker {
 
     /// Runs the provider (with retries of transient errors) while heartbeating the lease, until
     /// it finishes, the lease is lost, or `run_deadline_ms` passes (then the answer is FAILED
-    /// with `late_reason`). With `poll`, the provider's work in progress is polled instead.
+    /// with `late_reason`), which `ended_by` names to the provider. With `poll`, the provider's
+    /// work in progress is polled instead.
     async fn supervise(
         &self,
         job: &Job<'_>,
         fence: u64,
         took_over_from: Option<u64>,
         poll: Option<&PollRecord>,
-        run_deadline_ms: u64,
+        (run_deadline_ms, ended_by): (u64, RunEnd),
         late_reason: String,
     ) -> Run {
         let request = job.request;
@@ -303,7 +309,8 @@ impl Worker {
             Arc::clone(&self.clock),
             Arc::clone(&lease_lost),
         )
-        .taking_over_from(took_over_from);
+        .taking_over_from(took_over_from)
+        .ended_by(ended_by);
         let work = self.run_provider(job.origin, &context, poll);
         let mut work = std::pin::pin!(work);
         let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);

@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 use super::{FunctionInvoker, FunctionProvider, InvokeError, Invoked, UNREADABLE_POLLS_MAX};
 use crate::providers::answers_itself::{self, AnswerDrop, AnswerObject, DropError};
 
+/// The fake functions' own timeout: well within the kit's invocations.
+const FUNCTION_TIMEOUT_MS: u64 = 30_000;
+
 /// A fake answer bucket: objects in memory, URLs that name their key.
 #[derive(Debug, Default)]
 struct Bucket {
@@ -83,6 +86,10 @@ struct Responder {
 
 #[async_trait]
 impl FunctionInvoker for Responder {
+    async fn timeout_ms(&self, _function: &str) -> Result<u64, InvokeError> {
+        Ok(FUNCTION_TIMEOUT_MS)
+    }
+
     async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
         let event: Value = serde_json::from_slice(&payload).unwrap();
         self.events.lock().unwrap().push(event.clone());
@@ -276,6 +283,10 @@ struct Once {
 
 #[async_trait]
 impl FunctionInvoker for Once {
+    async fn timeout_ms(&self, _function: &str) -> Result<u64, InvokeError> {
+        Ok(FUNCTION_TIMEOUT_MS)
+    }
+
     async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
         let event: Value = serde_json::from_slice(&payload).unwrap();
         let url = event["ResponseURL"].as_str().unwrap().strip_prefix("https://").unwrap().to_owned();
@@ -357,6 +368,10 @@ struct TwicePutter {
 
 #[async_trait]
 impl FunctionInvoker for TwicePutter {
+    async fn timeout_ms(&self, _function: &str) -> Result<u64, InvokeError> {
+        Ok(FUNCTION_TIMEOUT_MS)
+    }
+
     async fn invoke(&self, _function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
         let event: Value = serde_json::from_slice(&payload).unwrap();
         self.bucket.put(&event, "SUCCESS", "first-put", "one");

@@ -1,8 +1,11 @@
 //! Invoking a function synchronously: the port ([`FunctionInvoker`]), its AWS adapter
 //! ([`LambdaInvoker`], which classifies a failed Invoke by whether the function certainly did
 //! not run, may have run, or never will), and what an Invoke's outcome means for the provider
-//! (`Caller`: retried, run again only under a higher fence, or FAILED).
+//! (`Caller`: retried, run again only under a higher fence, or FAILED). How long an Invoke
+//! waits is the function's own timeout, never the run's (`timeouts.rs`).
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,7 +13,11 @@ use cfn_once_core::provider::{ProviderContext, ProviderError};
 use serde_json::{Map, Value};
 
 use super::payload::{function_error, kind_of, with_cfn_once};
+use super::timeouts::{Plan, plan};
 use crate::aws::{Failure, classify};
+
+/// How long reading a function's configuration may take.
+const CONFIGURATION_TIMEOUT_MS: u64 = 5_000;
 
 /// What a synchronous invoke returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,12 +50,19 @@ pub enum InvokeError {
 pub trait FunctionInvoker: Send + Sync + std::fmt::Debug {
     /// Invokes `function` (a name or ARN) with `payload`, giving up after `timeout_ms`.
     async fn invoke(&self, function: &str, payload: Vec<u8>, timeout_ms: u64) -> Result<Invoked, InvokeError>;
+
+    /// `function`'s own timeout (Lambda stops it then), in ms.
+    async fn timeout_ms(&self, function: &str) -> Result<u64, InvokeError>;
 }
 
-/// The AWS Lambda Invoke API through `aws-sdk-lambda`, one attempt per call (the worker retries).
+/// The AWS Lambda Invoke API through `aws-sdk-lambda`, one attempt per call (the worker retries),
+/// and each function's timeout from `GetFunctionConfiguration`, read once per function and kept
+/// for the life of the process (a function whose timeout changes is served with the new one by
+/// the next execution environment).
 #[derive(Debug, Clone)]
 pub struct LambdaInvoker {
     client: aws_sdk_lambda::Client,
+    timeouts_ms: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl LambdaInvoker {
@@ -57,7 +71,7 @@ impl LambdaInvoker {
         let config = aws_sdk_lambda::config::Builder::from(sdk)
             .retry_config(aws_sdk_lambda::config::retry::RetryConfig::standard().with_max_attempts(1))
             .build();
-        Self { client: aws_sdk_lambda::Client::from_conf(config) }
+        Self { client: aws_sdk_lambda::Client::from_conf(config), timeouts_ms: Arc::default() }
     }
 }
 
@@ -95,16 +109,46 @@ impl FunctionInvoker for LambdaInvoker {
         let payload = output.payload.map(|blob| blob.into_inner()).unwrap_or_default();
         Ok(if output.function_error.is_some() { Invoked::FunctionError(payload) } else { Invoked::Response(payload) })
     }
+
+    async fn timeout_ms(&self, function: &str) -> Result<u64, InvokeError> {
+        if let Some(known) = self.timeouts_ms.lock().unwrap_or_else(PoisonError::into_inner).get(function) {
+            return Ok(*known);
+        }
+        let why = |text: String| format!("could not read {function}'s configuration (its timeout): {text}");
+        let call = self.client.get_function_configuration().function_name(function).send();
+        let output = match tokio::time::timeout(Duration::from_millis(CONFIGURATION_TIMEOUT_MS), call).await {
+            // A read: nothing ran, and it can be tried again.
+            Err(_) => {
+                return Err(InvokeError::Transient(why(format!("no answer within {CONFIGURATION_TIMEOUT_MS} ms"))));
+            }
+            Ok(Ok(output)) => output,
+            Ok(Err(error)) => {
+                return Err(match classify(&error) {
+                    Failure::Permanent(text) => InvokeError::Permanent(why(format!(
+                        "{text} (the handler needs lambda:GetFunctionConfiguration on the function, next to lambda:InvokeFunction)"
+                    ))),
+                    other => InvokeError::Transient(why(other.into_text())),
+                });
+            }
+        };
+        // Lambda's default, 3 s, when the configuration does not say.
+        let timeout_ms = u64::try_from(output.timeout.unwrap_or(3)).unwrap_or(3).max(1) * 1000;
+        self.timeouts_ms.lock().unwrap_or_else(PoisonError::into_inner).insert(function.to_owned(), timeout_ms);
+        Ok(timeout_ms)
+    }
 }
 
-/// One route's Invokes, each carrying the `CfnOnce` object of `region` and cut at the run's
-/// remaining time.
+/// One route's Invokes, each carrying the `CfnOnce` object of `region` and waiting as long as
+/// the function can run (`timeouts::plan`).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Caller<'a> {
     /// This handler's region, as the function is told it.
     pub(super) region: &'a str,
     /// Where the Invokes go.
     pub(super) invoker: &'a dyn FunctionInvoker,
+    /// Whether the route's function answers by itself (then an Invoke it cannot wait for is
+    /// cut, and its answer read from its object).
+    pub(super) answers_itself: bool,
 }
 
 impl Caller<'_> {
@@ -115,13 +159,24 @@ impl Caller<'_> {
         function: &str,
         event: Map<String, Value>,
     ) -> Result<Invoked, ProviderError> {
-        let payload = with_cfn_once(ctx, self.region, event);
-        self.invoker.invoke(function, payload, ctx.remaining_ms().max(1)).await.map_err(|error| match error {
+        let provider_error = |error| match error {
             InvokeError::Transient(why) => ProviderError::Transient(why),
             // Invoked again only under a higher fence: the function may be running still.
             InvokeError::Unknown(why) => ProviderError::Unknown(why),
             InvokeError::Permanent(why) => ProviderError::Failed(why),
-        })
+        };
+        let function_timeout_ms = self.invoker.timeout_ms(function).await.map_err(|error| match error {
+            // Reading a configuration runs nothing.
+            InvokeError::Unknown(why) => ProviderError::Transient(why),
+            other => provider_error(other),
+        })?;
+        let timeout_ms =
+            match plan(function, function_timeout_ms, ctx.remaining_ms(), ctx.ended_by, self.answers_itself) {
+                Plan::Invoke { timeout_ms } => timeout_ms,
+                Plan::Refuse(why) => return Err(ProviderError::Failed(why)),
+            };
+        let payload = with_cfn_once(ctx, self.region, event);
+        self.invoker.invoke(function, payload, timeout_ms).await.map_err(provider_error)
     }
 
     /// One call of `function` with `event`: its answer as a JSON object, or why not.

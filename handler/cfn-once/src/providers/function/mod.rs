@@ -46,6 +46,7 @@
 mod answer_object;
 mod invoke;
 mod payload;
+pub mod timeouts;
 
 #[cfg(test)]
 mod answer_object_tests;
@@ -103,7 +104,7 @@ impl FunctionProvider {
 
     /// This route's Invokes.
     fn caller(&self) -> Caller<'_> {
-        Caller { region: &self.region, invoker: self.invoker.as_ref() }
+        Caller { region: &self.region, invoker: self.invoker.as_ref(), answers_itself: self.route.answers_itself }
     }
 
     /// The answer-object path of this route, which needs the answer bucket.

@@ -6,21 +6,40 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use cfn_once_core::aws_names::FunctionRef;
+use cfn_once_core::clock::{Clock, ManualClock};
 use cfn_once_core::config::FunctionRoute;
 use cfn_once_core::response::Status;
 use cfn_once_core::testing::ProviderTest;
 use serde_json::{Value, json};
 
+use super::timeouts::{INVOKE_SLACK_MS, handler_timeout_needed_s};
 use super::{FunctionInvoker, FunctionProvider, InvokeError, Invoked};
 
-/// A fake Lambda: answers from a script per function, and keeps every event it was given.
+/// A fake Lambda: answers from a script per function, and keeps every event it was given and
+/// the client timeout of every Invoke.
 #[derive(Debug, Default)]
 struct Script {
     answers: Mutex<BTreeMap<String, VecDeque<Result<Invoked, InvokeError>>>>,
     events: Mutex<Vec<(String, Value)>>,
+    /// Every function's own timeout, in ms ([`FUNCTION_TIMEOUT_MS`] when not set).
+    function_timeout_ms: Option<u64>,
+    /// How long every Invoke runs, on the kit's clock (none: it answers at once). An Invoke
+    /// whose client gives up first is an unknown outcome, as `LambdaInvoker` reports it.
+    runs_for: Option<(ManualClock, u64)>,
+    timeouts_ms: Mutex<Vec<u64>>,
 }
 
+/// The fake functions' own timeout, unless a test sets one: well within the kit's invocations.
+const FUNCTION_TIMEOUT_MS: u64 = 30_000;
+
 impl Script {
+    /// Functions whose own timeout is `timeout_ms` and whose every run takes `run_ms` on `clock`.
+    fn slow(clock: ManualClock, timeout_ms: u64, run_ms: u64) -> Self {
+        Self { function_timeout_ms: Some(timeout_ms), runs_for: Some((clock, run_ms)), ..Self::default() }
+    }
+    fn timeouts_ms(&self) -> Vec<u64> {
+        self.timeouts_ms.lock().unwrap().clone()
+    }
     fn then(&self, function: &str, answer: Result<Invoked, InvokeError>) -> &Self {
         self.answers.lock().unwrap().entry(function.into()).or_default().push_back(answer);
         self
@@ -32,14 +51,27 @@ impl Script {
 
 #[async_trait]
 impl FunctionInvoker for Script {
-    async fn invoke(&self, function: &str, payload: Vec<u8>, _timeout_ms: u64) -> Result<Invoked, InvokeError> {
+    async fn invoke(&self, function: &str, payload: Vec<u8>, timeout_ms: u64) -> Result<Invoked, InvokeError> {
         self.events.lock().unwrap().push((function.into(), serde_json::from_slice(&payload).unwrap()));
+        self.timeouts_ms.lock().unwrap().push(timeout_ms);
+        if let Some((clock, run_ms)) = &self.runs_for {
+            clock.sleep_ms((*run_ms).min(timeout_ms)).await;
+            if *run_ms > timeout_ms {
+                return Err(InvokeError::Unknown(format!(
+                    "the Invoke of {function} had no answer within {timeout_ms} ms"
+                )));
+            }
+        }
         self.answers
             .lock()
             .unwrap()
             .get_mut(function)
             .and_then(VecDeque::pop_front)
             .unwrap_or_else(|| Err(InvokeError::Permanent(format!("the script has no more answers for {function}"))))
+    }
+
+    async fn timeout_ms(&self, _function: &str) -> Result<u64, InvokeError> {
+        Ok(self.function_timeout_ms.unwrap_or(FUNCTION_TIMEOUT_MS))
     }
 }
 
@@ -48,6 +80,11 @@ fn ok(answer: Value) -> Result<Invoked, InvokeError> {
 }
 
 fn kit(script: &Arc<Script>, is_complete: bool) -> ProviderTest {
+    kit_on(ProviderTest::new(), script, is_complete)
+}
+
+/// `kit`'s provider on `test`, a kit set up by the caller (its invocations' length).
+fn kit_on(test: ProviderTest, script: &Arc<Script>, is_complete: bool) -> ProviderTest {
     let route = FunctionRoute {
         resource_type: "Custom::Reservation".into(),
         on_event: FunctionRef::parse("on-event", "us-east-1").unwrap(),
@@ -55,7 +92,7 @@ fn kit(script: &Arc<Script>, is_complete: bool) -> ProviderTest {
         answers_itself: false,
     };
     let invoker: Arc<dyn FunctionInvoker> = script.clone();
-    ProviderTest::new().provider("Custom::Reservation", FunctionProvider::new(route, "us-east-1", invoker))
+    test.provider("Custom::Reservation", FunctionProvider::new(route, "us-east-1", invoker))
 }
 
 #[test]
@@ -227,4 +264,77 @@ fn an_is_complete_whose_outcome_is_unknown_is_polled_again_under_a_higher_fence(
     let fences: Vec<Value> =
         script.events().iter().map(|(_, event)| event["CfnOnce"]["Fence"]["Value"].clone()).collect();
     assert_eq!(fences, vec![json!(1), json!(2), json!(3)]);
+}
+
+/// The reason of `answer`, which must be FAILED.
+fn failed_reason(answer: &cfn_once_core::testing::Answer) -> String {
+    assert_eq!(answer.status(), Some(Status::Failed), "{:?}", answer.reason());
+    answer.reason().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_function_slower_than_the_run_window_runs_once_and_its_cut_off_is_never_an_unknown_outcome() {
+    // The request's ServiceTimeout (300 s) ends the run long before the function (its own
+    // timeout 600 s, a run of 400 s) answers; the handler's invocation is Lambda's longest.
+    let test = ProviderTest::new().function_timeout_ms(900_000);
+    let script = Arc::new(Script::slow(test.clock(), 600_000, 400_000));
+    script.then("on-event", ok(json!({"PhysicalResourceId": "r-io"})));
+    let mut kit = kit_on(test, &script, false);
+    let failed = kit.create("Custom::Reservation", json!({"Name": "io", "ServiceTimeout": "300"}));
+    let reason = failed_reason(&failed);
+    assert_eq!(script.events().len(), 1, "invoked once, never again under a higher fence: {reason}");
+    assert_eq!(
+        script.timeouts_ms(),
+        vec![600_000 + INVOKE_SLACK_MS],
+        "the Invoke waits for the function's own timeout"
+    );
+    assert!(reason.contains("did not finish before"), "{reason}");
+    assert!(!reason.contains("unknown"), "cfn-once's own cut-off is not an unknown outcome: {reason}");
+}
+
+#[test]
+fn a_function_that_works_longer_than_the_old_window_is_answered_from_one_run_in_a_handler_sized_for_it() {
+    // The function: 90 s of work, its own timeout 300 s, in a handler sized for it
+    // (where a 60 s handler ran it six times, each run overlapping the last).
+    let reserve_ms = cfn_once_core::config::Config::from_lookup(|name| match name {
+        "AWS_REGION" => Some("us-east-1".into()),
+        "CFN_ONCE_ROLE" => Some("primary".into()),
+        "CFN_ONCE_TABLE" => Some("t".into()),
+        "CFN_ONCE_TOPIC_ARNS" => Some("arn:aws:sns:us-east-1:123456789012:t".into()),
+        _ => None,
+    })
+    .unwrap()
+    .settings()
+    .reserve_ms();
+    let handler_s = handler_timeout_needed_s(300_000, reserve_ms);
+    let test = ProviderTest::new().function_timeout_ms(handler_s * 1000);
+    let script = Arc::new(Script::slow(test.clock(), 300_000, 90_000));
+    script.then("on-event", ok(json!({"PhysicalResourceId": "r-jo"})));
+    let mut kit = kit_on(test, &script, false);
+    let created = kit.create("Custom::Reservation", json!({"Name": "jo", "ServiceTimeout": "420"}));
+    assert_eq!(
+        (created.status(), created.physical_resource_id()),
+        (Some(Status::Success), "r-jo"),
+        "{:?}",
+        created.reason()
+    );
+    assert_eq!(script.events().len(), 1);
+    assert_eq!(script.timeouts_ms(), vec![300_000 + INVOKE_SLACK_MS]);
+}
+
+#[test]
+fn a_function_that_outlasts_the_handlers_invocation_is_never_invoked_and_the_answer_says_what_to_raise() {
+    // The configuration: a handler invocation of 60 s, a function whose own timeout is
+    // 300 s, a ServiceTimeout of 420 s.
+    for is_complete in [false, true] {
+        let test = ProviderTest::new().function_timeout_ms(60_000);
+        let script = Arc::new(Script::slow(test.clock(), 300_000, 90_000));
+        let mut kit = kit_on(test, &script, is_complete);
+        let failed = kit.create("Custom::Reservation", json!({"Name": "ko", "ServiceTimeout": "420"}));
+        let reason = failed_reason(&failed);
+        assert!(script.events().is_empty(), "never invoked where it could be cut off: {reason}");
+        assert!(reason.contains("on-event was not invoked: its timeout of 300 s outlasts the"), "{reason}");
+        assert!(reason.contains("FunctionTimeoutSeconds"), "{reason}");
+        assert_eq!(kit.provider_runs(), 1, "one run, no run under a higher fence");
+    }
 }
