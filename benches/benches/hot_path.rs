@@ -41,6 +41,7 @@ fn hot_path(c: &mut Criterion) {
         now_ms: 1_800_000_000_000,
         delivery_grace_ms: 5_000,
         poll_lag_ms: 0,
+        head_start_until_ms: 0,
     };
     let seen = Seen::Absent;
     c.bench_function("decide", |b| b.iter(|| decide(black_box(&seen), black_box(&situation))));

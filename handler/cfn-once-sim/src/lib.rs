@@ -412,12 +412,26 @@ mod tests {
                             now_ms: 100_000,
                             delivery_grace_ms: 5_000,
                             poll_lag_ms: 8_000,
+                            head_start_until_ms: 0,
                         };
                         assert_eq!(
                             decide(seen, &situation),
                             crate::frozen::decide_47ab05d(seen, &situation),
                             "{seen:?} {situation:?}"
                         );
+                        // Changed: within the primary's head start, a secondary backs off on a
+                        // request nobody started where the last release acquired. Beside it, an
+                        // old secondary acquires early and races the primary for the lease,
+                        // which the fence settles; only the primary's preference is lost.
+                        let head_start_until_ms = if role == Role::Secondary { 160_000 } else { 0 };
+                        let within = Situation { head_start_until_ms, ..situation };
+                        let fresh = matches!(seen, Seen::Absent | Seen::NewAttempt);
+                        let expected = if fresh && !deadline_near && role == Role::Secondary {
+                            cfn_once_core::decision::Action::BackOff { until_ms: 160_000 }
+                        } else {
+                            decide(seen, &situation)
+                        };
+                        assert_eq!(decide(seen, &within), expected, "{seen:?} {within:?}");
                     }
                 }
             }
