@@ -203,10 +203,13 @@ fn the_handler_knows_the_queues_visibility_and_the_secondarys_delay() {
     let queue = &template["Resources"]["Queue"]["Properties"];
     assert_eq!(variables["CFN_ONCE_VISIBILITY_TIMEOUT_S"], queue["VisibilityTimeout"], "the queue's own mapping");
     assert_eq!(variables["CFN_ONCE_SECONDARY_DELAY_S"], json!({"Ref": "SecondaryDelaySeconds"}));
+    assert_eq!(variables["CFN_ONCE_HEAD_START_S"], json!({"Ref": "HeadStartSeconds"}));
     let deployed = Deployed::regional().expect("infra/regional.yaml");
     let settings = deployed.settings(Role::Secondary, "us-west-2").expect("the template configures the handler");
     assert_eq!(settings.visibility_timeout_s, deployed.default_function_timeout.visibility_s);
     assert_eq!(settings.secondary_delay_s, deployed.secondary_delay_s);
+    // The deployed delay and head start leave failover to a ServiceTimeout of 30 s.
+    assert!(settings.failover_minimum_s().is_some_and(|seconds| seconds <= 30), "{:?}", settings.failover_minimum_s());
 }
 
 #[test]
