@@ -191,6 +191,9 @@ pub enum PutFault {
 pub struct RecordingSink {
     bodies: Mutex<BTreeMap<String, Vec<Vec<u8>>>>,
     faults: Mutex<VecDeque<PutFault>>,
+    /// URLs whose every PUT suffers a fault, whatever the queued ones: S3 failing for one
+    /// bucket (a wait condition handle's) while the others answer.
+    failing: Mutex<BTreeMap<String, PutFault>>,
 }
 
 impl RecordingSink {
@@ -202,6 +205,17 @@ impl RecordingSink {
     /// The next PUT suffers `fault` (faults queue up).
     pub fn inject(&self, fault: PutFault) {
         lock(&self.faults).push_back(fault);
+    }
+
+    /// Every PUT to `url` suffers `fault` until [`RecordingSink::heal`]; [`PutFault::Fail`]
+    /// says which bucket failed.
+    pub fn fail_url(&self, url: &str, fault: PutFault) {
+        lock(&self.failing).insert(url.to_owned(), fault);
+    }
+
+    /// PUTs to `url` are served again.
+    pub fn heal(&self, url: &str) {
+        lock(&self.failing).remove(url);
     }
 
     /// Every body PUT to `url`, in order.
@@ -218,7 +232,11 @@ impl RecordingSink {
 #[async_trait]
 impl ResponseSink for RecordingSink {
     async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
-        let fault = lock(&self.faults).pop_front();
+        let failing = lock(&self.failing).get(url.expose_secret()).copied();
+        if failing == Some(PutFault::Fail) {
+            return Err(PutError::Retryable("injected 503 Slow Down from the URL's bucket".into()));
+        }
+        let fault = failing.or_else(|| lock(&self.faults).pop_front());
         let record = || lock(&self.bodies).entry(url.expose_secret().to_owned()).or_default().push(body.to_vec());
         match fault {
             None | Some(PutFault::Pass) => {

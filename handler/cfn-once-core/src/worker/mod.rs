@@ -291,6 +291,9 @@ impl Worker {
         };
         // A Delete, or an Update that names a new handle, first closes the work it ends: no
         // poll of it commits after this, and its handle has its one signal before the answer.
+        // A close that cannot finish by the deadline margin leaves the request to be answered
+        // FAILED, saying why (`unclosed`).
+        let mut unclosed = None;
         if let Some(closing) = work::to_close(request) {
             // As for any request: a standby primary leaves it to the active region, unless its
             // deadline is near.
@@ -303,11 +306,9 @@ impl Worker {
             if settings.role == Role::Primary && activity == Activity::Standby && !situation.deadline_near {
                 return self.leave_message(&job);
             }
-            let work_request = crate::work::work_request(request, closing.spec);
-            // The close keeps the closing request's deadline: its answer is what is owed.
-            let close = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
-            if let Err(disposition) = self.close_work(&close, closing.why).await {
-                return disposition;
+            match self.close_before(&job, &closing).await {
+                Ok(why) => unclosed = why,
+                Err(disposition) => return disposition,
             }
         }
         let (activity, seen) = match settings.role {
@@ -340,7 +341,7 @@ impl Worker {
             // A secondary's decisions do not depend on it: see `decision`.
             Role::Secondary => (Activity::Standby, self.first_look(&job, Activity::Standby).await),
         };
-        let acted = self.act(&job, activity, seen).await;
+        let acted = self.act(&job, activity, seen, unclosed.as_deref()).await;
         // A resource with a wait condition: once its answer (SUCCESS, handed over) is
         // delivered, every delivery of its message goes on to the work, until the work's signal
         // is delivered too. Whether it was handed over is read from the committed answer, so
@@ -353,15 +354,22 @@ impl Worker {
                 let budget = Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms);
                 let work = Job { request: &work_request, phase: Phase::Work, budget, work_after: None, ..job.clone() };
                 let seen = self.first_look(&work, activity).await;
-                self.act(&work, activity, seen).await.disposition
+                self.act(&work, activity, seen, None).await.disposition
             }
             _ => acted.disposition,
         }
     }
 
     /// Decides on `seen` (the record as this delivery first found it) and acts, deciding again
-    /// when the record changed under it.
-    async fn act(&self, job: &Job<'_>, activity: Activity, mut seen: Result<Seen, StoreError>) -> Acted {
+    /// when the record changed under it. `unclosed` says why the work the request ends could
+    /// not be closed, near its deadline: the Reason of the FAILED answer the table then gives.
+    async fn act(
+        &self,
+        job: &Job<'_>,
+        activity: Activity,
+        mut seen: Result<Seen, StoreError>,
+        unclosed: Option<&str>,
+    ) -> Acted {
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
                 Ok(current) => current,
@@ -381,7 +389,7 @@ impl Worker {
                     return self.run_and_answer(job, fence, took_over, took_over_from, poll).await;
                 }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
-                    return self.fail_without_running(job, fence, took_over, poll).await.into();
+                    return self.fail_without_running(job, fence, took_over, poll, unclosed).await.into();
                 }
                 Action::Deliver { fence, response } => {
                     tracing::Span::current().record("fence", fence);

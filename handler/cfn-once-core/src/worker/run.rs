@@ -157,7 +157,7 @@ impl Worker {
         let now_ms = self.clock.now_ms();
         if window.closed(now_ms) {
             // The lease was taken where no lease may reach any more: answer without running.
-            return self.fail_without_running(job, fence, took_over, poll).await;
+            return self.fail_without_running(job, fence, took_over, poll, None).await;
         }
         if window.too_short(now_ms) {
             // Taking the lease used up this invocation (a slow store): rather than answer FAILED
@@ -248,19 +248,27 @@ impl Worker {
     }
 
     /// Commits and PUTs FAILED without running the provider: the request's deadline leaves no
-    /// time to run it. With work in progress, the Reason says how long it waited.
+    /// time to run it. With work in progress, the Reason says how long it waited; with a work
+    /// the request ends that could not be closed (`unclosed`), why not.
     pub(super) async fn fail_without_running(
         &self,
         job: &Job<'_>,
         fence: u64,
         took_over: bool,
         poll: Option<PollRecord>,
+        unclosed: Option<&str>,
     ) -> Disposition {
         tracing::Span::current().record("fence", fence);
         let now_ms = self.clock.now_ms();
-        let reason = match &poll {
-            Some(poll) => still_in_progress(job, poll, now_ms),
-            None => format!(
+        let reason = match (&poll, unclosed) {
+            (Some(poll), _) => still_in_progress(job, poll, now_ms),
+            (None, Some(why)) => format!(
+                "{} failed: could not close the work of its wait condition before {}, set by {}: {why}; answering FAILED rather than letting CloudFormation wait (the provider did not run, and the work is closed before any later request of the resource goes on)",
+                describe(job.request),
+                job.phase.deadline_name(),
+                job.budget.deadline.describe(),
+            ),
+            (None, None) => format!(
                 "no region could run {} before {}, set by {}; answering FAILED rather than letting CloudFormation wait",
                 describe(job.request),
                 job.phase.deadline_name(),

@@ -287,3 +287,104 @@ fn an_update_whose_new_handle_is_refused_fails_and_leaves_the_old_work_running()
     assert_eq!(work_record(&h), waiting, "the old work goes on");
     assert!(h.sink.bodies(HANDLE).is_empty());
 }
+
+/// The Delete of the five-hour work with a `service_timeout_s` ServiceTimeout.
+fn short_delete(service_timeout_s: u64) -> String {
+    delete_of(json!({
+        "DeleteInProgressForS": "0", HANDLE_PROPERTY: HANDLE, TIMEOUT_PROPERTY: "43200",
+        "ServiceTimeout": service_timeout_s.to_string(),
+    }))
+}
+
+#[test]
+fn a_close_that_cannot_deliver_its_signal_answers_the_delete_failed_in_its_margin_saying_why() {
+    // A retained-then-deleted stack, or S3 failing for the handle's bucket: the close commits
+    // the work's FAILURE and cannot PUT it. The Delete used to be retried until CloudFormation
+    // gave up after its whole ServiceTimeout; it is answered FAILED before its deadline.
+    let h = Harness::new();
+    let (create, sent_ms) = start_five_hour_work(&h);
+    h.clock.advance_ms(30 * 60 * 1000);
+    h.sink.fail_url(HANDLE, PutFault::Fail);
+    let delete = short_delete(300);
+    let delete_sent_ms = h.clock.now_ms();
+    let deadline_ms = delete_sent_ms + 300_000;
+    let margin_ms = settings("us-east-1").deadline_margin_ms;
+    let first = deliver(&h, &h.worker("us-east-1"), &delete, delete_sent_ms, 1);
+    assert!(
+        matches!(&first, Disposition::Retry { why, .. } if why.contains("could not send the work's FAILURE signal")),
+        "retried while the Delete can still be served: {first:?}"
+    );
+    assert!(h.sink.bodies(OTHER_URL).is_empty());
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &delete, delete_sent_ms, 2);
+    assert_eq!(answered(&done).1, Status::Failed);
+    let now_ms = h.clock.now_ms();
+    assert!(now_ms < deadline_ms, "answered before the deadline: {} s late", (now_ms - deadline_ms) / 1000);
+    assert!(now_ms >= deadline_ms - margin_ms, "answered FAILED only in the deadline margin");
+    let answers = h.bodies(OTHER_URL);
+    assert_eq!(answers.len(), 1);
+    let reason = answers[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("could not close the work of its wait condition"), "{reason}");
+    assert!(reason.contains("injected 503 Slow Down"), "it says why: {reason}");
+    assert!(!reason.contains("X-Amz-Signature"), "the handle is a secret: {reason}");
+    // The close committed the work's FAILURE under its fence: no poll commits after it, and
+    // the work's own copy delivers it once the handle's bucket answers again.
+    let work = work_record(&h);
+    assert_eq!((work.state, work.delivered), (LeaseState::Committed, false));
+    h.sink.heal(HANDLE);
+    let sent = deliver(&h, &h.worker("us-west-2"), &create, sent_ms, 2);
+    assert_eq!(sent, Disposition::Done(Done::Replayed { fence: work.fence }));
+    let signals = signals(&h, HANDLE);
+    assert_eq!((signals.len(), signals[0].status), (1, SignalStatus::Failure));
+    // The stack's delete, tried again, closes nothing more and is answered SUCCESS.
+    let mut again: Value = serde_json::from_str(&short_delete(300)).expect("json");
+    again["RequestId"] = json!("req-delete-again");
+    again["ResponseURL"] = json!(THIRD_URL);
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &again.to_string(), h.clock.now_ms(), 1);
+    assert_eq!(answered(&done).1, Status::Success);
+    assert_eq!(h.sink.bodies(HANDLE).len(), 1, "one signal");
+    assert_eq!(h.bodies(OTHER_URL).len(), 1, "the first Delete was answered once");
+}
+
+#[test]
+fn a_close_that_recovers_before_the_margin_still_answers_the_delete_success() {
+    let h = Harness::new();
+    start_five_hour_work(&h);
+    h.clock.advance_ms(30 * 60 * 1000);
+    h.sink.fail_url(HANDLE, PutFault::Fail);
+    let delete = short_delete(300);
+    let delete_sent_ms = h.clock.now_ms();
+    let first = deliver(&h, &h.worker("us-east-1"), &delete, delete_sent_ms, 1);
+    let Disposition::Retry { delay_s, .. } = first else { panic!("{first:?}") };
+    h.clock.advance_ms(u64::from(delay_s) * 1000);
+    h.sink.heal(HANDLE);
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &delete, delete_sent_ms, 2);
+    assert_eq!(answered(&done).1, Status::Success, "bookkeeping never fails a Delete that can be served");
+    let signals = signals(&h, HANDLE);
+    assert_eq!((signals.len(), signals[0].status), (1, SignalStatus::Failure));
+    assert!(answer_record(&h, "req-delete").updated_ms >= work_record(&h).updated_ms, "the signal came first");
+}
+
+#[test]
+fn a_close_that_hangs_in_the_margin_is_cut_in_time_for_the_deletes_failed_answer() {
+    // The Delete's copy that reaches the handler 15 s before its deadline (its primary died):
+    // the PUTs of the close's signal hang, and the Delete is still answered before the
+    // deadline (the PUT's own attempts would have run past it).
+    let h = Harness::new();
+    let (create, sent_ms) = start_five_hour_work(&h);
+    h.clock.advance_ms(30 * 60 * 1000);
+    let delete = short_delete(60);
+    let delete_sent_ms = h.clock.now_ms() - 45_000;
+    h.sink.fail_url(HANDLE, PutFault::Hang);
+    let secondary = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let done = deliver(&h, &secondary, &delete, delete_sent_ms, 1);
+    assert_eq!(answered(&done).1, Status::Failed);
+    assert!(h.clock.now_ms() < delete_sent_ms + 60_000, "before the deadline");
+    let reason = h.bodies(OTHER_URL)[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("could not close the work") && reason.contains("did not finish within"), "{reason}");
+    // The close's FAILURE was committed: the work's copy sends it once the bucket answers.
+    h.sink.heal(HANDLE);
+    h.clock.advance_ms(60_000);
+    let sent = deliver(&h, &h.worker("us-east-1"), &create, sent_ms, 2);
+    assert!(matches!(sent, Disposition::Done(Done::Replayed { .. })), "{sent:?}");
+    assert_eq!(signals(&h, HANDLE).len(), 1);
+}

@@ -18,10 +18,20 @@
 //! ends by the time it had written; the closing request goes on after that end, so its
 //! provider does not run beside that poll, unless waiting for it would bring its own deadline
 //! near: then its answer comes first.
+//!
+//! A close that cannot finish (the store or the handle's S3 failing) is retried, and once the
+//! closing request's deadline is near it is answered FAILED saying why, rather than left for
+//! CloudFormation to time out after its whole ServiceTimeout (`Worker::close_before`). Only
+//! FAILED: a request is never answered SUCCESS while its work may still signal, and a close
+//! whose write had an unknown outcome is not taken as not applied (a signal it committed is
+//! delivered by the work's own copies, `Worker::superseded_work`). The close's calls end in
+//! time for that answer (what a taker-over needs in the deadline margin), so it comes before
+//! the deadline.
 
-use super::job::{Job, describe};
+use super::job::{Job, Phase, describe};
 use super::store::Prior;
 use super::{DECISIONS_MAX, Worker};
+use crate::clock::within;
 use crate::lease::{LeaseRecord, LeaseState, Seen, StoreError};
 use crate::request::{Request, RequestKind};
 use crate::response::{Outcome, Status};
@@ -34,6 +44,15 @@ pub(super) struct Closing<'a> {
     pub(super) spec: &'a WaitSpec,
     /// The FAILURE signal's Reason, if nothing was signalled yet.
     pub(super) why: &'static str,
+}
+
+/// Why a close did not finish in this delivery.
+pub(super) enum Unfinished {
+    /// It waits for something on its way (a signal just committed, which its committer is
+    /// sending; the lease of a poll it stopped): the disposition brings the message back then.
+    Waits(Disposition),
+    /// It failed, saying why: retried, or answered FAILED near the request's deadline.
+    Failed(String),
 }
 
 /// The work `request` ends before it is handled, if any: a Delete's, on the handle its
@@ -61,9 +80,50 @@ pub(super) fn to_close(request: &Request) -> Option<Closing<'_>> {
 }
 
 impl Worker {
+    /// Closes the work `closing` names before `job`'s request goes on. `Ok(None)`: closed, go
+    /// on. `Ok(Some(why))`: the close could not finish and the request's deadline is near: the
+    /// request is answered FAILED saying why (the decision table answers FAILED in the margin
+    /// anyway; this only keeps the close from holding that answer past the deadline). `Err`:
+    /// the disposition to come back with.
+    pub(super) async fn close_before(
+        &self,
+        job: &Job<'_>,
+        closing: &Closing<'_>,
+    ) -> Result<Option<String>, Disposition> {
+        let work_request = crate::work::work_request(job.request, closing.spec);
+        // The close keeps the closing request's deadline: its answer is what is owed.
+        let close = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        // Its calls end where the request's own FAILED answer must begin to come before the
+        // deadline: an acquire, a commit and a PUT, what a taker-over needs in the margin. A
+        // call cut there has an unknown outcome, which only that FAILED answer follows. Past
+        // that point (a copy that arrived too late for any answer in time) nothing is gained
+        // by skipping the close: it stops the work first, bounded by its own calls.
+        let end_ms = job.budget.deadline.at_ms.saturating_sub(self.settings.take_over_answer_ms());
+        let left_ms = end_ms.saturating_sub(self.clock.now_ms());
+        let closed = if left_ms == 0 {
+            self.close_work(&close, closing.why).await
+        } else {
+            within(self.clock.as_ref(), left_ms, self.close_work(&close, closing.why)).await.unwrap_or_else(|| {
+                Err(Unfinished::Failed(format!(
+                    "it did not finish within the {} s the request's deadline left it",
+                    left_ms.div_ceil(1000)
+                )))
+            })
+        };
+        match closed {
+            Ok(()) => Ok(None),
+            Err(Unfinished::Waits(disposition)) => Err(disposition),
+            Err(Unfinished::Failed(why)) if job.budget.deadline_near(self.clock.now_ms()) => {
+                tracing::error!(why, "the work could not be closed and the deadline is near; answering FAILED");
+                Ok(Some(why))
+            }
+            Err(Unfinished::Failed(why)) => Err(self.retry(&close, why)),
+        }
+    }
+
     /// Closes the work `job` is about: `Ok` once its signal (the work's own, or FAILURE with
-    /// `why`) is committed and delivered; otherwise the disposition to come back with.
-    pub(super) async fn close_work(&self, job: &Job<'_>, why: &str) -> Result<(), Disposition> {
+    /// `why`) is committed and delivered; otherwise why not.
+    pub(super) async fn close_work(&self, job: &Job<'_>, why: &str) -> Result<(), Unfinished> {
         // The signal a close commits, the same bytes from whichever region closes.
         let reason = format!("{}: {why}", describe(job.origin));
         let (failure, _) = crate::work::signal_body(job.origin, Outcome::failed(reason));
@@ -72,7 +132,7 @@ impl Worker {
                 Ok(record) => record.filter(|record| record.state != LeaseState::Left),
                 // A newer version of cfn-once finished the work: nothing is left to close.
                 Err(StoreError::NewerFormat { settled: true, .. }) => return Ok(()),
-                Err(error) => return Err(self.retry(job, format!("could not read the work to close it: {error}"))),
+                Err(error) => return Err(Unfinished::Failed(format!("could not read the work to close it: {error}"))),
             };
             let now_ms = self.clock.now_ms();
             match record {
@@ -91,7 +151,9 @@ impl Worker {
                         tracing::Span::current().record("fence", fence);
                         tracing::warn!(fence, "work closed: FAILURE committed as its signal");
                         if let Err(error) = self.send_answer(job, fence, &failure, Status::Failed).await {
-                            return Err(self.retry(job, error.to_string()));
+                            return Err(Unfinished::Failed(format!(
+                                "could not send the work's FAILURE signal to its wait condition handle: {error}"
+                            )));
                         }
                         let stopped_until_ms = self.stopped_poll_ends_ms(&prior, record.as_ref(), now_ms);
                         let now_ms = self.clock.now_ms();
@@ -100,34 +162,38 @@ impl Worker {
                             && !job.budget.deadline_near(until_ms)
                         {
                             let why = "the work's poll in flight was stopped; going on once its lease has ended";
-                            return Err(self.come_back(job, until_ms + self.jitter_ms(), why));
+                            return Err(Unfinished::Waits(self.come_back(job, until_ms + self.jitter_ms(), why)));
                         }
                     }
                     // Refused: the record changed (committed meanwhile); look again.
                     Ok(_) => {}
-                    Err(error) => return Err(self.retry(job, format!("could not take the work to close it: {error}"))),
+                    Err(error) => {
+                        return Err(Unfinished::Failed(format!("could not take the work to close it: {error}")));
+                    }
                 },
             }
         }
-        Err(self.retry(job, "the work's record kept changing while closing it".into()))
+        Err(Unfinished::Failed("the work's record kept changing while closing it".into()))
     }
 
     /// Sends the signal committed in `record` and not marked delivered: its committer may have
     /// died between the commit and the PUT. As the decision table does for an answer, a signal
     /// committed less than the delivery grace ago is left to its committer, which is most likely
     /// PUTting it right now (unless the deadline is near). `Ok` once it is delivered.
-    pub(super) async fn send_found_signal(&self, job: &Job<'_>, record: &LeaseRecord) -> Result<(), Disposition> {
+    pub(super) async fn send_found_signal(&self, job: &Job<'_>, record: &LeaseRecord) -> Result<(), Unfinished> {
         let now_ms = self.clock.now_ms();
         let grace_end_ms = record.updated_ms.saturating_add(self.settings.put.attempt_timeout_ms);
         if now_ms < grace_end_ms && !job.budget.deadline_near(now_ms) {
             let why = "the work's signal was just committed; its committer is sending it";
-            return Err(self.come_back(job, grace_end_ms + self.jitter_ms(), why));
+            return Err(Unfinished::Waits(self.come_back(job, grace_end_ms + self.jitter_ms(), why)));
         }
         let signal = record.response.as_deref().unwrap_or_default();
         let status = job.status_of(signal);
         match self.send_answer(job, record.fence, signal, status).await {
             Ok(_) => Ok(()),
-            Err(error) => Err(self.retry(job, error.to_string())),
+            Err(error) => Err(Unfinished::Failed(format!(
+                "could not send the work's signal to its wait condition handle: {error}"
+            ))),
         }
     }
 
@@ -154,7 +220,8 @@ impl Worker {
                 );
                 match self.send_found_signal(job, &record).await {
                     Ok(()) => Disposition::Done(Done::Replayed { fence: record.fence }),
-                    Err(disposition) => disposition,
+                    Err(Unfinished::Waits(disposition)) => disposition,
+                    Err(Unfinished::Failed(why)) => self.retry(job, why),
                 }
             }
             _ => Disposition::Done(Done::Superseded),
