@@ -115,6 +115,10 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     };
     // Every template is read and checked before anything is sent.
     let targets = run::prepare(&options, &place)?;
+    // Warnings go to stderr, with `--json` too: the report on stdout stays one document.
+    for warning in run::warnings(&targets) {
+        eprintln!("warning: {warning}");
+    }
     let cloud = LocalCloud::connect(&file).await?;
     let region_faults = LocalRegionFaults::connect(&file).await;
     let faults: Option<&dyn RegionFaults> =

@@ -112,6 +112,17 @@ pub fn prepare(options: &PlayOptions, place: &Place) -> anyhow::Result<Vec<Targe
     Ok(targets)
 }
 
+/// What the templates of `targets` are warned of (`Template::warnings`), each once.
+pub fn warnings(targets: &[Target]) -> Vec<String> {
+    let mut warnings: Vec<String> = Vec::new();
+    for warning in targets.iter().flat_map(|target| target.template.warnings()) {
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+    warnings
+}
+
 /// Every custom resource whose ServiceToken depends on parameters only must name a topic of
 /// the local environment; one that reads another resource is checked when it is sent.
 fn check_service_tokens(

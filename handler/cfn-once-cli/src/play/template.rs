@@ -15,6 +15,7 @@ use super::yaml::{self, Key, Node, NodeValue};
 
 mod checks;
 mod parameters;
+mod warnings;
 
 pub use super::yaml::Refusal;
 

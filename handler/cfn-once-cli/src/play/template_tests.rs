@@ -474,3 +474,38 @@ fn a_missing_file_is_a_refusal_naming_it() {
         "{refusal}"
     );
 }
+
+/// A custom resource with a wait condition handle and `attributes` (indented as attributes).
+fn wait_resource(attributes: &str) -> String {
+    format!(
+        "Parameters:\n  Long:\n    Type: Number\n    Default: 7200\nResources:\n  BackfillHandle:\n    Type: AWS::CloudFormation::WaitConditionHandle\n  Backfill:\n    Type: Custom::Echo\n{attributes}    Properties:\n      ServiceToken: t\n      CfnOnceWaitHandle: !Ref BackfillHandle\n      CfnOnceWaitTimeout: 7200\n  Other:\n    Type: Custom::Echo\n    DeletionPolicy: Retain\n    Properties:\n      ServiceToken: t\n      CfnOnceWaitTimeout: !Ref Long\n"
+    )
+}
+
+#[test]
+fn a_retained_resource_beside_a_wait_handle_is_warned_of_by_name_bound_and_remedy() {
+    let template = checks(&wait_resource("    DeletionPolicy: Retain\n"), &[]);
+    let warnings = template.warnings();
+    assert_eq!(warnings.len(), 1, "only the resource with a handle: {warnings:?}");
+    let warning = &warnings[0];
+    assert!(warning.starts_with("t.yaml:8: Backfill: DeletionPolicy Retain beside a CfnOnceWaitHandle: "), "{warning}");
+    for said in ["sends Backfill no Delete", "7200 s here", "12 hours", "use DeletionPolicy Delete"] {
+        assert!(warning.contains(said), "says {said:?}: {warning}");
+    }
+    assert!(!warning.ends_with('.'), "{warning}");
+    // A timeout given by a parameter is named as such.
+    let by_parameter = wait_resource("    DeletionPolicy: Retain\n")
+        .replace("CfnOnceWaitTimeout: 7200", "CfnOnceWaitTimeout: !Ref Long");
+    let warnings = checks(&by_parameter, &[]).warnings();
+    assert!(warnings[0].contains("as its parameter says"), "{warnings:?}");
+}
+
+#[test]
+fn a_deleted_or_replace_retained_resource_beside_a_wait_handle_is_not_warned_of() {
+    // A Delete stops the work; a replacement never leaves one behind (the Update naming a new
+    // handle closes the old work itself).
+    for attributes in ["", "    DeletionPolicy: Delete\n", "    UpdateReplacePolicy: Retain\n"] {
+        let warnings = checks(&wait_resource(attributes), &[]).warnings();
+        assert!(warnings.is_empty(), "{attributes:?}: {warnings:?}");
+    }
+}

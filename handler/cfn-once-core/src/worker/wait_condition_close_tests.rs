@@ -1,6 +1,7 @@
 //! Closing a work: a Delete, or an Update naming a new handle, takes the work's lease (from a
 //! poll in flight too), signals FAILURE if nothing was signalled yet, and only then is answered;
-//! a close that dies leaves a signal the work's own copy sends.
+//! a close that dies leaves a signal the work's own copy sends; a close that cannot finish
+//! answers its request FAILED in the deadline margin, before the deadline, saying why.
 
 use super::*;
 
@@ -387,4 +388,24 @@ fn a_close_that_hangs_in_the_margin_is_cut_in_time_for_the_deletes_failed_answer
     let sent = deliver(&h, &h.worker("us-east-1"), &create, sent_ms, 2);
     assert!(matches!(sent, Disposition::Done(Done::Replayed { .. })), "{sent:?}");
     assert_eq!(signals(&h, HANDLE).len(), 1);
+}
+
+#[test]
+fn an_update_whose_close_cannot_finish_is_answered_failed_in_its_margin_and_starts_no_work() {
+    let h = Harness::new();
+    start_five_hour_work(&h);
+    h.clock.advance_ms(60_000);
+    h.sink.fail_url(HANDLE, PutFault::Fail);
+    let update = update_of(json!({
+        "InProgressForS": "1200", "PollIntervalS": "600", HANDLE_PROPERTY: NEW_HANDLE, TIMEOUT_PROPERTY: "43200",
+        "ServiceTimeout": "300",
+    }));
+    let sent_ms = h.clock.now_ms();
+    let (done, _) = follow(&h, |_| h.worker("us-east-1"), &update, sent_ms, 1);
+    assert_eq!(answered(&done).1, Status::Failed);
+    assert!(h.clock.now_ms() < sent_ms + 300_000, "before the deadline");
+    let reason = h.bodies(OTHER_URL)[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("Custom::Echo Update failed: could not close the work"), "{reason}");
+    assert!(h.sink.bodies(NEW_HANDLE).is_empty(), "no work on the new handle");
+    assert!(h.memory.snapshot().iter().filter(|r| is_work_id(&r.key.request_id)).count() == 1, "the old work only");
 }
