@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_changed_template_changes_what_is_read() {
-        let changed = REGIONAL_TEMPLATE.replacen("Default: 60\n", "Default: 75\n", 1);
+        let changed = REGIONAL_TEMPLATE.replacen("Default: 5\n", "Default: 75\n", 1);
         assert_ne!(changed, REGIONAL_TEMPLATE, "the secondary delay's default moved; update this test");
         assert_eq!(Deployed::parse(&changed).expect("parses").secondary_delay_s, 75);
     }

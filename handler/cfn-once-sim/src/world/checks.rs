@@ -170,6 +170,13 @@ impl World {
                         covered.push("close mid-work: answered SUCCESS");
                     }
                 }
+                // A close that could not finish is answered FAILED in its margin (the resource
+                // stays, as CloudFormation leaves it after a failed Delete): its work's FAILURE,
+                // committed or not yet, may be signalled later. Only a SUCCESS is owed the order.
+                if ResponseBody::parse(answer).is_ok_and(|body| body.status == Status::Failed) {
+                    covered.push("long work: a close that could not finish, its Delete or Update answered FAILED");
+                    continue;
+                }
                 // The signal comes first. A straggler may PUT the same committed bytes again
                 // later (a PUT whose reply was lost, retried): S1 holds them identical.
                 match signals.first() {
