@@ -235,7 +235,7 @@ impl Handler {
 /// its `CFN_ONCE_FUNCTIONS` functions (`providers::function::timeouts`): such a function would be
 /// cut off while it may still run, so no request of its type could be answered once.
 async fn functions_fit(config: &Config, sdk: &SdkConfig, handler_timeout_s: u64) -> Result<(), Error> {
-    use crate::providers::function::{LambdaInvoker, timeouts};
+    use crate::providers::function::{LambdaInvoker, check_at_start};
     if config.functions.is_empty() {
         return Ok(());
     }
@@ -243,7 +243,7 @@ async fn functions_fit(config: &Config, sdk: &SdkConfig, handler_timeout_s: u64)
     let functions = config.functions.iter().flat_map(|route| {
         std::iter::once(route.on_event.as_str()).chain(route.is_complete.as_ref().map(|f| f.as_str()))
     });
-    timeouts::check_at_start(functions, &invoker, handler_timeout_s, config.settings().reserve_ms())
+    check_at_start(functions, &invoker, handler_timeout_s, config.settings().reserve_ms())
         .await
         .map_err(Error::Setup)
 }
