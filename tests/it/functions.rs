@@ -40,6 +40,15 @@ pub(crate) const SETTINGS: [(&str, &str); 7] = [
     ("CFN_ONCE_DEADLINE_MARGIN_MS", "6000"),
 ];
 
+/// The handler's Lambda timeout, in seconds, that the functions of [`functions_in`] (10 s each)
+/// need with [`SETTINGS`] (7 s kept to answer): 10 s, 25 s for Lambda's slack and a run's start,
+/// and 7 s (`local::settings::handler_timeout_ms`).
+const HANDLER_TIMEOUT_FOR_THE_FUNCTIONS_S: &str = "42";
+
+/// A handler timeout too short for the functions of [`functions_in`]: its run window (5 s once
+/// 7 s are kept to answer) is shorter than the work of a function asked to sleep 8 s.
+const HANDLER_TIMEOUT_TOO_SHORT_S: &str = "12";
+
 /// One region's copies of the CDK-style function: `on-event` and `is-complete`, each a Python
 /// process under awslambdaric, logging into `dir`.
 async fn functions_in(region: &str, dir: &std::path::Path) -> InvokeApi {
@@ -76,13 +85,22 @@ async fn router(region: &str, api: &InvokeApi) -> Router {
 /// Both regions on moto, each routing `Custom::Reservation` to its own copies of the function
 /// (logging into the returned folder).
 async fn two_regions_with_functions(label: &str) -> (PathBuf, InvokeApi, InvokeApi, TwoRegions) {
+    two_regions_with_functions_and(label, &[]).await
+}
+
+/// Like [`two_regions_with_functions`], the handlers configured with `more` besides [`SETTINGS`].
+async fn two_regions_with_functions_and(
+    label: &str,
+    more: &[(&str, &str)],
+) -> (PathBuf, InvokeApi, InvokeApi, TwoRegions) {
     let dir = std::env::temp_dir().join(cfn_once_tests::unique(label));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let primary_api = functions_in("us-east-1", &dir).await;
     let secondary_api = functions_in("us-west-2", &dir).await;
+    let settings: Vec<(&str, &str)> = SETTINGS.iter().chain(more).copied().collect();
     let regions = TwoRegions::with_ports(
         DELAY_S,
-        &SETTINGS,
+        &settings,
         with_router(router("us-east-1", &primary_api).await),
         with_router(router("us-west-2", &secondary_api).await),
     )
@@ -118,6 +136,57 @@ pub(crate) fn signature(sent: &Sent) -> String {
 /// The `X-Amz-Signature` of a presigned URL.
 fn url_signature(url: &str) -> &str {
     url.split("X-Amz-Signature=").nth(1).expect("a presigned URL").split('&').next().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_function_slower_than_a_short_handler_window_runs_once_in_a_handler_sized_for_it() {
+    let (_dir, primary_api, secondary_api, mut regions) = two_regions_with_functions_and(
+        "functions-sized",
+        &[("CFN_ONCE_HANDLER_TIMEOUT_S", HANDLER_TIMEOUT_FOR_THE_FUNCTIONS_S)],
+    )
+    .await;
+    let started = Instant::now();
+    // 8 s of work: longer than a 12 s handler's run window, within the function's own 10 s.
+    let slow = reservation(&regions, "create-echo.json", json!({"Name": "fa", "SleepS": "8"})).await;
+    regions.publish(&slow).await;
+    let (body, _) = regions.wait_for_answer(&slow, started, Duration::from_secs(90)).await;
+    let created = ResponseBody::parse(&body).expect("body");
+    assert_eq!(created.status, Status::Success, "{:?}", created.reason);
+    assert_eq!(created.physical_resource_id, "reservation-fa");
+    regions.drain(Duration::from_secs(60)).await;
+    assert_eq!(regions.responses(&slow).await.len(), 1, "answered once");
+    assert_eq!(
+        primary_api.invokes("on-event") + secondary_api.invokes("on-event"),
+        1,
+        "the function ran once: its Invoke waited for it, however short the handler's window would have been"
+    );
+    regions.stop().await;
+}
+
+#[tokio::test]
+async fn a_handler_too_short_for_its_function_never_invokes_it_and_says_which_timeout_to_raise() {
+    let (_dir, primary_api, secondary_api, mut regions) = two_regions_with_functions_and(
+        "functions-short",
+        &[("CFN_ONCE_HANDLER_TIMEOUT_S", HANDLER_TIMEOUT_TOO_SHORT_S)],
+    )
+    .await;
+    let started = Instant::now();
+    let slow = reservation(&regions, "create-echo.json", json!({"Name": "go", "SleepS": "8"})).await;
+    regions.publish(&slow).await;
+    let (body, _) = regions.wait_for_answer(&slow, started, Duration::from_secs(90)).await;
+    let refused = ResponseBody::parse(&body).expect("body");
+    assert_eq!(refused.status, Status::Failed);
+    let reason = refused.reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("on-event was not invoked: its timeout of 10 s outlasts the"), "{reason}");
+    assert!(reason.contains("FunctionTimeoutSeconds"), "{reason}");
+    regions.drain(Duration::from_secs(60)).await;
+    assert_eq!(regions.responses(&slow).await.len(), 1, "answered once");
+    assert_eq!(
+        primary_api.invokes("on-event") + secondary_api.invokes("on-event"),
+        0,
+        "never invoked where the handler's end could cut it off, so never run again under a higher fence"
+    );
+    regions.stop().await;
 }
 
 #[tokio::test]

@@ -204,6 +204,8 @@ fn the_handler_knows_the_queues_visibility_and_the_secondarys_delay() {
     assert_eq!(variables["CFN_ONCE_VISIBILITY_TIMEOUT_S"], queue["VisibilityTimeout"], "the queue's own mapping");
     assert_eq!(variables["CFN_ONCE_SECONDARY_DELAY_S"], json!({"Ref": "SecondaryDelaySeconds"}));
     assert_eq!(variables["CFN_ONCE_HEAD_START_S"], json!({"Ref": "HeadStartSeconds"}));
+    // The handler checks at start that its functions fit in its own timeout.
+    assert_eq!(variables["CFN_ONCE_HANDLER_TIMEOUT_S"], json!({"Ref": "FunctionTimeoutSeconds"}));
     let deployed = Deployed::regional().expect("infra/regional.yaml");
     let settings = deployed.settings(Role::Secondary, "us-west-2").expect("the template configures the handler");
     assert_eq!(settings.visibility_timeout_s, deployed.default_function_timeout.visibility_s);
@@ -366,6 +368,14 @@ fn every_role_holds_exactly_these_permissions() {
             Some("HasFunctions"),
             "Allow",
             &["lambda:InvokeFunction"],
+            json!({"Ref": "FunctionArns"}),
+        ),
+        grant(
+            "regional.yaml",
+            "FunctionRole",
+            Some("HasFunctions"),
+            "Allow",
+            &["lambda:GetFunctionConfiguration"],
             json!({"Ref": "FunctionArns"}),
         ),
         grant(

@@ -107,7 +107,7 @@ async fn an_on_event_whose_invoke_reply_is_lost_runs_again_only_under_a_higher_f
     let (primary, primary_router) = region("us-east-1", &dir, &table).await;
     let (secondary, secondary_router) = region("us-west-2", &dir, &table).await;
     // The first Invoke reaches the function, which runs and writes; its reply never comes back.
-    primary.proxy.inject(Match::Any, Fault::ForwardThenReset, 1);
+    primary.proxy.inject(Match::Post, Fault::ForwardThenReset, 1);
     let mut regions = TwoRegions::with_ports(
         2,
         &SETTINGS,
@@ -166,7 +166,7 @@ async fn a_self_answering_function_whose_invoke_reply_is_lost_is_read_not_run_ag
     let (dir, [(primary_api, primary_bucket, primary_proxy), (secondary_api, _, _secondary_proxy)], mut regions) =
         two_regions_with_a_responder("unseen-self-answer", &code, "app.handler").await;
     // The function runs and PUTs its answer to cfn-once's object; the Invoke's reply is lost.
-    primary_proxy.inject(Match::Any, Fault::ForwardThenReset, 1);
+    primary_proxy.inject(Match::Post, Fault::ForwardThenReset, 1);
     let started = Instant::now();
     let sent = greeting(&regions, "create-echo.json", json!({"Name": "ada"})).await;
     regions.publish(&sent).await;

@@ -171,7 +171,9 @@ pub(crate) struct LocalArgs {
     /// cfn-response), each with its folder, handler, environment, timeout-s and memory-mb (see
     /// docs/functions.md, "Bring your functions"); checked before anything starts. Without it, only
     /// the built-in providers are served: Custom::Echo and Custom::DynamoDBItem (`make local`
-    /// passes the examples' file). The functions run with --python.
+    /// passes the examples' file). The functions run with --python. Each region's handler gets
+    /// invocations long enough to wait for its longest function's whole timeout-s, 42 s more
+    /// with the defaults (at least 60 s), so no function is ever cut off and run again.
     #[arg(long, value_name = "FILE")]
     pub(crate) functions: Option<PathBuf>,
 }

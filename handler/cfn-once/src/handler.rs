@@ -232,18 +232,20 @@ impl Handler {
 }
 
 /// Refuses to start a handler whose invocations, `handler_timeout_s` long, cannot wait for one of
-/// its `CFN_ONCE_FUNCTIONS` functions (`providers::function::timeouts`): such a function would be
+/// its `CFN_ONCE_FUNCTIONS` `onEvent` or `isComplete` functions (`providers::function::timeouts`): such a function would be
 /// cut off while it may still run, so no request of its type could be answered once.
 async fn functions_fit(config: &Config, sdk: &SdkConfig, handler_timeout_s: u64) -> Result<(), Error> {
-    use crate::providers::function::{LambdaInvoker, timeouts};
+    use crate::providers::function::{LambdaInvoker, check_at_start};
     if config.functions.is_empty() {
         return Ok(());
     }
     let invoker = LambdaInvoker::new(sdk);
-    let functions = config.functions.iter().flat_map(|route| {
+    // A function that answers by itself need not be waited for: its answer is read from its
+    // object whenever it comes, so only the others must fit.
+    let functions = config.functions.iter().filter(|route| !route.answers_itself).flat_map(|route| {
         std::iter::once(route.on_event.as_str()).chain(route.is_complete.as_ref().map(|f| f.as_str()))
     });
-    timeouts::check_at_start(functions, &invoker, handler_timeout_s, config.settings().reserve_ms())
+    check_at_start(functions, &invoker, handler_timeout_s, config.settings().reserve_ms())
         .await
         .map_err(Error::Setup)
 }

@@ -33,6 +33,9 @@ pub enum Match {
     OperationWith(String, String),
     /// Any request with method PUT (an S3 object upload to a presigned URL).
     Put,
+    /// Any request with method POST (a Lambda Invoke, not the GET of a function's configuration
+    /// that comes before it).
+    Post,
     /// Any request at all.
     Any,
     /// A request signed (its `X-Amz-Date` header) further than this from the proxy's clock, as
@@ -47,6 +50,7 @@ impl Match {
             Self::Operation(name) => operation == Some(name.as_str()),
             Self::OperationWith(name, text) => operation == Some(name.as_str()) && contains(body, text.as_bytes()),
             Self::Put => method == "PUT",
+            Self::Post => method == "POST",
             Self::Any => true,
             Self::SignedOutside(tolerance) => signed_ms.is_some_and(|signed_ms| {
                 let tolerance_ms = u64::try_from(tolerance.as_millis()).unwrap_or(u64::MAX);

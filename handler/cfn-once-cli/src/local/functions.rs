@@ -208,6 +208,11 @@ impl LocalFunctions {
         ]
     }
 
+    /// Every function's own timeout, in ms (the handler's invocations are sized from them).
+    pub fn timeouts_ms(&self) -> Vec<u64> {
+        self.file.functions().map(|function| u64::from(function.timeout_s) * 1000).collect()
+    }
+
     /// `sdk` with Lambda calls sent to `region`'s Invoke API and S3 calls to the environment's
     /// HTTPS endpoint, every other service where it was, on the handler's own HTTP client
     /// (`cfn_once::adapters::https`) trusting the environment's CA.

@@ -17,6 +17,10 @@
 //!   [`InvokeApi::throttle_next`]: `429` `TooManyRequestsException`, as Lambda answers at once
 //!   rather than queueing a synchronous invoke.
 //!
+//! `GET /2015-03-31/functions/{FunctionName}/configuration` (`GetFunctionConfiguration`) answers
+//! the function's name, ARN and `Timeout` (its timeout in whole seconds, rounded up), which the
+//! handler reads to wait as long as the function can run.
+//!
 //! Not played: signatures (any credentials are accepted), aliases and versions, `LogType: Tail`.
 //! A payload over 6 MB is answered 413 (a request the server cannot read gets a 4xx, see
 //! `local/http_server.rs`).
@@ -122,6 +126,35 @@ fn function_name(path: &str) -> Option<String> {
     Some(name)
 }
 
+/// The function whose configuration a path asks for: `/2015-03-31/functions/{name or
+/// ARN}/configuration[?Qualifier=…]`.
+fn configuration_of(path: &str) -> Option<String> {
+    let (name, tail) = path.strip_prefix(PREFIX)?.split_once('/')?;
+    (tail == "configuration" || tail.starts_with("configuration?"))
+        .then(|| function_name(&format!("{PREFIX}{name}/invocations")))
+        .flatten()
+}
+
+/// `GetFunctionConfiguration`'s answer for `name`, or Lambda's 404.
+fn configuration(shared: &Shared, name: &str) -> Response<Body> {
+    let Some(function) = shared.functions.get(name) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            serde_json::json!({"Type": "User", "message": format!("Function not found: {name}")}),
+        );
+    };
+    let spec = function.spec();
+    let body = serde_json::json!({
+        "FunctionName": spec.name,
+        "FunctionArn": format!("arn:aws:lambda:{}:123456789012:function:{}", spec.region, spec.name),
+        "Timeout": spec.timeout_ms.div_ceil(1000),
+        "Version": "$LATEST",
+        "State": "Active",
+    });
+    json_reply(StatusCode::OK, &[], body.to_string())
+}
+
 fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -155,6 +188,11 @@ async fn answer(shared: &Shared, request: Request<Incoming>) -> Response<Body> {
         Err(refusal) => return refusal,
     };
     let target = head.uri.path_and_query().map_or("", |target| target.as_str());
+    if head.method == Method::GET
+        && let Some(name) = configuration_of(target)
+    {
+        return configuration(shared, &name);
+    }
     let Some(name) = (head.method == Method::POST).then(|| function_name(target)).flatten() else {
         return error(
             StatusCode::NOT_FOUND,
@@ -261,6 +299,18 @@ mod tests {
             Some("on-event")
         );
         assert_eq!(function_name("/2015-03-31/functions/on-event/configuration"), None);
+        assert_eq!(
+            super::configuration_of("/2015-03-31/functions/on-event/configuration").as_deref(),
+            Some("on-event")
+        );
+        assert_eq!(
+            super::configuration_of(
+                "/2015-03-31/functions/arn%3Aaws%3Alambda%3Aus-east-1%3A1%3Afunction%3Aon-event/configuration"
+            )
+            .as_deref(),
+            Some("on-event")
+        );
+        assert_eq!(super::configuration_of("/2015-03-31/functions/on-event/invocations"), None);
         assert_eq!(function_name("/2018-06-01/runtime/invocation/next"), None);
     }
 }

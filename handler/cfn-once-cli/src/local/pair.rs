@@ -7,8 +7,9 @@ use cfn_once_core::vocabulary::Role;
 use cfn_once_core::worker::Ports;
 
 use crate::local::environment::LocalEnvironment;
-use crate::local::esm::LocalEventSourceMapping;
+use crate::local::esm::{EsmSettings, LocalEventSourceMapping};
 use crate::local::functions::LocalFunctions;
+use crate::local::settings::handler_timeout_ms;
 // The settings live below both this file and the environment; their old paths stay.
 pub use crate::local::settings::{
     ESM_CONCURRENCY_MAX, ESM_SETTINGS, LOCAL_MAX_RECEIVE_COUNT, LOCAL_SETTINGS, LOCAL_SETTLE_MS,
@@ -126,7 +127,15 @@ impl RegionPair {
         if let Some(observer) = observer {
             app = app.observed(observer);
         }
-        let esm = LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, ESM_SETTINGS)
+        // The handler's invocations are as long as its own timeout says, or as its functions
+        // need: an Invoke is never cut off by the handler's end while its function may run.
+        let function_timeout_ms = match (config.handler_timeout_s, functions) {
+            (Some(timeout_s), _) => timeout_s * 1000,
+            (None, Some(functions)) => handler_timeout_ms(functions.timeouts_ms(), config.settings().reserve_ms()),
+            (None, None) => ESM_SETTINGS.function_timeout_ms,
+        };
+        let esm_settings = EsmSettings { function_timeout_ms, ..ESM_SETTINGS };
+        let esm = LocalEventSourceMapping::new(aws_sdk_sqs::Client::new(&sdk), &env.queues(role).url, esm_settings)
             .await?
             .with_concurrency(concurrency_max);
         Ok(RegionalWorker::new(app, esm))

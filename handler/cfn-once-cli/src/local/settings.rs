@@ -6,7 +6,7 @@
 use crate::local::esm::EsmSettings;
 
 /// The local event source mapping's settings: batches of 10, a 1 s long poll, a 60 s function
-/// timeout.
+/// timeout, unless the handler serves functions that need longer ([`handler_timeout_ms`]).
 pub const ESM_SETTINGS: EsmSettings = EsmSettings { batch_size: 10, wait_time_s: 1, function_timeout_ms: 60_000 };
 
 /// Batches the local event source mapping hands each region's handler at once: the regional
@@ -28,3 +28,28 @@ pub const LOCAL_SETTINGS: [(&str, &str); 2] =
 
 /// How long the drill waits after a flip with [`LOCAL_SETTINGS`].
 pub const LOCAL_SETTLE_MS: u64 = 1_500;
+
+/// The local handler's Lambda timeout, in ms: [`ESM_SETTINGS`]'s, or longer when a function it
+/// serves needs it (`function_timeouts_ms`, each function's own timeout), so that every
+/// invocation can wait for a function's whole timeout with `reserve_ms` kept to answer
+/// (`cfn_once::providers::function::timeouts`), as a deployment's FunctionTimeoutSeconds must.
+pub fn handler_timeout_ms(function_timeouts_ms: impl IntoIterator<Item = u64>, reserve_ms: u64) -> u64 {
+    function_timeouts_ms
+        .into_iter()
+        .map(|timeout_ms| {
+            cfn_once::providers::function::timeouts::handler_timeout_needed_s(timeout_ms, reserve_ms) * 1000
+        })
+        .fold(ESM_SETTINGS.function_timeout_ms, u64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handler_timeout_ms;
+
+    #[test]
+    fn the_handlers_window_grows_with_the_functions_it_serves() {
+        assert_eq!(handler_timeout_ms([], 16_500), 60_000);
+        assert_eq!(handler_timeout_ms([10_000, 30_000], 16_500), 72_000);
+        assert_eq!(handler_timeout_ms([300_000, 10_000], 16_500), 342_000);
+    }
+}

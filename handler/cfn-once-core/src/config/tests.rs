@@ -262,3 +262,25 @@ fn arc_control_is_configured_with_its_endpoints() {
     assert_eq!(endpoints[1], ArcEndpoint { region: "ap-southeast-2".into(), url: "https://b.example/v1".into() });
     assert!(routing_control_arn.ends_with("routingcontrol/r"));
 }
+
+#[test]
+fn the_handlers_own_timeout_is_read_when_given_and_refused_outside_lambdas_range() {
+    let base = [
+        ("AWS_REGION", "us-east-1"),
+        ("CFN_ONCE_ROLE", "primary"),
+        ("CFN_ONCE_TABLE", "leases"),
+        ("CFN_ONCE_TOPIC_ARNS", TOPIC),
+    ];
+    assert_eq!(config(&base).expect("valid").handler_timeout_s, None);
+    let with = |value: &str| config(&[base.as_slice(), &[("CFN_ONCE_HANDLER_TIMEOUT_S", value)]].concat());
+    assert_eq!(with("900").expect("valid").handler_timeout_s, Some(900));
+    for bad in ["0", "901", "two minutes"] {
+        let problems = with(bad).expect_err("refused").problems;
+        assert!(
+            problems
+                .iter()
+                .any(|problem| problem.contains("CFN_ONCE_HANDLER_TIMEOUT_S") && problem.contains("1 to 900")),
+            "{bad}: {problems:?}"
+        );
+    }
+}

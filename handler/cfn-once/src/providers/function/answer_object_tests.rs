@@ -401,3 +401,61 @@ fn of_two_puts_the_last_one_before_the_read_is_the_answer_and_it_is_sent_once() 
     assert_eq!(again.physical_resource_id(), "second-put");
     assert_eq!(kit.puts(&request).len(), 1, "one answer to CloudFormation");
 }
+
+/// A function that answers by itself after `run_ms` on `clock`, whose own timeout (300 s)
+/// outlasts the kit's invocations: a caller that hangs up first does not stop it, and its PUT
+/// lands all the same.
+#[derive(Debug)]
+struct LongRunner {
+    bucket: Arc<Bucket>,
+    clock: cfn_once_core::clock::ManualClock,
+    run_ms: u64,
+    timeouts_ms: Mutex<Vec<u64>>,
+}
+
+#[async_trait]
+impl FunctionInvoker for LongRunner {
+    async fn timeout_ms(&self, _function: &str) -> Result<u64, InvokeError> {
+        Ok(300_000)
+    }
+
+    async fn invoke(&self, _function: &str, payload: Vec<u8>, timeout_ms: u64) -> Result<Invoked, InvokeError> {
+        use cfn_once_core::clock::Clock;
+        let event: Value = serde_json::from_slice(&payload).unwrap();
+        self.timeouts_ms.lock().unwrap().push(timeout_ms);
+        self.clock.sleep_ms(self.run_ms.min(timeout_ms)).await;
+        // Still running when its caller hangs up, it answers a moment later.
+        self.bucket.put(&event, "SUCCESS", "greeting-long", "done");
+        if self.run_ms > timeout_ms {
+            return Err(InvokeError::Unknown(format!("the Invoke of greeter had no answer within {timeout_ms} ms")));
+        }
+        Ok(Invoked::Response(b"null".to_vec()))
+    }
+}
+
+#[test]
+fn a_self_answering_function_that_outlasts_the_handlers_invocation_is_invoked_once_and_its_answer_read() {
+    let test = ProviderTest::new();
+    let bucket = Arc::new(Bucket::default());
+    let runner = Arc::new(LongRunner {
+        bucket: Arc::clone(&bucket),
+        clock: test.clock(),
+        run_ms: 200_000,
+        timeouts_ms: Mutex::default(),
+    });
+    let route = FunctionRoute {
+        resource_type: "Custom::Greeting".into(),
+        on_event: FunctionRef::parse("greeter", "us-east-1").unwrap(),
+        is_complete: None,
+        answers_itself: true,
+    };
+    let invoker: Arc<dyn FunctionInvoker> = runner.clone();
+    let answers: Arc<dyn AnswerDrop> = bucket.clone();
+    let provider = FunctionProvider::new(route, "us-east-1", invoker).with_answer_drop(answers);
+    let mut kit = test.provider("Custom::Greeting", provider);
+    let created = kit.create("Custom::Greeting", json!({"Name": "lu"}));
+    assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "greeting-long"));
+    let timeouts_ms = runner.timeouts_ms.lock().unwrap().clone();
+    assert_eq!(timeouts_ms.len(), 1, "invoked once, not refused and never again");
+    assert!(timeouts_ms[0] < 120_000, "cut before the kit's 120 s invocation ends: {timeouts_ms:?}");
+}

@@ -13,7 +13,7 @@ use cfn_once_core::provider::{ProviderContext, ProviderError};
 use serde_json::{Map, Value};
 
 use super::payload::{function_error, kind_of, with_cfn_once};
-use super::timeouts::{Plan, plan};
+use super::timeouts::{Plan, fits, plan};
 use crate::aws::{Failure, classify};
 
 /// How long reading a function's configuration may take.
@@ -201,4 +201,29 @@ impl Caller<'_> {
             },
         }
     }
+}
+
+/// Checks at start that every function of `functions` fits in a handler whose Lambda timeout is
+/// `handler_timeout_s` (`timeouts::fits`). A timeout that cannot be learned now is logged and checked
+/// again when the function is first invoked.
+pub async fn check_at_start<'a>(
+    functions: impl IntoIterator<Item = &'a str>,
+    invoker: &dyn FunctionInvoker,
+    handler_timeout_s: u64,
+    reserve_ms: u64,
+) -> Result<(), String> {
+    let mut problems = Vec::new();
+    for function in functions {
+        match invoker.timeout_ms(function).await {
+            Ok(timeout_ms) => {
+                if let Err(why) = fits(function, timeout_ms, handler_timeout_s, reserve_ms) {
+                    problems.push(why);
+                }
+            }
+            Err(InvokeError::Permanent(why) | InvokeError::Transient(why) | InvokeError::Unknown(why)) => {
+                tracing::warn!(function, why, "could not learn the function's timeout at start: its first Invoke will");
+            }
+        }
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
 }

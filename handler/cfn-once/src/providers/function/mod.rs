@@ -63,7 +63,7 @@ use serde_json::{Map, Value, json};
 use self::answer_object::SelfAnswering;
 pub use self::answer_object::{FUNCTION_RUN_MS_MAX, UNREADABLE_POLLS_MAX};
 use self::invoke::Caller;
-pub use self::invoke::{FunctionInvoker, InvokeError, Invoked, LambdaInvoker};
+pub use self::invoke::{FunctionInvoker, InvokeError, Invoked, LambdaInvoker, check_at_start};
 pub use self::payload::POLL_AFTER;
 use self::payload::{Output, event, kind_of};
 use crate::providers::answers_itself::AnswerDrop;

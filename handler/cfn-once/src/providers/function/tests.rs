@@ -338,3 +338,15 @@ fn a_function_that_outlasts_the_handlers_invocation_is_never_invoked_and_the_ans
         assert_eq!(kit.provider_runs(), 1, "one run, no run under a higher fence");
     }
 }
+
+#[tokio::test]
+async fn a_handler_refuses_at_start_a_function_whose_timeout_does_not_fit_naming_both_timeouts() {
+    let script = Script { function_timeout_ms: Some(300_000), ..Script::default() };
+    let refused = super::check_at_start(["on-event"], &script, 120, 16_500).await.unwrap_err();
+    assert!(
+        refused.starts_with("on-event's timeout of 300 s does not fit in this handler's timeout of 120 s"),
+        "{refused}"
+    );
+    assert!(refused.contains("FunctionTimeoutSeconds, CFN_ONCE_HANDLER_TIMEOUT_S) to at least 342 s"), "{refused}");
+    assert_eq!(super::check_at_start(["on-event"], &script, 900, 16_500).await, Ok(()));
+}

@@ -21,11 +21,9 @@
 //!   timeout (`CFN_ONCE_HANDLER_TIMEOUT_S`), it refuses at start when a served function's
 //!   timeout, the slack, the time a delivery takes before its run ([`RUN_START_MS_MAX`]) and the
 //!   time kept to answer (`Settings::reserve_ms`) do not fit in it, naming both timeouts and
-//!   what to set.
+//!   what to set (`invoke::check_at_start` reads the timeouts).
 
 use cfn_once_core::provider::RunEnd;
-
-use super::invoke::{FunctionInvoker, InvokeError};
 
 /// Time an Invoke may take beyond its function's own timeout: a cold start's initialisation
 /// (up to 10 s, not counted in the function's timeout) and Lambda's report of the outcome.
@@ -91,31 +89,6 @@ pub fn fits(function: &str, function_timeout_ms: u64, handler_timeout_s: u64, re
         "{function}'s timeout of {function_s} s does not fit in this handler's timeout of {handler_timeout_s} s: an invocation of the handler must wait for the function's whole timeout and keep {others_s} s to start, hear Lambda's answer and answer CloudFormation, or the function could be cut off while it still runs; set the handler's timeout (the regional template's FunctionTimeoutSeconds, CFN_ONCE_HANDLER_TIMEOUT_S) to at least {needed_s} s, or the function's timeout to at most {} s",
         handler_timeout_s.saturating_sub(others_s)
     ))
-}
-
-/// Checks at start that every function of `functions` fits in a handler whose Lambda timeout is
-/// `handler_timeout_s` ([`fits`]). A timeout that cannot be learned now is logged and checked
-/// again when the function is first invoked.
-pub async fn check_at_start<'a>(
-    functions: impl IntoIterator<Item = &'a str>,
-    invoker: &dyn FunctionInvoker,
-    handler_timeout_s: u64,
-    reserve_ms: u64,
-) -> Result<(), String> {
-    let mut problems = Vec::new();
-    for function in functions {
-        match invoker.timeout_ms(function).await {
-            Ok(timeout_ms) => {
-                if let Err(why) = fits(function, timeout_ms, handler_timeout_s, reserve_ms) {
-                    problems.push(why);
-                }
-            }
-            Err(InvokeError::Permanent(why) | InvokeError::Transient(why) | InvokeError::Unknown(why)) => {
-                tracing::warn!(function, why, "could not learn the function's timeout at start: its first Invoke will");
-            }
-        }
-    }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
 }
 
 #[cfg(test)]
