@@ -46,6 +46,9 @@ impl ActivitySource for SimControl {
     async fn activity(&self) -> Result<Activity, ControlError> {
         if self.shared.fault(self.shared.faults.control_slow) {
             self.shared.cover("control read slower than its timeout");
+            // A store read at its timeout: a fault like any other store call's, which a
+            // request of a few seconds may not survive (L1 and TIME are excused by it).
+            self.shared.fault_happened(self.region, "control read slower than its timeout");
             let latency_ms = 3_500 + self.shared.below(6_500);
             self.shared.clock.sleep_ms(latency_ms).await;
         }
