@@ -176,6 +176,12 @@ pub(crate) struct LocalArgs {
     /// with the defaults (at least 60 s), so no function is ever cut off and run again.
     #[arg(long, value_name = "FILE")]
     pub(crate) functions: Option<PathBuf>,
+    /// The longest head start the secondary leaves a request nobody started to the primary
+    /// (CFN_ONCE_HEAD_START_S; a request with less than five times this gets a fifth of its
+    /// ServiceTimeout). Default: --secondary-delay-s, so a failover shows within seconds;
+    /// `--head-start-s 60` plays what infra/regional.yaml deploys.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=900))]
+    pub(crate) head_start_s: Option<u32>,
 }
 
 #[derive(Debug, Args)]

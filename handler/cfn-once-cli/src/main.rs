@@ -126,9 +126,12 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
         env.file.answer_buckets = functions.answer_buckets();
         env.file.routes = functions.routes();
     }
+    let head_start_s = args.head_start_s.map(|seconds| seconds.to_string());
+    let mut settings = LOCAL_SETTINGS.to_vec();
+    settings.extend(head_start_s.as_deref().map(|seconds| ("CFN_ONCE_HEAD_START_S", seconds)));
     let mut pair = RegionPair::start_serving(
         &env,
-        &LOCAL_SETTINGS,
+        &settings,
         |role| Some(printing_observer(env.region(role), role)),
         functions.as_ref(),
     )
