@@ -434,6 +434,28 @@ impl<'a> Budget<'a> {
         }
     }
 
+    /// A run for a request whose lease cap has passed, as a last chance rather than a FAILED
+    /// without trying: until half the request's deadline margin is left (the other half is
+    /// for the commit and the PUT, which take milliseconds when nothing fails), within the
+    /// invocation's window too. `None` when less than a useful run is left. Nobody else starts
+    /// the provider in the margin, and a region that takes the lease over (it is not extended
+    /// past the cap) answers FAILED, which the fence keeps the only commit if it comes first.
+    pub(crate) fn last_chance_window(&self, now_ms: u64) -> Option<RunWindow> {
+        let margin_ms = self.settings.deadline_margin_for_ms(&self.deadline);
+        let request_end_ms = self.deadline.at_ms.saturating_sub(margin_ms / 2);
+        let invocation_end_ms = self.work_end_ms().saturating_sub(self.settings.answer_ms());
+        let (end_ms, bound) = if request_end_ms <= invocation_end_ms {
+            (request_end_ms, RunBound::Request)
+        } else {
+            (invocation_end_ms, RunBound::Invocation)
+        };
+        let kept_ms = match bound {
+            RunBound::Request => self.deadline.at_ms - end_ms,
+            RunBound::Invocation => self.invocation_deadline_ms.saturating_sub(end_ms),
+        };
+        (end_ms >= now_ms + CALL_MS_MIN).then_some(RunWindow { end_ms, bound, kept_ms })
+    }
+
     /// When the commit's calls must end: in time for one PUT attempt and the delivery record.
     pub(crate) fn commit_end_ms(&self) -> u64 {
         let settings = self.settings;

@@ -207,14 +207,15 @@ fn a_create_failed_after_a_takeover_is_cleaned_up_by_its_rollback_delete() {
     let body = request("Create", "Custom::Counting", json!({"DelayMs": "60000", "ServiceTimeout": "60"}), URL);
     let invocation = h.invocation(900_000);
     let sent_ms = Some(h.clock.now_ms());
-    // East runs the provider, then crashes; by the time anyone looks again the deadline is near.
+    // East runs the provider, then crashes; by the time anyone looks again less than half the
+    // 15 s margin of this 60 s request is left (no last chance to run it).
     let crashed = drive_until(
         &h.clock,
         h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
         || h.counting.calls() == 1,
     );
     assert!(crashed.is_none());
-    h.clock.advance_ms(45_000);
+    h.clock.advance_ms(53_000);
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
     let late = drive(&h.clock, west.handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms }, &invocation));
     assert_eq!(answered(&late), (2, Status::Failed), "taken over near the deadline: FAILED without running");
@@ -230,7 +231,8 @@ fn a_create_no_provider_ran_for_skips_the_provider_on_its_rollback_delete() {
     let h = Harness::new();
     let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
     let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120"}), URL);
-    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
+    // 8 s left: less than half the 20 s margin, so not even a last chance to run it.
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 112_000)), (1, Status::Failed));
     let failed = h.bodies(URL).remove(0);
     assert!(is_failed_create_id(&failed.physical_resource_id), "nobody ever ran it: {failed:?}");
     assert_eq!(answered(&h.handle(&h.worker("us-east-1"), &rollback_delete(&failed))).1, Status::Success);

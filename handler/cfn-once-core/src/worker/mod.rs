@@ -388,6 +388,14 @@ impl Worker {
                     let took_over_from = interrupted.then(|| fence.saturating_sub(1));
                     return self.run_and_answer(job, fence, took_over, took_over_from, poll).await;
                 }
+                // Inside the margin, with no wait to end and no close that failed: a last chance to
+                // run, where the time left allows it (`Worker::run_ordinary`).
+                Action::FailWithoutRunning { fence, took_over, poll: None }
+                    if unclosed.is_none() && job.budget.last_chance_window(self.clock.now_ms()).is_some() =>
+                {
+                    let took_over_from = took_over.then(|| fence.saturating_sub(1));
+                    return self.run_and_answer(job, fence, took_over, took_over_from, None).await;
+                }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
                     return self.fail_without_running(job, fence, took_over, poll, unclosed).await.into();
                 }

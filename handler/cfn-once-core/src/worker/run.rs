@@ -153,11 +153,22 @@ impl Worker {
         took_over_from: Option<u64>,
         poll: Option<PollRecord>,
     ) -> Disposition {
-        let window = job.budget.run_window();
+        let mut window = job.budget.run_window();
         let now_ms = self.clock.now_ms();
         if window.closed(now_ms) {
-            // The lease was taken where no lease may reach any more: answer without running.
-            return self.fail_without_running(job, fence, took_over, poll, None).await;
+            // The lease was taken where no lease may reach any more: run in what is left of the
+            // margin as a last chance (never for a poll, whose wait is over there), or answer
+            // without running.
+            match job.budget.last_chance_window(now_ms).filter(|_| poll.is_none()) {
+                Some(last_chance) => {
+                    tracing::info!(
+                        end_ms = last_chance.end_ms,
+                        "inside the deadline margin: running the provider as a last chance"
+                    );
+                    window = last_chance;
+                }
+                None => return self.fail_without_running(job, fence, took_over, poll, None).await,
+            }
         }
         if window.too_short(now_ms) {
             // Taking the lease used up this invocation (a slow store): rather than answer FAILED

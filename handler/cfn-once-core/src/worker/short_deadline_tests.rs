@@ -123,3 +123,30 @@ fn the_failover_minimum_follows_the_queues_delay() {
     // SQS's longest delay leaves failover to the longest ServiceTimeouts only.
     assert_eq!(minimum(900), Some(923));
 }
+
+/// Inside the margin nobody else starts the provider: rather than a FAILED without trying, the
+/// delivery that holds the lease runs it until half the margin is left.
+#[test]
+fn inside_the_margin_a_request_gets_a_last_chance_to_run_before_half_the_margin_is_left() {
+    // The secondary's copy of a 10 s Delete, seen 5.8 s after the send (its queue's delay):
+    // past the lease cap (10 s less 2.5 s and 1 s), in the first half of the 2.5 s margin.
+    let h = Harness::new();
+    let secondary = deployed_secondary(&h);
+    let body = request("Delete", "Custom::Counting", json!({"ServiceTimeout": "10"}), URL);
+    assert_eq!(answered(&handle_sent(&h, &secondary, &body, 5_800)), (1, Status::Success));
+    assert_eq!(h.counting.calls(), 1);
+    // A provider that does not finish by then is answered FAILED with the time it had.
+    let h = Harness::new();
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120", "DelayMs": "60000"}), URL);
+    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
+    assert_eq!(h.counting.calls(), 1);
+    let reason = h.bodies(URL)[0].reason.clone().expect("reason");
+    assert!(
+        reason.contains("did not finish before the request's deadline") && reason.contains("less 10 s"),
+        "{reason}"
+    );
+    // Sent 105 s before the start: its deadline 15 s after it, half its margin 10 s before that.
+    let stopped_ms = h.clock.now_ms() - START_MS;
+    assert!((5_000..6_000).contains(&stopped_ms), "stopped with half the margin left: {stopped_ms} ms");
+}
