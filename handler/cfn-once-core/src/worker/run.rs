@@ -60,6 +60,8 @@ enum Ran {
 impl Worker {
     /// Runs the provider under `fence` (or polls its work in progress) and answers what it
     /// comes to: commits and sends the outcome, stores the wait, or retries after a lost lease.
+    /// `last_chance`: whether this region may start new work (active, or the secondary), and
+    /// so may run the provider inside the deadline margin rather than answer FAILED unrun.
     pub(super) async fn run_and_answer(
         &self,
         job: &Job<'_>,
@@ -67,6 +69,7 @@ impl Worker {
         took_over: bool,
         took_over_from: Option<u64>,
         poll: Option<PollRecord>,
+        last_chance: bool,
     ) -> Acted {
         tracing::Span::current().record("fence", fence);
         // A poll is of an ordinary run: a hand-over never waits.
@@ -92,7 +95,7 @@ impl Worker {
                 WaitDeclared::None => {}
             }
         }
-        self.run_ordinary(job, fence, took_over, took_over_from, poll).await.into()
+        self.run_ordinary(job, fence, took_over, took_over_from, poll, last_chance).await.into()
     }
 
     /// Whether a wait condition can be waiting on `spec`'s handle, so that `job` hands its work
@@ -152,14 +155,15 @@ impl Worker {
         took_over: bool,
         took_over_from: Option<u64>,
         poll: Option<PollRecord>,
+        last_chance: bool,
     ) -> Disposition {
         let mut window = job.budget.run_window();
         let now_ms = self.clock.now_ms();
         if window.closed(now_ms) {
             // The lease was taken where no lease may reach any more: run in what is left of the
-            // margin as a last chance (never for a poll, whose wait is over there), or answer
-            // without running.
-            match job.budget.last_chance_window(now_ms).filter(|_| poll.is_none()) {
+            // margin as a last chance (never for a poll, whose wait is over there, nor in a
+            // drained primary, which starts no new work), or answer without running.
+            match job.budget.last_chance_window(now_ms).filter(|_| last_chance && poll.is_none()) {
                 Some(last_chance) => {
                     tracing::info!(
                         end_ms = last_chance.end_ms,

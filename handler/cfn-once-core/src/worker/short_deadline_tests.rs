@@ -138,8 +138,7 @@ fn inside_the_margin_a_request_gets_a_last_chance_to_run_before_half_the_margin_
     // A provider that does not finish by then is answered FAILED with the time it had.
     let h = Harness::new();
     let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120", "DelayMs": "60000"}), URL);
-    let standby = h.worker_as("us-east-1", Role::Primary, Activity::Standby);
-    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
+    assert_eq!(answered(&handle_sent(&h, &h.worker("us-east-1"), &body, 105_000)), (1, Status::Failed));
     assert_eq!(h.counting.calls(), 1);
     let reason = h.bodies(URL)[0].reason.clone().expect("reason");
     assert!(
@@ -149,4 +148,15 @@ fn inside_the_margin_a_request_gets_a_last_chance_to_run_before_half_the_margin_
     // Sent 105 s before the start: its deadline 15 s after it, half its margin 10 s before that.
     let stopped_ms = h.clock.now_ms() - START_MS;
     assert!((5_000..6_000).contains(&stopped_ms), "stopped with half the margin left: {stopped_ms} ms");
+}
+
+/// A drained primary starts no new work, not even as a last chance: near the deadline it
+/// answers FAILED without running the provider, as before.
+#[test]
+fn a_drained_primary_gets_no_last_chance() {
+    let h = Harness::new();
+    let standby = h.drained_primary("us-east-1");
+    let body = request("Delete", "Custom::Counting", json!({"ServiceTimeout": "120"}), URL);
+    assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
+    assert_eq!(h.counting.calls(), 0);
 }
