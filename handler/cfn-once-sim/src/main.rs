@@ -42,7 +42,7 @@ const FRESH_SEEDS_MIN: u64 = 100_000;
 const FRESH_FIRST_MAX: u64 = 1 << 50;
 
 const USAGE: &str =
-    "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--seed N] [--mrec] [--user-settings] [--planted-bug[=BUG]]
+    "usage: cfn-once-sim [--seeds N] [--first S] [--jobs J] [--seed N] [--mrec] [--legacy-draws] [--planted-bug[=BUG]]
 
   --seeds N       run N seeds (default 1000), starting at --first
   --first S       the first seed; without it, a run of 100000 seeds or more starts at a
@@ -51,10 +51,11 @@ const USAGE: &str =
   --jobs J        threads to run seeds on (default: every core); the result does not depend on it
   --seed N        replay one seed and print its trace
   --mrec          use an eventually consistent (MREC) table: replicas with lag, last writer wins
-  --user-settings draw settings as users write them: ServiceTimeouts log-uniform from 1 s to
-                  3600 s for four requests in ten, and in the weather the secondary queue's
-                  delay anywhere from 0 to 900 s for four seeds in ten (not yet clean: see
-                  docs/simulator.md)
+  --legacy-draws  draw settings as runs before user-written settings did: ServiceTimeouts from
+                  30 s and the deployed secondary delay only. By default four requests in ten
+                  get a ServiceTimeout log-uniform from 1 s to 3600 s, and four weather seeds in
+                  ten a secondary queue delay from 0 to 900 s. Seeds found before (the named
+                  ones in lib.rs) replay with this flag
   --planted-bug   the self-check: use a deliberately broken lease store, which must show violations:
                   =unfenced-commit (the default) commits without its condition (fence, state);
                   =signal-again forgets a wait condition work's committed signal when another
@@ -70,8 +71,7 @@ const USAGE: &str =
                   =format-blind has the lease store read and write records of a newer format as
                   its own, so an upgrade's older region overwrites what a newer version wrote;
                   =fixed-margin keeps the handler's 20 s deadline margin whole whatever a
-                  request's time, so short ServiceTimeouts are answered FAILED unrun (TIME;
-                  run it with --user-settings, which draws them)";
+                  request's time, so short ServiceTimeouts are answered FAILED unrun (TIME)";
 
 struct Args {
     seeds: u64,
@@ -88,7 +88,7 @@ fn parse() -> Result<Args, String> {
         first: None,
         jobs: cores,
         replay: None,
-        options: Options { mode: StoreMode::Mrsc, planted_bug: None, user_settings: false },
+        options: Options { mode: StoreMode::Mrsc, planted_bug: None, user_settings: true },
     };
     let mut items = std::env::args().skip(1);
     let number = |value: Option<String>, flag: &str| -> Result<u64, String> {
@@ -107,7 +107,7 @@ fn parse() -> Result<Args, String> {
             "--seed" => args.replay = Some(number(items.next(), "--seed")?),
             "--mrec" => args.options.mode = StoreMode::Mrec { lag_ms: 1_000 },
             "--planted-bug" => args.options.planted_bug = Some(PlantedBug::UnfencedCommit),
-            "--user-settings" => args.options.user_settings = true,
+            "--legacy-draws" => args.options.user_settings = false,
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
                 let bug = PlantedBug::parse(name).ok_or_else(|| {
@@ -312,6 +312,9 @@ fn flags(options: Options) -> String {
     }
     if let Some(bug) = options.planted_bug {
         flags.push_str(&format!(" --planted-bug={}", bug.name()));
+    }
+    if !options.user_settings {
+        flags.push_str(" --legacy-draws");
     }
     flags
 }
