@@ -96,12 +96,12 @@ impl Settings {
     /// and the skew margin. A taker-over sees the lease expired where the margin begins, and
     /// the margin holds the time it needs to answer, so a holder crashing just before then
     /// still leaves time to answer FAILED. The skew margin is kept whole as long as the
-    /// deadline margin is at least as long, since a taker-over waits it whole: a request of a
-    /// few seconds keeps as much for skew as for its margin (its copies come back a second
-    /// apart at best, so it has no time for a takeover anyway).
+    /// deadline margin is at least twice as long, since a taker-over waits it whole: a
+    /// request of a few seconds keeps half its margin for skew (its copies come back a second
+    /// apart at best, so it has no time for a takeover anyway, and its provider the time).
     pub fn lease_end_before_deadline_ms(&self, deadline: &RequestDeadline) -> u64 {
         let margin_ms = self.deadline_margin_for_ms(deadline);
-        margin_ms + self.skew_ms.min(margin_ms)
+        margin_ms + self.skew_ms.min(margin_ms / 2)
     }
 
     /// The deadline margin of `deadline`'s request: `CFN_ONCE_DEADLINE_MARGIN_MS`, or a

@@ -75,6 +75,20 @@ pub struct CachedActivity {
     /// Source reads finished so far: a waiter that sees it move knows a read finished after it
     /// asked, and takes that read's outcome instead of reading again.
     reads: AtomicU64,
+    /// When the read in flight began, epoch ms (0: none): a caller counts a read's time from
+    /// its start, so a read already slower than the caller's timeout is one that failed, and
+    /// the caller does not wait a whole timeout more behind it.
+    reading_since_ms: AtomicU64,
+}
+
+/// Clears [`CachedActivity::reading_since_ms`] when the read ends, or is dropped by a caller
+/// that gave up on it.
+struct ReadInFlight<'a>(&'a AtomicU64);
+
+impl Drop for ReadInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::SeqCst);
+    }
 }
 
 impl CachedActivity {
@@ -88,6 +102,7 @@ impl CachedActivity {
             last: Mutex::new(None),
             refresh: futures_util::lock::Mutex::new(()),
             reads: AtomicU64::new(0),
+            reading_since_ms: AtomicU64::new(0),
         }
     }
 
@@ -147,7 +162,15 @@ impl CachedActivity {
     /// The answer within `timeout_ms`. A source that answers later than that has failed, and is
     /// treated as one that failed: the last known answer stands, else the fallback. (A drained
     /// primary whose slow control made it act as active would start work it must leave.)
+    /// A read already in flight counts from its start: once it has taken `timeout_ms`, the
+    /// answer is given at once, without waiting behind it.
     pub async fn activity_within(&self, timeout_ms: u64) -> Activity {
+        let since_ms = self.reading_since_ms.load(Ordering::SeqCst);
+        let in_flight_ms = if since_ms == 0 { 0 } else { self.clock.now_ms().saturating_sub(since_ms) };
+        let timeout_ms = match self.fresh_now() {
+            Some(_) => timeout_ms,
+            None => timeout_ms.saturating_sub(in_flight_ms),
+        };
         match within(self.clock.as_ref(), timeout_ms, self.activity()).await {
             Some(Ok(activity)) => activity,
             Some(Err(_)) | None => {
@@ -185,6 +208,8 @@ impl CachedActivity {
             return self.fresh(self.clock.now_ms()).unwrap_or_else(|| self.stale_or_fallback());
         }
         let now_ms = self.clock.now_ms();
+        self.reading_since_ms.store(now_ms.max(1), Ordering::SeqCst);
+        let _in_flight = ReadInFlight(&self.reading_since_ms);
         let answer = self.source.activity().await;
         self.reads.fetch_add(1, Ordering::SeqCst);
         match answer {
@@ -251,6 +276,35 @@ mod tests {
         let (answers, calls) = ten_at_once(vec![Err(ControlError("throttled".into())), Ok(Activity::Standby)]);
         assert_eq!(answers, vec![Activity::Active; 10], "the fallback, for every waiter");
         assert_eq!(calls, 1, "waiters do not each retry a failed read");
+    }
+
+    /// A read whose caller stopped (a frozen execution, in the simulator) still holds the
+    /// single flight: the next caller counts its time from the read's start, and once that is
+    /// past its timeout answers at once with the last known answer, rather than wait a whole
+    /// timeout more behind it.
+    #[test]
+    fn a_read_slower_than_the_timeout_is_not_waited_for_again() {
+        let clock = ManualClock::new(0);
+        let source = Arc::new(Scripted { latency: Some((clock.clone(), 60_000)), ..Scripted::default() });
+        source.answers.lock().expect("lock").extend([Ok(Activity::Standby)]);
+        let cached = CachedActivity::new(source.clone(), Arc::new(clock.clone()), 5_000, Activity::Active);
+        let mut stalled = Box::pin(cached.activity_within(3_000));
+        let waker = futures_util::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(stalled.as_mut().poll(&mut cx).is_pending(), "the read is in flight, its caller stalled");
+        clock.advance_ms(4_000);
+        let started_ms = clock.now_ms();
+        assert_eq!(drive(&clock, cached.activity_within(3_000)), Activity::Active, "the fallback");
+        assert_eq!(clock.now_ms(), started_ms, "answered at once: the read in flight took 4 s already");
+        // A read in flight for less than the timeout is waited for what is left of it only.
+        drop(stalled);
+        let mut stalled = Box::pin(cached.activity_within(3_000));
+        assert!(stalled.as_mut().poll(&mut cx).is_pending());
+        clock.advance_ms(2_000);
+        let started_ms = clock.now_ms();
+        assert_eq!(drive(&clock, cached.activity_within(3_000)), Activity::Active);
+        assert_eq!(clock.now_ms() - started_ms, 1_000, "the second left of the read's 3 s");
+        assert_eq!(source.calls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

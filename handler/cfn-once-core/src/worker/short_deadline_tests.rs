@@ -40,8 +40,8 @@ fn the_margins_shrink_with_the_request_and_stay_whole_from_four_times_their_sum(
         );
     };
     // The harness's margin is 20 s and its skew margin 1 s: whole from 80 s.
-    check(1, 500, 250);
-    check(5, 2_250, 1_250);
+    check(1, 375, 250);
+    check(5, 1_875, 1_250);
     check(30, 8_500, 7_500);
     check(79, 20_750, 19_750);
     check(80, 21_000, 20_000);

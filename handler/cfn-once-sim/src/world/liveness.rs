@@ -119,9 +119,10 @@ impl World {
     /// time: a request of the weather whose life, from its sending to its deadline, met no
     /// fault (no outage, crash, freeze, store or PUT fault, clock step or control flip in
     /// either region, no late copy, clocks within an eighth of its time) and whose provider
-    /// answers in time (its run and two seconds fit in the three quarters of its time that are
-    /// not kept back) must not be answered FAILED saying that no region could run it, that it
-    /// did not finish before its deadline, or that no time was left to run it again.
+    /// answers in time (its run and two seconds fit in its time less the margins kept before
+    /// its deadline, `Settings::lease_end_before_deadline_ms`) must not be answered FAILED
+    /// saying that no region could run it, that it did not finish before its deadline, or that
+    /// no time was left to run it again.
     pub(super) fn check_no_failed_for_lack_of_time(&self) {
         if self.scenario.kind != crate::scenario::Kind::Weather {
             return;
@@ -133,11 +134,14 @@ impl World {
         for (index, plan) in self.scenario.requests.iter().enumerate() {
             let (from_ms, to_ms) = (plan.sent_at_ms, plan.deadline_ms());
             let span_ms = to_ms - from_ms;
+            let deadline =
+                cfn_once_core::deadline::RequestDeadline::of(from_ms, Some(plan.service_timeout_s), None, 3_600);
+            let kept_ms = self.parameters.settings[0].lease_end_before_deadline_ms(&deadline);
             let quick = plan.wait.is_none()
                 && plan.panic_percent == 0
                 && plan.late.is_none()
                 && plan.wait_condition_s.is_none()
-                && plan.work_ms + 2_000 <= span_ms * 3 / 4;
+                && plan.work_ms + 2_000 + kept_ms <= span_ms;
             let calm = Region::BOTH.into_iter().all(|region| {
                 !self.down_within(region, from_ms, to_ms)
                     && self.scenario.skew_ms[region.index()].unsigned_abs() <= span_ms / 8
