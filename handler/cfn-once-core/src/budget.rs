@@ -504,8 +504,11 @@ impl<'a> Budget<'a> {
         // deadline's end; the next look past the deadline dead-letters an unresolved message.
         let to_deadline_s = seconds(self.deadline.at_ms.saturating_sub(now_ms)).max(1);
         // (A work's longer floor spreads its receives over hours; in the margin, the few looks
-        // left come at the ordinary floor, which the receives' spare covers.)
-        let margin_floor_s = floor_s.min(settings.applied_backoff_floor_s());
+        // left come at the ordinary floor, or a quarter of a shorter margin, at least a second:
+        // four or five looks whatever the margin, which the receives' spare covers.)
+        let quarter_margin_s =
+            u32::try_from(settings.deadline_margin_for_ms(&self.deadline) / 4_000).unwrap_or(u32::MAX).max(1);
+        let margin_floor_s = floor_s.min(settings.applied_backoff_floor_s()).min(quarter_margin_s);
         seconds(until_ms.saturating_sub(now_ms)).min(to_deadline_s).clamp(margin_floor_s, cap_s)
     }
 
@@ -572,6 +575,24 @@ mod tests {
         assert_eq!(settings.answer_ms(), 3 * 2_000 + 2_000);
         assert_eq!(settings.batch_tail_ms(), 1_000 + crate::budget::RETURN_SLACK_MS);
         assert_eq!(settings.reserve_ms(), settings.answer_ms() + settings.batch_tail_ms());
+    }
+
+    #[test]
+    fn inside_a_short_margin_looks_come_a_quarter_of_it_apart() {
+        let settings = settings("us-east-1");
+        let check = |service_timeout_s: u64, expected_s: u32| {
+            let deadline = RequestDeadline::of(0, Some(service_timeout_s), None, 3_600);
+            let budget = Budget::new(&settings, deadline, u64::MAX / 2);
+            // Inside the margin, asked to come back at once (a refused commit's retry): at the
+            // margin's floor.
+            let now_ms = deadline.at_ms - settings.deadline_margin_for_ms(&deadline) + 100;
+            assert_eq!(budget.backoff_s(now_ms + 100, now_ms), expected_s, "ServiceTimeout {service_timeout_s} s");
+        };
+        check(3_600, 4);
+        check(80, 4);
+        check(48, 3);
+        check(29, 1);
+        check(5, 1);
     }
 
     #[test]
