@@ -372,7 +372,10 @@ impl Worker {
     ) -> Acted {
         // Whether this region starts new work far from the deadline: only then does it run a
         // provider inside the deadline margin as a last chance (a drained primary answers there
-        // without running, as the table says).
+        // without running, as the table says), and only as the attempt's first execution: one
+        // that took the lease over from another (which may be running its own last chance, or
+        // died) answers FAILED at once, so executions in the margin never take it from each
+        // other in turn until the deadline passes.
         let starts_new_work = self.settings.role == Role::Secondary || activity == Activity::Active;
         for _ in 0..DECISIONS_MAX {
             let current = match seen {
@@ -390,17 +393,17 @@ impl Worker {
                 },
                 Action::Run { fence, took_over, interrupted, poll } => {
                     let took_over_from = interrupted.then(|| fence.saturating_sub(1));
-                    return self.run_and_answer(job, fence, took_over, took_over_from, poll, starts_new_work).await;
+                    let last_chance = starts_new_work && !took_over;
+                    return self.run_and_answer(job, fence, took_over, took_over_from, poll, last_chance).await;
                 }
                 // Inside the margin, with no wait to end and no close that failed: a last chance to
                 // run, where the time left allows it (`Worker::run_ordinary`).
-                Action::FailWithoutRunning { fence, took_over, poll: None }
+                Action::FailWithoutRunning { fence, took_over: false, poll: None }
                     if starts_new_work
                         && unclosed.is_none()
                         && job.budget.last_chance_window(self.clock.now_ms()).is_some() =>
                 {
-                    let took_over_from = took_over.then(|| fence.saturating_sub(1));
-                    return self.run_and_answer(job, fence, took_over, took_over_from, None, true).await;
+                    return self.run_and_answer(job, fence, false, None, None, true).await;
                 }
                 Action::FailWithoutRunning { fence, took_over, poll } => {
                     return self.fail_without_running(job, fence, took_over, poll, unclosed).await.into();

@@ -160,3 +160,28 @@ fn a_drained_primary_gets_no_last_chance() {
     assert_eq!(answered(&handle_sent(&h, &standby, &body, 105_000)), (1, Status::Failed));
     assert_eq!(h.counting.calls(), 0);
 }
+
+/// Only an attempt's first execution gets a last chance: one that took the lease over inside
+/// the margin answers FAILED at once, so two regions never take it from each other in turn
+/// until the deadline passes.
+#[test]
+fn a_takeover_inside_the_margin_gets_no_last_chance() {
+    let h = Harness::new();
+    let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120", "DelayMs": "60000"}), URL);
+    let invocation = h.invocation(900_000);
+    let sent_ms = Some(h.clock.now_ms());
+    // East takes the lease and runs the provider, then crashes.
+    let crashed = drive_until(
+        &h.clock,
+        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
+        || h.counting.calls() == 1,
+    );
+    assert!(crashed.is_none());
+    // West sees it in the first half of the margin: a takeover, answered FAILED unrun.
+    h.clock.advance_ms(103_000);
+    let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
+    let late = drive(&h.clock, west.handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms }, &invocation));
+    assert_eq!(answered(&late), (2, Status::Failed));
+    assert_eq!(h.counting.calls(), 1, "the provider did not run again");
+    assert_eq!(h.clock.now_ms() - START_MS, 103_000, "answered at once");
+}
