@@ -206,15 +206,9 @@ fn a_create_failed_after_a_takeover_is_cleaned_up_by_its_rollback_delete() {
     let h = Harness::new();
     let body = request("Create", "Custom::Counting", json!({"DelayMs": "60000", "ServiceTimeout": "60"}), URL);
     let invocation = h.invocation(900_000);
-    let sent_ms = Some(h.clock.now_ms());
     // East runs the provider, then crashes; by the time anyone looks again less than half the
     // 15 s margin of this 60 s request is left (no last chance to run it).
-    let crashed = drive_until(
-        &h.clock,
-        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
-        || h.counting.calls() == 1,
-    );
-    assert!(crashed.is_none());
+    let sent_ms = run_then_crash(&h, &body);
     h.clock.advance_ms(53_000);
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);
     let late = drive(&h.clock, west.handle(QueueRecord { body: Some(&body), receive_count: 2, sent_ms }, &invocation));

@@ -169,14 +169,8 @@ fn a_takeover_inside_the_margin_gets_no_last_chance() {
     let h = Harness::new();
     let body = request("Create", "Custom::Counting", json!({"ServiceTimeout": "120", "DelayMs": "60000"}), URL);
     let invocation = h.invocation(900_000);
-    let sent_ms = Some(h.clock.now_ms());
     // East takes the lease and runs the provider, then crashes.
-    let crashed = drive_until(
-        &h.clock,
-        h.worker("us-east-1").handle(QueueRecord { body: Some(&body), receive_count: 1, sent_ms }, &invocation),
-        || h.counting.calls() == 1,
-    );
-    assert!(crashed.is_none());
+    let sent_ms = run_then_crash(&h, &body);
     // West sees it in the first half of the margin: a takeover, answered FAILED unrun.
     h.clock.advance_ms(103_000);
     let west = h.worker_as("us-west-2", Role::Secondary, Activity::Standby);

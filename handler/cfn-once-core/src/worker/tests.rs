@@ -175,6 +175,20 @@ fn handle_sent(h: &Harness, worker: &Worker, body: &str, sent_ago_ms: u64) -> Di
     drive(&h.clock, worker.handle(QueueRecord { body: Some(body), receive_count: 1, sent_ms }, &invocation))
 }
 
+/// East takes `body`'s lease and starts its provider, then crashes holding the lease. Returns
+/// the copies' send time, for later deliveries of the same message.
+fn run_then_crash(h: &Harness, body: &str) -> Option<u64> {
+    let invocation = h.invocation(900_000);
+    let sent_ms = Some(h.clock.now_ms());
+    let crashed = drive_until(
+        &h.clock,
+        h.worker("us-east-1").handle(QueueRecord { body: Some(body), receive_count: 1, sent_ms }, &invocation),
+        || h.counting.calls() == 1,
+    );
+    assert!(crashed.is_none(), "east crashed before answering");
+    sent_ms
+}
+
 fn decoded(body: &str) -> Request {
     decode(Some(body), &InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) })
         .expect("valid request")
