@@ -472,9 +472,12 @@ async fn properties_and_providers() {
             Expect::Answered(Status::Failed, Some("invalid property DelayMs")),
         ),
         (
-            "a ServiceTimeout of 1 s, so the deadline is already here",
+            "a ServiceTimeout of 1 s and a provider that needs 5 s: answered FAILED before the deadline",
             |sent| {
+                // A warm handler runs a quick provider within a 1 s ServiceTimeout (the margins
+                // shrink with it); one that needs longer is stopped in time to say so.
                 property(sent, "ServiceTimeout", json!("1"));
+                property(sent, "DelayMs", json!("5000"));
                 Input::Publish
             },
             Expect::Answered(Status::Failed, Some("before the request's deadline")),

@@ -15,6 +15,7 @@ use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment};
 use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::functions_file::FunctionsFile;
 use cfn_once_cli::local::pair::{LOCAL_SETTINGS, RegionPair};
+use cfn_once_cli::play::cloud::RequestType;
 use cfn_once_cli::play::engine::Notice;
 use cfn_once_cli::play::faults::RegionFaults;
 use cfn_once_cli::play::run::{self, Place, PlayOptions, PlayReport};
@@ -333,19 +334,34 @@ async fn the_public_templates_play_or_are_refused_before_anything_is_sent() {
     assert_eq!(update.old_resource_properties.as_ref().unwrap()["endpoints"].as_array().map(Vec::len), Some(3));
     assert!(report.steps[0].outputs.iter().any(|o| o.key == "topItem" && o.value == "https://example.com/results"));
 
-    // getfromjson's consumer: ServiceTimeout 1. Shorter than cfn-once's deadline margin (20 s),
-    // so cfn-once answers every request FAILED at once, naming the ServiceTimeout, rather than
-    // run a provider whose answer could come too late (docs/configuration.md, "Short ServiceTimeouts"): the
-    // create fails and so do its rollback's Deletes. Answered, each once, never left to hang.
+    // getfromjson's consumer: ServiceTimeout 1, and a type nobody serves here. The margins
+    // shrink with the ServiceTimeout, so a warm handler runs the provider in its first 625 ms
+    // (docs/configuration.md, "The margins follow each request's deadline"); whether an
+    // answer beats CloudFormation's second on this machine depends on its load (under the test
+    // lanes, SNS, SQS and moto take most of it). What holds however late: the stack never
+    // completes (nobody serves Custom::GetFromJson), no request is answered twice, a Create is
+    // never answered SUCCESS, a Delete never FAILED for bookkeeping (nothing of ours exists),
+    // and every FAILED answer says why: the missing provider or the deadline.
     let report = local.play(&options(public("getfromjson-consumer.yml")), None).await;
-    assert_eq!(statuses(&report), ["ROLLBACK_FAILED"]);
+    let status = statuses(&report);
+    assert!(matches!(status.as_slice(), [s] if s.starts_with("ROLLBACK_")), "{status:?}");
     let records: Vec<_> = report.resources.values().flatten().collect();
     assert!(records.iter().all(|r| r.request.service_timeout_s == 1));
-    let answered = records.iter().filter(|r| r.outcome == "FAILED").collect::<Vec<_>>();
-    assert_eq!(answered.len(), 3, "a Create answered, the other cancelled, two Deletes: {records:#?}");
-    for record in answered {
-        assert_eq!(record.puts, 1);
-        assert!(record.reason.as_deref().unwrap_or("").contains("set by the resource's ServiceTimeout"), "{record:?}");
+    for record in &records {
+        assert!(record.puts <= 1, "{record:?}");
+        match (record.request.request_type, record.outcome.as_str()) {
+            (_, "TIMED OUT") => {}
+            (RequestType::Delete, outcome) => assert_eq!(outcome, "SUCCESS", "{record:?}"),
+            (_, outcome) => {
+                assert_eq!(outcome, "FAILED", "{record:?}");
+                let reason = record.reason.as_deref().unwrap_or("");
+                assert!(
+                    reason.contains("no provider serves ResourceType Custom::GetFromJson")
+                        || reason.contains("set by the resource's ServiceTimeout"),
+                    "{record:?}"
+                );
+            }
+        }
     }
 
     // The AD connector: conditions, AWS::NoValue, and a GetAtt of an IAM role it is given.
