@@ -125,7 +125,7 @@ impl Settings {
     /// Whether a request with `span_ms` of time, sent at `sent_ms`, has failover: whether the
     /// secondary, seeing its copy after the queue's delay and the primary's head start (and
     /// the longest jitter of the backoff that waits for it), still has
-    /// [`FAILOVER_ANSWER_MS`] before the request's lease cap to answer it.
+    /// `FAILOVER_ANSWER_MS` (2 s) before the request's lease cap to answer it.
     pub fn has_failover(&self, deadline: &RequestDeadline) -> bool {
         let sent_ms = deadline.sent_ms;
         let delay_ms = self.secondary_delay_s.saturating_mul(1000);

@@ -14,7 +14,7 @@
 //!   what is left of the run: if the request's deadline ends the run, the function is invoked
 //!   all the same (at the deadline the request is answered FAILED and nobody runs it again); if
 //!   this handler's own Lambda invocation ends it, an `onEvent` or `isComplete` function is not
-//!   invoked and the request is answered FAILED saying which timeout to raise ([`plan`]), while
+//!   invoked and the request is answered FAILED saying which timeout to raise (`plan`), while
 //!   a function that answers by itself is invoked and its Invoke cut just before the window
 //!   closes: its answer is read from its object, wherever the function is by then.
 //! * **A handler too short for its functions does not start** ([`fits`]): given its own
