@@ -25,7 +25,12 @@ fn envelope() -> String {
 }
 
 fn policy() -> InputPolicy {
-    InputPolicy { topic_arns: vec![TOPIC.to_owned()], raw_delivery: false, urls: UrlPolicy::new(vec![]) }
+    InputPolicy {
+        topic_arns: vec![TOPIC.to_owned()],
+        raw_delivery: false,
+        urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
+    }
 }
 
 fn hot_path(c: &mut Criterion) {

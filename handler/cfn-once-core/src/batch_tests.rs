@@ -116,7 +116,12 @@ fn worker_with_panics(h: &Harness) -> Worker {
         control: Arc::new(FixedActivity(Activity::Active)),
         metrics: Arc::new(h.metrics.clone()),
     };
-    let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+    let input = InputPolicy {
+        topic_arns: vec![],
+        raw_delivery: true,
+        urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
+    };
     Worker::new(ports, input, settings("us-east-1"))
 }
 

@@ -39,7 +39,12 @@ fn fuzz<S: Strategy>(name: &str, strategy: S, check: impl Fn(S::Value) -> Result
 }
 
 fn policy(raw_delivery: bool) -> InputPolicy {
-    InputPolicy { topic_arns: vec![TOPIC.into()], raw_delivery, urls: UrlPolicy::new(vec![]) }
+    InputPolicy {
+        topic_arns: vec![TOPIC.into()],
+        raw_delivery,
+        urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
+    }
 }
 
 /// Words a request is made of, so generated objects get past the first checks often.

@@ -354,7 +354,12 @@ mod tests {
         if kind == "Update" {
             raw["OldResourceProperties"] = json!({});
         }
-        let policy = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+        let policy = InputPolicy {
+            topic_arns: vec![],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+            privileged_topic_arns: vec![],
+        };
         decode(Some(&raw.to_string()), &policy).expect("valid request")
     }
 

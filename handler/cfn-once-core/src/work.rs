@@ -136,7 +136,12 @@ mod tests {
             "ResourceType": "Custom::Echo",
             "ResourceProperties": {"A": "1"},
         });
-        let policy = crate::request::InputPolicy { topic_arns: vec![], raw_delivery: true, urls: Default::default() };
+        let policy = crate::request::InputPolicy {
+            topic_arns: vec![],
+            raw_delivery: true,
+            urls: Default::default(),
+            privileged_topic_arns: vec![],
+        };
         crate::request::decode(Some(&body.to_string()), &policy).expect("a request")
     }
 

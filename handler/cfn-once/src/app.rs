@@ -160,5 +160,6 @@ pub fn input_policy(config: &Config) -> InputPolicy {
         topic_arns: config.topic_arns.clone(),
         raw_delivery: config.raw_delivery,
         urls: UrlPolicy::new(config.response_url_allow.clone()),
+        privileged_topic_arns: config.privileged_topic_arns.clone(),
     }
 }

@@ -19,6 +19,11 @@ pub(super) fn problems(config: &Config, reserve_ms_set: bool) -> Vec<String> {
             problems.push(format!("CFN_ONCE_TOPIC_ARNS entry {arn:?} is not an SNS topic ARN"));
         }
     }
+    for arn in config.privileged_topic_arns.iter().filter(|arn| !config.topic_arns.contains(arn)) {
+        problems.push(format!(
+            "CFN_ONCE_PRIVILEGED_TOPIC_ARNS entry {arn:?} is not in CFN_ONCE_TOPIC_ARNS: a privileged topic must be one whose requests are accepted; add it there or remove it here"
+        ));
+    }
     if config.heartbeat_ms >= config.lease_ms {
         problems.push(format!(
             "CFN_ONCE_HEARTBEAT_MS ({}) must be shorter than CFN_ONCE_LEASE_MS ({}), or the lease lapses between heartbeats",

@@ -49,6 +49,13 @@ pub struct Config {
     pub control_cache_ms: u64,
     /// `CFN_ONCE_TOPIC_ARNS`: comma-separated SNS topics whose envelopes are accepted.
     pub topic_arns: Vec<String>,
+    /// `CFN_ONCE_PRIVILEGED_TOPIC_ARNS` (default none): the topics of `topic_arns` whose
+    /// requests are privileged, comma-separated. Only a privileged request may take over an
+    /// existing item with `Custom::DynamoDBItem`'s `Adopt: "true"` or reach a `CFN_ONCE_FUNCTIONS`
+    /// route; any other is answered FAILED saying so. None named: every accepted request is
+    /// privileged. Named: a bare request (raw delivery, no topic) is not. Each must be one of
+    /// `topic_arns`.
+    pub privileged_topic_arns: Vec<String>,
     /// `CFN_ONCE_RAW_DELIVERY` (default `false`): also accept bare requests, as SNS sends them
     /// with raw message delivery. They carry no TopicArn, so only the queue policy vouches for
     /// them; the customer template's `RawMessageDelivery` must say the same.
@@ -227,6 +234,7 @@ impl Config {
         };
         let control_cache_ms = vars.number("CFN_ONCE_CONTROL_CACHE_MS", CONTROL_CACHE_MS_DEFAULT, 0, 300_000);
         let topic_arns = vars.list("CFN_ONCE_TOPIC_ARNS");
+        let privileged_topic_arns = vars.list("CFN_ONCE_PRIVILEGED_TOPIC_ARNS");
         let raw_delivery = vars.flag("CFN_ONCE_RAW_DELIVERY", false);
         let response_url_allow = vars
             .list("CFN_ONCE_RESPONSE_URL_ALLOW")
@@ -305,6 +313,7 @@ impl Config {
             control,
             control_cache_ms,
             topic_arns,
+            privileged_topic_arns,
             raw_delivery,
             response_url_allow,
             item_tables,

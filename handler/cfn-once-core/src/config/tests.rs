@@ -284,3 +284,29 @@ fn the_handlers_own_timeout_is_read_when_given_and_refused_outside_lambdas_range
         );
     }
 }
+
+#[test]
+fn privileged_topics_are_read_and_each_must_be_an_accepted_topic() {
+    let other = "arn:aws:sns:eu-west-1:123456789012:cfn-once";
+    let stray = "arn:aws:sns:us-west-2:444455556666:elsewhere";
+    let base = [
+        ("AWS_REGION", "us-east-1"),
+        ("CFN_ONCE_ROLE", "primary"),
+        ("CFN_ONCE_TABLE", "leases"),
+        (
+            "CFN_ONCE_TOPIC_ARNS",
+            "arn:aws:sns:us-east-1:123456789012:cfn-once, arn:aws:sns:eu-west-1:123456789012:cfn-once",
+        ),
+    ];
+    assert!(config(&base).expect("valid").privileged_topic_arns.is_empty(), "unset: none named, all privileged");
+    let with = |value: &str| config(&[base.as_slice(), &[("CFN_ONCE_PRIVILEGED_TOPIC_ARNS", value)]].concat());
+    assert!(with(" ").expect("valid").privileged_topic_arns.is_empty(), "empty is unset");
+    assert_eq!(with(other).expect("valid").privileged_topic_arns, vec![other.to_owned()]);
+    let problems = with(&format!("{other},{stray}")).expect_err("a stray privileged topic").problems;
+    assert_eq!(
+        problems,
+        vec![format!(
+            "CFN_ONCE_PRIVILEGED_TOPIC_ARNS entry {stray:?} is not in CFN_ONCE_TOPIC_ARNS: a privileged topic must be one whose requests are accepted; add it there or remove it here"
+        )]
+    );
+}

@@ -26,10 +26,17 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
         Err(error) => return Err(Undeliverable::NotJson(describe_json_error(&error))),
     };
     let published_ms = published_ms(&outer);
-    let mut request = match unwrap_envelope(outer, policy)? {
+    let (unwrapped, topic_arn) = unwrap_envelope(outer, policy)?;
+    let privileged = policy.privileged(topic_arn.as_deref());
+    let mut request = match unwrapped {
         Unwrapped::Request(request) => request,
         Unwrapped::TooDeep(message) => {
-            return decode_too_deep(&message, policy).map(|request| Request { published_ms, ..request });
+            return decode_too_deep(&message, policy).map(|request| Request {
+                published_ms,
+                topic_arn,
+                privileged,
+                ..request
+            });
         }
     };
     let fingerprint = Fingerprint::of(&request);
@@ -45,7 +52,18 @@ pub fn decode(body: Option<&str>, policy: &InputPolicy) -> Result<Request, Undel
         Ok(parsed) => RequestBody::Valid(Box::new(parsed)),
         Err(reason) => RequestBody::Malformed { reason, kind, physical_resource_id },
     };
-    Ok(Request { key, logical_resource_id, response_url, fingerprint, body, published_ms, wait, old_wait })
+    Ok(Request {
+        key,
+        logical_resource_id,
+        response_url,
+        fingerprint,
+        body,
+        published_ms,
+        wait,
+        old_wait,
+        topic_arn,
+        privileged,
+    })
 }
 
 /// The publish time an SNS envelope carries (`Timestamp`, ISO 8601 in UTC).
@@ -62,12 +80,17 @@ enum Unwrapped {
 }
 
 /// Strips the SNS envelope, if any, checking its TopicArn; a bare request only with raw delivery.
-fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Unwrapped, Undeliverable> {
+/// Returns the envelope's TopicArn beside what it held (`None` for a bare request).
+fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<(Unwrapped, Option<String>), Undeliverable> {
     let Value::Object(map) = &outer else {
         return Err(Undeliverable::Unrecognised);
     };
     if map.contains_key("RequestType") {
-        return if policy.raw_delivery { Ok(Unwrapped::Request(outer)) } else { Err(Undeliverable::RawRefused) };
+        return if policy.raw_delivery {
+            Ok((Unwrapped::Request(outer), None))
+        } else {
+            Err(Undeliverable::RawRefused)
+        };
     }
     let is_notification = map.get("Type").and_then(Value::as_str) == Some("Notification");
     let (Some(Value::String(topic)), Some(Value::String(message))) = (map.get("TopicArn"), map.get("Message")) else {
@@ -81,13 +104,13 @@ fn unwrap_envelope(outer: Value, policy: &InputPolicy) -> Result<Unwrapped, Unde
     }
     let inner: Value = match serde_json::from_str(message) {
         Ok(inner) => inner,
-        Err(error) if too_deep(&error) => return Ok(Unwrapped::TooDeep(message.clone())),
+        Err(error) if too_deep(&error) => return Ok((Unwrapped::TooDeep(message.clone()), Some(topic.clone()))),
         Err(error) => return Err(Undeliverable::MessageNotJson(describe_json_error(&error))),
     };
     if !inner.is_object() {
         return Err(Undeliverable::MessageNotJson("it is not an object".into()));
     }
-    Ok(Unwrapped::Request(inner))
+    Ok((Unwrapped::Request(inner), Some(topic.clone())))
 }
 
 /// Whether the parser stopped at its recursion limit (the text may be fine JSON otherwise).

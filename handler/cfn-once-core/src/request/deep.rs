@@ -31,6 +31,9 @@ pub(super) fn decode_too_deep(text: &str, policy: &InputPolicy) -> Result<Reques
         published_ms: None,
         wait: WaitDeclared::None,
         old_wait: None,
+        // A bare request's; `decode` names the envelope's topic, if it came in one.
+        topic_arn: None,
+        privileged: policy.privileged(None),
     })
 }
 

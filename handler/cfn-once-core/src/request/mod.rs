@@ -138,6 +138,20 @@ pub struct InputPolicy {
     pub raw_delivery: bool,
     /// Which ResponseURLs may be answered; a request naming any other is undeliverable.
     pub urls: UrlPolicy,
+    /// The topics of `topic_arns` whose requests are privileged (`CFN_ONCE_PRIVILEGED_TOPIC_ARNS`):
+    /// only those may reach what the handler keeps for them (`Custom::DynamoDBItem`'s `Adopt`,
+    /// the routes to functions). Empty: every accepted request is privileged, a bare one too.
+    pub privileged_topic_arns: Vec<String>,
+}
+
+impl InputPolicy {
+    /// Whether a request that arrived through `topic_arn` (`None`: a bare request, under raw
+    /// delivery) is privileged: always where no topic is named privileged, else only through
+    /// one of them.
+    pub fn privileged(&self, topic_arn: Option<&str>) -> bool {
+        self.privileged_topic_arns.is_empty()
+            || topic_arn.is_some_and(|topic| self.privileged_topic_arns.iter().any(|privileged| privileged == topic))
+    }
 }
 
 /// A decoded request that can be answered.
@@ -164,6 +178,12 @@ pub struct Request {
     /// The wait condition an Update's old properties declared, if valid: its work is closed
     /// when the Update names another handle.
     pub old_wait: Option<WaitSpec>,
+    /// The SNS topic the request arrived through (the envelope's TopicArn, one of
+    /// `CFN_ONCE_TOPIC_ARNS`); `None` for a bare request (raw delivery).
+    pub topic_arn: Option<String>,
+    /// Whether it arrived through a privileged topic ([`InputPolicy::privileged`]); providers
+    /// read it as [`ProviderContext::privileged`](crate::provider::ProviderContext::privileged).
+    pub privileged: bool,
 }
 
 /// The request itself, or why it could not be parsed (answered FAILED with that reason).

@@ -30,6 +30,7 @@ fn an_envelope_carries_its_publish_time() {
         topic_arns: vec!["arn:aws:sns:us-east-1:123456789012:t".into()],
         raw_delivery: true,
         urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
     };
     let envelope = |timestamp: Value| {
         json!({"Type": "Notification", "TopicArn": "arn:aws:sns:us-east-1:123456789012:t", "Message": request.to_string(), "Timestamp": timestamp})
@@ -51,6 +52,7 @@ fn policy() -> InputPolicy {
         topic_arns: vec![TOPIC.into()],
         raw_delivery: true,
         urls: UrlPolicy::new(vec![AllowedPrefix::parse("http://127.0.0.1:5000/r/").expect("prefix")]),
+        privileged_topic_arns: vec![],
     }
 }
 
@@ -209,4 +211,34 @@ fn missing_resource_properties_become_empty() {
     bare.as_object_mut().expect("object").remove("ResourceProperties");
     let request = decode(Some(&bare.to_string()), &policy()).expect("valid");
     assert!(matches!(request.body, RequestBody::Valid(_)));
+}
+
+#[test]
+fn the_topic_a_request_arrived_through_is_kept_and_decides_its_privilege() {
+    let second = "arn:aws:sns:eu-west-1:123456789012:cfn-once";
+    let all = InputPolicy { topic_arns: vec![TOPIC.into(), second.into()], ..policy() };
+    let only_second = InputPolicy { privileged_topic_arns: vec![second.into()], ..all.clone() };
+    let mut deep = create();
+    let mut nested = json!("leaf");
+    for _ in 0..200 {
+        nested = json!([nested]);
+    }
+    deep["ResourceProperties"]["Deep"] = nested;
+    for (name, request) in [("shallow", create()), ("too deep to parse", deep)] {
+        let through = |topic: &str, policy: &InputPolicy| {
+            let decoded = decode(Some(&envelope(&request, topic)), policy).expect("decoded");
+            (decoded.topic_arn, decoded.privileged)
+        };
+        let bare = |policy: &InputPolicy| {
+            let decoded = decode(Some(&request.to_string()), policy).expect("raw delivery");
+            (decoded.topic_arn, decoded.privileged)
+        };
+        // None named privileged: every accepted request is, as before the setting existed.
+        assert_eq!(through(TOPIC, &all), (Some(TOPIC.to_owned()), true), "{name}");
+        assert_eq!(bare(&all), (None, true), "{name}");
+        // Named: only through one of them; a bare request has no topic, so it is not.
+        assert_eq!(through(second, &only_second), (Some(second.to_owned()), true), "{name}");
+        assert_eq!(through(TOPIC, &only_second), (Some(TOPIC.to_owned()), false), "{name}");
+        assert_eq!(bare(&only_second), (None, false), "{name}");
+    }
 }

@@ -354,7 +354,12 @@ impl ProviderTest {
                 control: Arc::new(FixedActivity(Activity::Active)),
                 metrics: Arc::new(NoMetrics),
             },
-            InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) },
+            InputPolicy {
+                topic_arns: vec![],
+                raw_delivery: true,
+                urls: UrlPolicy::new(vec![]),
+                privileged_topic_arns: vec![],
+            },
             settings(role, region),
         )
     }

@@ -109,7 +109,12 @@ impl Harness {
             control,
             metrics: Arc::new(self.metrics.clone()),
         };
-        let input = InputPolicy { topic_arns: vec![TOPIC.into()], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+        let input = InputPolicy {
+            topic_arns: vec![TOPIC.into()],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+            privileged_topic_arns: vec![],
+        };
         Worker::new(ports, input, settings)
     }
 
@@ -190,8 +195,16 @@ fn run_then_crash(h: &Harness, body: &str) -> Option<u64> {
 }
 
 fn decoded(body: &str) -> Request {
-    decode(Some(body), &InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) })
-        .expect("valid request")
+    decode(
+        Some(body),
+        &InputPolicy {
+            topic_arns: vec![],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+            privileged_topic_arns: vec![],
+        },
+    )
+    .expect("valid request")
 }
 
 /// The rollback Delete CloudFormation sends for a Create answered with `create_body`.

@@ -29,7 +29,12 @@ fn work_of(h: &Harness, handle: &str) -> Option<LeaseRecord> {
     let body = create_on(handle, json!({}));
     let decoded = crate::request::decode(
         Some(&body),
-        &InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) },
+        &InputPolicy {
+            topic_arns: vec![],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+            privileged_topic_arns: vec![],
+        },
     )
     .expect("a request");
     let spec = decoded.wait.spec().expect("a wait condition").clone();

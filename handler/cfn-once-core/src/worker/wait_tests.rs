@@ -218,7 +218,12 @@ fn s2_a_stale_poller_cannot_overwrite_newer_state() {
             control: Arc::new(FixedActivity(Activity::Active)),
             metrics: Arc::new(h.metrics.clone()),
         };
-        let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+        let input = InputPolicy {
+            topic_arns: vec![],
+            raw_delivery: true,
+            urls: UrlPolicy::new(vec![]),
+            privileged_topic_arns: vec![],
+        };
         Worker::new(ports, input, Settings { role, ..settings(region) })
     };
     let body = request("Create", "Custom::Slow", json!({}), URL);
@@ -355,7 +360,12 @@ fn a_provider_without_poll_is_answered_failed_at_its_first_poll() {
         control: Arc::new(FixedActivity(Activity::Active)),
         metrics: Arc::new(h.metrics.clone()),
     };
-    let input = InputPolicy { topic_arns: vec![], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+    let input = InputPolicy {
+        topic_arns: vec![],
+        raw_delivery: true,
+        urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
+    };
     let worker = Worker::new(ports, input, settings("us-east-1"));
     let body = request("Create", "Custom::NoPoll", json!({}), URL);
     let (done, _) = follow(&h, |_| worker.clone(), &body, h.clock.now_ms());
@@ -511,7 +521,12 @@ fn a_drained_primary_gives_back_a_poll_its_takeover_found_instead_of_the_expired
         control: Arc::new(FixedActivity(Activity::Standby)),
         metrics: Arc::new(h.metrics.clone()),
     };
-    let input = InputPolicy { topic_arns: vec![TOPIC.into()], raw_delivery: true, urls: UrlPolicy::new(vec![]) };
+    let input = InputPolicy {
+        topic_arns: vec![TOPIC.into()],
+        raw_delivery: true,
+        urls: UrlPolicy::new(vec![]),
+        privileged_topic_arns: vec![],
+    };
     let drained = Worker::new(ports, input, settings);
     assert_eq!(drive(&h.clock, drained.read_control()), Some(Activity::Standby));
     let left = deliver(&h, &drained, &body, sent_ms, 2);

@@ -115,8 +115,12 @@ impl World {
                 control: Arc::new(SimControl { region, active: Arc::clone(&active), shared: Arc::clone(&shared) }),
                 metrics: Arc::new(NoMetrics),
             };
-            let input =
-                InputPolicy { topic_arns: vec![TOPIC_ARN.into()], raw_delivery: false, urls: UrlPolicy::new(vec![]) };
+            let input = InputPolicy {
+                topic_arns: vec![TOPIC_ARN.into()],
+                raw_delivery: false,
+                urls: UrlPolicy::new(vec![]),
+                privileged_topic_arns: vec![],
+            };
             let mut settings = parameters
                 .settings_by_timeout
                 .get(&scenario.function_timeout.timeout_s)

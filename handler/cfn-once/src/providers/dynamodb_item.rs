@@ -13,7 +13,10 @@
 //! * `Attributes` (optional): the other attributes;
 //! * `Adopt` (optional, `"true"`): take over an item that already exists at the key and is not
 //!   this resource's (another resource's, or one cfn-once did not write). Without it such a
-//!   Create or Update is answered FAILED, naming the key and its owner.
+//!   Create or Update is answered FAILED, naming the key and its owner. Only a privileged request
+//!   adopts (`CFN_ONCE_PRIVILEGED_TOPIC_ARNS`; every request is where it names no topic): any
+//!   other is written as without `Adopt`, and answered FAILED saying so where an item is in the
+//!   way.
 //!
 //! A plain string is a string attribute (CloudFormation turns every scalar into a string); other
 //! types are written as one typed value, as in DynamoDB JSON: `{"N": "5"}`, `{"BOOL": "true"}`,
@@ -176,7 +179,9 @@ impl DynamoDbItem {
                 PropertyError::new(format!("invalid property Attributes.{name}: it is already part of Key")).into()
             );
         }
-        let rules = ctx.owned().adopting(properties.adopt);
+        // Only a privileged request takes over what is not its own (CFN_ONCE_PRIVILEGED_TOPIC_ARNS):
+        // any other writes as without Adopt, so a free key or its own item is written as ever.
+        let rules = ctx.owned().adopting(properties.adopt && ctx.privileged);
         let written = match self.table(&region, &properties.table_name).write(rules).put(key, attributes).await {
             Ok(written) => written,
             Err(FencedWriteError::OwnedByAnother { owner }) => {
@@ -184,8 +189,14 @@ impl DynamoDbItem {
                     Some(owner) => format!("which belongs to another resource, {owner}"),
                     None => "which cfn-once did not write (it existed before, or something else wrote it)".to_owned(),
                 };
+                let remedy = if properties.adopt {
+                    unprivileged_adopt(ctx)
+                } else {
+                    "choose another Key, or set Adopt: \"true\" to take it over (this resource's Delete then removes it)"
+                        .to_owned()
+                };
                 return Err(ProviderError::Failed(format!(
-                    "table {} already has an item at key {key_json}, {whose}; choose another Key, or set Adopt: \"true\" to take it over (this resource's Delete then removes it)",
+                    "table {} already has an item at key {key_json}, {whose}; {remedy}",
                     properties.table_name
                 )));
             }
@@ -267,6 +278,17 @@ impl Provider for DynamoDbItem {
             Err(error) => Err(error.into()),
         }
     }
+}
+
+/// Why an `Adopt: "true"` that met another's item was refused: the request is not privileged.
+fn unprivileged_adopt(ctx: &ProviderContext) -> String {
+    let through = match &ctx.topic_arn {
+        Some(topic) => format!("arrived through topic {topic}, which is not"),
+        None => "arrived without a topic (raw message delivery), so it is not".to_owned(),
+    };
+    format!(
+        "Adopt: \"true\" takes over an existing item only for a privileged request, and this one {through} in the handler's CFN_ONCE_PRIVILEGED_TOPIC_ARNS: choose another Key, or publish through a privileged topic"
+    )
 }
 
 /// Where an item lives, and the id that names it.

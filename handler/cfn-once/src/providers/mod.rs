@@ -36,7 +36,9 @@ pub fn standard_router(config: &Config, sdk: &aws_config::SdkConfig) -> Router {
             Some(Ok(answers)) if route.answers_itself => provider.with_answer_drop(Arc::clone(answers)),
             _ => provider,
         };
-        router.register(&route.resource_type, provider)
+        // A function runs with the handler's role: only privileged requests reach it
+        // (CFN_ONCE_PRIVILEGED_TOPIC_ARNS; all are where none is named).
+        router.register_privileged(&route.resource_type, provider)
     })
 }
 

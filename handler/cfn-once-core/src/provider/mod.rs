@@ -15,22 +15,25 @@
 //! The [`Router`] applies the rules every provider would otherwise have to repeat: a Delete
 //! always succeeds for a resource whose Create was refused before any provider ran, for a type
 //! no provider serves and for
-//! properties that could never have been created, so a stack can always be deleted.
+//! properties that could never have been created, so a stack can always be deleted; and a type
+//! registered for privileged requests only is refused, before its provider runs, to any other.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::clock::Clock;
 use crate::ownership::{Fence, Owner, WriteRules};
 use crate::properties::{PropertyError, from_properties};
-use crate::request::{Request, RequestBody, RequestKind, provider_properties};
-use crate::response::{Outcome, is_failed_create_id};
+use crate::request::{Request, RequestKind, provider_properties};
+use crate::response::Outcome;
+
+mod router;
+pub use router::Router;
 
 /// What a provider gets besides its properties.
 #[derive(Debug, Clone)]
@@ -48,6 +51,12 @@ pub struct ProviderContext {
     pub resource_type: String,
     /// Create, Update or Delete: what a [`Provider::poll`] is finishing.
     pub request_type: RequestKind,
+    /// The SNS topic the request arrived through; `None` for a bare request (raw delivery).
+    pub topic_arn: Option<String>,
+    /// Whether that topic is privileged (`CFN_ONCE_PRIVILEGED_TOPIC_ARNS`; all are where the
+    /// handler names none): only then may a request take over what is not its own (the stock
+    /// `Custom::DynamoDBItem`'s `Adopt`) or reach a [`Router::register_privileged`] type.
+    pub privileged: bool,
     /// When the provider must have returned (epoch ms); after it the run is abandoned and
     /// answered FAILED.
     pub deadline_ms: u64,
@@ -85,6 +94,8 @@ impl ProviderContext {
             resource_type: resource_type.to_owned(),
             // Providers only ever run for requests that parsed, which always have a type.
             request_type: request.kind().unwrap_or(RequestKind::Create),
+            topic_arn: request.topic_arn.clone(),
+            privileged: request.privileged,
             deadline_ms,
             took_over_from: None,
             ended_by: RunEnd::RequestDeadline,
@@ -491,102 +502,5 @@ impl<P: Provider> ErasedProvider for Typed<P> {
             RequestKind::Delete => progress(step, |_| deleted()),
             RequestKind::Create | RequestKind::Update => progress(step, success),
         })
-    }
-}
-
-/// Providers by ResourceType.
-#[derive(Default)]
-pub struct Router {
-    providers: BTreeMap<String, Box<dyn ErasedProvider>>,
-}
-
-impl std::fmt::Debug for Router {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Router").field("resource_types", &self.providers.keys().collect::<Vec<_>>()).finish()
-    }
-}
-
-impl Router {
-    /// A router with no providers.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Serves `resource_type` (e.g. `Custom::Echo`) with `provider`.
-    pub fn register<P: Provider>(mut self, resource_type: &str, provider: P) -> Self {
-        self.providers.insert(resource_type.to_owned(), Box::new(Typed(provider)));
-        self
-    }
-
-    /// The ResourceTypes served.
-    pub fn resource_types(&self) -> Vec<&str> {
-        self.providers.keys().map(String::as_str).collect()
-    }
-
-    /// Polls the provider of the request's ResourceType with the `state` (JSON) it stored.
-    pub async fn poll(&self, request: &Request, ctx: &ProviderContext, state: &str) -> Result<Progress, ProviderError> {
-        let resource_type = request.resource_type().unwrap_or_default();
-        let Some(provider) = self.providers.get(resource_type) else {
-            return Err(ProviderError::Failed(format!(
-                "no provider serves ResourceType {resource_type} any more; its work in progress cannot be polled"
-            )));
-        };
-        let state = serde_json::from_str(state)?;
-        provider.poll(ctx, state).await
-    }
-
-    /// Runs the request's operation. `Err` is only ever [`ProviderError::Transient`] or a
-    /// provider's own [`ProviderError::Failed`]; every rule-based answer is an [`Outcome`].
-    pub async fn run(&self, request: &Request, ctx: &ProviderContext) -> Result<Progress, ProviderError> {
-        let parsed = match &request.body {
-            RequestBody::Valid(parsed) => parsed.as_ref(),
-            RequestBody::Malformed { reason, .. } => return Ok(Progress::Finished(Outcome::refused(reason.clone()))),
-        };
-        let delete_succeeds = Ok(Progress::Finished(deleted()));
-        let (resource_type, call) = match parsed {
-            CloudFormationCustomResourceRequest::Create(create) => {
-                (create.resource_type.as_str(), Call::Create(&create.resource_properties))
-            }
-            CloudFormationCustomResourceRequest::Update(update) => (
-                update.resource_type.as_str(),
-                Call::Update {
-                    physical_resource_id: &update.physical_resource_id,
-                    properties: &update.resource_properties,
-                    old_properties: &update.old_resource_properties,
-                },
-            ),
-            CloudFormationCustomResourceRequest::Delete(delete) => {
-                if is_failed_create_id(&delete.physical_resource_id) {
-                    tracing::info!(
-                        "Delete of a resource whose Create was refused before any provider ran: nothing to delete"
-                    );
-                    return delete_succeeds;
-                }
-                (
-                    delete.resource_type.as_str(),
-                    Call::Delete {
-                        physical_resource_id: &delete.physical_resource_id,
-                        properties: &delete.resource_properties,
-                    },
-                )
-            }
-            _ => return Ok(Progress::Finished(Outcome::refused("RequestType is not one of Create, Update, Delete"))),
-        };
-        let Some(provider) = self.providers.get(resource_type) else {
-            if matches!(call, Call::Delete { .. }) {
-                tracing::warn!(resource_type, "Delete for a type no provider serves: nothing of ours can exist");
-                return delete_succeeds;
-            }
-            return Ok(Progress::Finished(Outcome::refused(format!(
-                "no provider serves ResourceType {resource_type}; this deployment serves {}",
-                self.resource_types().join(", ")
-            ))));
-        };
-        let kind = match call {
-            Call::Create(_) => "Create",
-            Call::Update { .. } => "Update",
-            Call::Delete { .. } => "Delete",
-        };
-        provider.call(ctx, call, &format!("{resource_type} {kind}")).await
     }
 }
