@@ -156,7 +156,8 @@ impl WaitHandle {
     /// handler decodes it, and `cfn_once_core::work::work_key` of that.
     pub fn work_key(&self, sent: &Sent) -> RequestKey {
         let urls = UrlPolicy::new(vec![AllowedPrefix::parse(&self.allowed_prefix).expect("an allow-list entry")]);
-        let policy = InputPolicy { topic_arns: Vec::new(), raw_delivery: true, urls };
+        let policy =
+            InputPolicy { topic_arns: Vec::new(), raw_delivery: true, urls, privileged_topic_arns: Vec::new() };
         let request = decode(Some(&sent.request.to_string()), &policy).expect("the request decodes");
         let spec = request.wait.spec().unwrap_or_else(|| panic!("the request declares no valid wait condition"));
         assert_eq!(spec.handle.expose_secret(), self.url, "the request names another handle");

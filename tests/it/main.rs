@@ -31,6 +31,7 @@ mod logs;
 mod long_life;
 mod ops;
 mod play;
+mod privileged;
 mod pypi_functions;
 mod sweeper;
 mod templates;
