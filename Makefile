@@ -312,7 +312,8 @@ build-tools: venv
 	fi
 
 ## build: the stock Lambda function (cfn-once-lambda) for $(ARCH), zipped; prints its size.
-## FEATURES=arc builds it with the ARC control.
+## It serves both Control values: the ARC control is a default feature of cfn-once (`arc`).
+## FEATURES=... adds cargo features to the build.
 build: build-tools
 	@echo "==> cargo lambda build --release --bin cfn-once-lambda ($(ARCH)$(if $(FEATURES), features $(FEATURES)))"
 	PATH="$(TOOLS_PATH)" $(CARGO) lambda build --release -p cfn-once --bin cfn-once-lambda --output-format zip \
@@ -323,11 +324,18 @@ build: build-tools
 	  || { echo "bootstrap.zip is over 5 MB (5,000,000 bytes)" >&2; exit 1; }
 
 ## sam-build: `sam build` of the lease-table and regional templates with the venv's cargo-lambda,
-## offline (cargo may not touch the network; the crates it needs are already fetched).
+## offline (cargo may not touch the network; the crates it needs are already fetched). SAM passes
+## cargo no features (a Rust function's BuildProperties carry `Binary` alone), so the function
+## serves Control=arc through cfn-once's default `arc` feature; the built binary is checked to
+## carry the ARC client (its GetRoutingControlState call), or Control=arc would fail at init.
+SAM_FUNCTION := .aws-sam/build-regional/Function/bootstrap
 sam-build: build-tools
 	$(CARGO) fetch --locked
 	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env lease-table
 	PATH="$(TOOLS_PATH)" SAM_CLI_TELEMETRY=0 CARGO_NET_OFFLINE=true sam build --config-env primary
+	@grep -q -a GetRoutingControlState $(SAM_FUNCTION) \
+	  || { echo "$(SAM_FUNCTION) has no ARC client: Control=arc would fail at init (is cfn-once's default feature arc off?)" >&2; exit 1; }
+	@echo "$(SAM_FUNCTION): $$(stat -c %s $(SAM_FUNCTION)) bytes, serves Control=table and Control=arc"
 
 ## package: cargo package of cfn-once-core and cfn-once, then a provider crate outside the workspace
 ## built (default features, as cargo's verification would) and tested against the .crate files

@@ -106,7 +106,7 @@ impl App {
 
 /// The configured active-region control behind its cache. A primary without an answer acts as
 /// active; a secondary never asks. The table's control is read with the lease store's client (one
-/// pool of connections to the table). The ARC control needs the crate's `arc` feature.
+/// pool of connections to the table). The ARC control needs the crate's `arc` feature (default).
 pub fn control(
     config: &Config,
     sdk: &SdkConfig,
@@ -124,7 +124,7 @@ pub fn control(
         ControlSource::Arc { .. } => {
             let _ = sdk;
             anyhow::bail!(
-                "CFN_ONCE_CONTROL is arc, but this function was built without cfn-once's `arc` feature: build it with `--features arc`"
+                "CFN_ONCE_CONTROL is arc, but this function was built without cfn-once's `arc` feature (a default feature, left out by `default-features = false`): build it with `--features arc`, or set CFN_ONCE_CONTROL to table"
             )
         }
     };
@@ -161,5 +161,34 @@ pub fn input_policy(config: &Config) -> InputPolicy {
         raw_delivery: config.raw_delivery,
         urls: UrlPolicy::new(config.response_url_allow.clone()),
         privileged_topic_arns: config.privileged_topic_arns.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `sam build` (infra/regional.yaml's `rust-cargolambda` function) runs `cargo lambda build
+    /// --release --bin cfn-once-lambda` at the workspace's root, without `-p` or `--features`:
+    /// SAM CLI passes a Rust function's `BuildProperties` `Binary` on and nothing else
+    /// (samcli/lib/build/app_builder.py, SAM CLI 1.170), and the documented properties are
+    /// `Binary` alone (https://docs.aws.amazon.com/serverless-application-model/latest/developerguide/building-rust.html).
+    /// The function it builds must serve both `Control` values, so the ARC client must be in
+    /// the dependencies cargo resolves for exactly that build: the default members (the
+    /// function's crate alone) with their default features.
+    #[test]
+    fn the_function_sam_builds_has_the_arc_control() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = std::process::Command::new(cargo)
+            .args(["tree", "--locked", "--offline", "--edges", "normal", "--prefix", "none", "--format", "{p}"])
+            .current_dir(&root)
+            .output()
+            .expect("cargo tree runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let tree = String::from_utf8_lossy(&output.stdout);
+        assert!(tree.starts_with("cfn-once v"), "a build without -p is the function's alone:\n{tree}");
+        assert!(
+            tree.lines().any(|line| line.starts_with("aws-sdk-route53recoverycluster v")),
+            "the function `sam build` builds has no ARC client, so Control=arc would fail at init: cfn-once's default features must include `arc`"
+        );
     }
 }
