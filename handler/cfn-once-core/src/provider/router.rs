@@ -1,14 +1,15 @@
 //! The [`Router`]: the provider of each ResourceType, and the rules every provider would
 //! otherwise have to repeat (see the module above): a Delete of what was never created succeeds,
-//! and a type registered for privileged requests only ([`Router::register_privileged`]) is
-//! refused, before its provider runs, to a request that did not arrive through a privileged topic.
+//! and a type registered for privileged requests only ([`Router::register_privileged`]) is kept
+//! from a request that did not arrive through a privileged topic: its Create or Update is
+//! answered FAILED before the provider runs, its Delete SUCCESS without the provider.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
 
 use super::{Call, ErasedProvider, Progress, Provider, ProviderContext, ProviderError, Typed, deleted};
-use crate::request::{Request, RequestBody};
+use crate::request::{Request, RequestBody, RequestKind};
 use crate::response::{Outcome, is_failed_create_id};
 
 /// Providers by ResourceType.
@@ -43,27 +44,33 @@ impl Router {
     }
 
     /// Serves `resource_type` with `provider` for privileged requests only
-    /// ([`ProviderContext::privileged`]): any other request of the type is answered FAILED
-    /// before the provider runs, so a refused Create's rollback Delete succeeds without it too.
-    /// The stock function registers its `CFN_ONCE_FUNCTIONS` routes so.
+    /// ([`ProviderContext::privileged`]): any other Create or Update of the type is answered
+    /// FAILED before the provider runs ([`Router::refuses`]), and any other Delete SUCCESS
+    /// without it, so a refused Create's rollback never sticks and the provider never acts for
+    /// such a request. The stock function registers its `CFN_ONCE_FUNCTIONS` routes so.
     pub fn register_privileged<P: Provider>(self, resource_type: &str, provider: P) -> Self {
         let mut router = self.register(resource_type, provider);
         router.privileged_only.insert(resource_type.to_owned());
         router
     }
 
-    /// Why `ctx`'s request may not reach `resource_type`, if it may not.
-    fn unprivileged(&self, resource_type: &str, ctx: &ProviderContext) -> Option<String> {
-        if ctx.privileged || !self.privileged_only.contains(resource_type) {
+    /// The FAILED answer `request` gets at once, before any provider runs, when it may not
+    /// reach its type: a Create or Update of a privileged-only type that did not arrive through a
+    /// privileged topic ([`Request::privileged`]). The worker asks before it hands a request's
+    /// work over to a wait condition, so such a Create is never answered SUCCESS first.
+    pub fn refuses(&self, request: &Request) -> Option<Outcome> {
+        let resource_type = request.resource_type()?;
+        let kept_from = !request.privileged && self.privileged_only.contains(resource_type);
+        if !kept_from || request.kind() == Some(RequestKind::Delete) {
             return None;
         }
-        let through = match &ctx.topic_arn {
+        let through = match &request.topic_arn {
             Some(topic) => format!("arrived through topic {topic}, which is not"),
             None => "arrived without a topic (raw message delivery), so it is not".to_owned(),
         };
-        Some(format!(
+        Some(Outcome::refused(format!(
             "{resource_type} is served for privileged requests only, and this request {through} in the handler's CFN_ONCE_PRIVILEGED_TOPIC_ARNS: publish it to a privileged topic, or ask the platform to add its topic there"
-        ))
+        )))
     }
 
     /// The ResourceTypes served.
@@ -131,9 +138,21 @@ impl Router {
                 self.resource_types().join(", ")
             ))));
         };
-        if let Some(reason) = self.unprivileged(resource_type, ctx) {
-            // Before the provider: a refused Create gets the id its rollback Delete is known by.
-            return Ok(Progress::Finished(Outcome::refused(reason)));
+        if !request.privileged && self.privileged_only.contains(resource_type) {
+            if matches!(call, Call::Delete { .. }) {
+                // Nothing this request could reach was created by it (its Create was refused,
+                // or never answered), and the provider may not act for it: a Delete of another
+                // resource's id would reach what the function made for someone else.
+                tracing::warn!(
+                    resource_type,
+                    "Delete of a privileged-only type by a request that is not privileged: answered without the provider"
+                );
+                return delete_succeeds;
+            }
+            if let Some(refused) = self.refuses(request) {
+                // Before the provider: a refused Create gets the id its rollback Delete is known by.
+                return Ok(Progress::Finished(refused));
+            }
         }
         let kind = match call {
             Call::Create(_) => "Create",

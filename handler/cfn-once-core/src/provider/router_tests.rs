@@ -94,12 +94,12 @@ fn a_privileged_type_is_refused_to_other_topics_before_its_provider_runs_and_its
         let rollback =
             answer(&router, &request("Delete", "Custom::Guarded", Some(&refused.physical_resource_id)), topic);
         assert_eq!(rollback.status, Status::Success, "{through}: a stack is never stuck");
-        // An Update or a Delete of what exists is refused too: it would reach the provider.
-        for kind in ["Update", "Delete"] {
-            let existing =
-                answer(&router, &request(kind, "Custom::Guarded", Some("made-by-a-privileged-create")), topic);
-            assert_eq!((existing.status, kind), (Status::Failed, kind), "{through}");
-        }
+        // An Update of what exists is refused too; a Delete of any other id succeeds, without the
+        // provider (which may not act for this request): a stack is never stuck, and another
+        // resource's id reaches nothing.
+        let existing = Some("made-by-a-privileged-create");
+        assert_eq!(answer(&router, &request("Update", "Custom::Guarded", existing), topic).status, Status::Failed);
+        assert_eq!(answer(&router, &request("Delete", "Custom::Guarded", existing), topic).status, Status::Success);
         // The other types are served as ever.
         assert_eq!(answer(&router, &request("Create", "Custom::Open", None), topic).status, Status::Success);
     }

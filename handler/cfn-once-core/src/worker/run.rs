@@ -74,6 +74,10 @@ impl Worker {
         tracing::Span::current().record("fence", fence);
         // A poll is of an ordinary run: a hand-over never waits.
         if job.phase == Phase::HandOver && poll.is_none() {
+            // A request its type is kept from is answered FAILED now, never SUCCESS first.
+            if let Some(refused) = self.router.refuses(job.request) {
+                return self.commit_and_send(job, fence, refused).await.into();
+            }
             match &job.request.wait {
                 WaitDeclared::Invalid(reason) => {
                     let outcome = Outcome::refused(format!("{} refused: {reason}", describe(job.request)));
