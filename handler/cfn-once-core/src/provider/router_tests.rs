@@ -3,14 +3,16 @@
 //! succeeds without it; every other type, and a privileged request, are served as before.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::task::{Context, Poll, Waker};
 
+use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::doubles::{CountingEcho, drive};
 use crate::ownership::Fence;
+use crate::provider::{ProviderOutput, Step};
 use crate::request::{InputPolicy, decode};
 use crate::response::{self, ResponseBody, Status};
 use crate::response_url::UrlPolicy;
@@ -18,6 +20,33 @@ use crate::response_url::UrlPolicy;
 const PLAIN: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
 const PRIVILEGED: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once-platform";
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";
+
+/// A provider that counts its runs and succeeds at once (the crate's `doubles` build on this
+/// module, so its tests cannot use them).
+#[derive(Clone, Default)]
+struct CountingEcho(Arc<AtomicU32>);
+
+impl CountingEcho {
+    fn calls(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Provider for CountingEcho {
+    type Properties = Value;
+    const UPDATE_THROUGH_CREATE: bool = true;
+
+    async fn create(&self, _: &ProviderContext, _: Value) -> Result<Step, ProviderError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(ProviderOutput::new().into())
+    }
+
+    async fn delete(&self, _: &ProviderContext, _: &str, _: Value) -> Result<Step<()>, ProviderError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(Step::Done(()))
+    }
+}
 
 fn policy() -> InputPolicy {
     InputPolicy {
@@ -66,8 +95,10 @@ fn answer(router: &Router, request: &Value, topic: Option<&str>) -> ResponseBody
         Arc::new(clock.clone()),
         Arc::new(AtomicBool::new(false)),
     );
-    let outcome = match drive(&clock, router.run(&decoded, &ctx)) {
-        Ok(Progress::Finished(outcome)) => outcome,
+    // Nothing here waits: the run is ready at its first poll.
+    let run = std::pin::pin!(router.run(&decoded, &ctx)).poll(&mut Context::from_waker(Waker::noop()));
+    let outcome = match run {
+        Poll::Ready(Ok(Progress::Finished(outcome))) => outcome,
         other => panic!("expected an answer, got {other:?}"),
     };
     ResponseBody::parse(&response::build(&decoded, outcome)).expect("a response body")
