@@ -211,9 +211,15 @@ fn the_sweeper_failing_or_missing_pages() {
     assert_eq!(missed["DatapointsToAlarm"], missed["EvaluationPeriods"], "every period of the window empty");
     let schedule =
         &template["Resources"]["Sweeper"]["Properties"]["Events"]["Daily"]["Properties"]["ScheduleExpression"];
-    let every_s = match schedule.as_str() {
-        Some("rate(12 hours)") => 12 * 3600,
-        other => panic!("a schedule this test does not read: {other:?}"),
+    // rate(<n> <unit>), the schedule's only form here.
+    let rate = schedule.as_str().and_then(|s| s.strip_prefix("rate(")?.strip_suffix(')')).expect("a rate");
+    let (count, unit) = rate.split_once(' ').expect("rate(<n> <unit>)");
+    let unit_s = match unit.trim_end_matches('s') {
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86_400,
+        other => panic!("a rate unit this test does not read: {other}"),
     };
+    let every_s = count.parse::<u64>().expect("a count") * unit_s;
     assert!(window_s >= 2 * every_s, "a {window_s} s window holds two runs every {every_s} s");
 }
