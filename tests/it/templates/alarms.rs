@@ -210,7 +210,7 @@ fn the_sweeper_failing_or_missing_pages() {
     let window_s = missed["Period"].as_u64().unwrap_or(0) * missed["EvaluationPeriods"].as_u64().unwrap_or(0);
     assert_eq!(missed["DatapointsToAlarm"], missed["EvaluationPeriods"], "every period of the window empty");
     let schedule =
-        &template["Resources"]["Sweeper"]["Properties"]["Events"]["Daily"]["Properties"]["ScheduleExpression"];
+        &template["Resources"]["Sweeper"]["Properties"]["Events"]["TwiceADay"]["Properties"]["ScheduleExpression"];
     // rate(<n> <unit>), the schedule's only form here.
     let rate = schedule.as_str().and_then(|s| s.strip_prefix("rate(")?.strip_suffix(')')).expect("a rate");
     let (count, unit) = rate.split_once(' ').expect("rate(<n> <unit>)");
