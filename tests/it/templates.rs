@@ -776,7 +776,13 @@ impl<'a> Deployment<'a> {
         let value = match self.parameters.get(name) {
             Some(value) => value.clone(),
             None => {
-                declared["Default"].as_str().unwrap_or_else(|| panic!("{name} has no value and no default")).to_owned()
+                let default = &declared["Default"];
+                // A Number parameter's default may be written as a YAML number.
+                default
+                    .as_str()
+                    .map(str::to_owned)
+                    .or_else(|| default.as_number().map(ToString::to_string))
+                    .unwrap_or_else(|| panic!("{name} has no value and no default"))
             }
         };
         if declared["Type"] == "CommaDelimitedList" {

@@ -110,6 +110,11 @@ fn reserved_concurrency_is_optional_and_never_below_the_mapping() {
         template["Conditions"]["HasReservedConcurrency"],
         json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "ReservedConcurrency"}, "0"]}]})
     );
+    let reserves = |parameters: &[(&str, &str)]| {
+        super::Deployment::new(&template, "us-east-1", parameters).condition("HasReservedConcurrency")
+    };
+    assert!(!reserves(&[]), "no reservation by default");
+    assert!(reserves(&[("ReservedConcurrency", "20")]), "a reservation when asked for");
     // A rule cannot compare numbers, so samconfig.toml is held to it here.
     let environments = samconfig();
     for name in ["primary", "secondary"] {
