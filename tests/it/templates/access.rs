@@ -191,7 +191,7 @@ fn samconfig_topics() -> Vec<String> {
 /// role and the operators read, delete, purge or move messages, whatever IAM policies in the
 /// account grant. Evaluated for the topics `samconfig.toml` lists.
 #[test]
-fn the_queue_admits_the_topics_and_only_the_function_and_operators_touch_its_messages() {
+fn the_queue_policy_admits_every_service_topic_and_nobody_else() {
     let template = template("regional.yaml");
     let topics = samconfig_topics();
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
