@@ -9,6 +9,12 @@ use cfn_once_tests::workspace_root;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
+// Issue 53's rules, one file each: who may touch the queues and the role's reach, the alarms
+// and who they page, and the deploy-time traps (names, concurrency, the secondary's delay).
+mod access;
+mod alarms;
+mod deploy;
+
 /// A template as JSON, with YAML short-form intrinsics (`!Ref x`) in their long form.
 fn template(name: &str) -> Value {
     let path = workspace_root().join("infra").join(name);
@@ -228,8 +234,8 @@ fn the_queue_redrives_to_its_dlq_and_the_secondary_delay_is_a_parameter() {
     let delay = &template["Parameters"]["SecondaryDelaySeconds"];
     assert_eq!(
         (delay["MinValue"].as_u64(), delay["MaxValue"].as_u64()),
-        (Some(0), Some(900)),
-        "SQS's DelaySeconds range"
+        (Some(1), Some(900)),
+        "SQS's DelaySeconds range, but never 0: the primary must see each copy first"
     );
 }
 
@@ -283,14 +289,31 @@ fn grant(
     }
 }
 
+/// The actions of a policy statement; a `NotAction` statement's as `not <action>`.
+fn statement_actions(statement: &Value) -> Vec<String> {
+    let (key, prefix) = if statement.get("NotAction").is_some() { ("NotAction", "not ") } else { ("Action", "") };
+    let names: Vec<String> = match &statement[key] {
+        Value::String(action) => vec![action.clone()],
+        Value::Array(actions) => actions.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
+        other => panic!("unexpected {key} {other}"),
+    };
+    names.into_iter().map(|name| format!("{prefix}{name}")).collect()
+}
+
 /// Every permission of every role in `infra/`, listed: a change to any of them fails here and
-/// must be reviewed as the least-privilege change it is (docs/security.md).
+/// must be reviewed as the least-privilege change it is (docs/security.md). The sweeper's are
+/// inline; the function's are one managed policy, FunctionPermissions, which is also the role's
+/// permissions boundary unless you give your own.
 #[test]
 fn every_role_holds_exactly_these_permissions() {
     let lease_table =
         json!({"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${TableName}"});
-    let lease_table_everywhere =
-        json!({"Fn::Sub": "arn:${AWS::Partition}:dynamodb:*:${AWS::AccountId}:table/${TableName}"});
+    let lease_table_everywhere = json!([
+        {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:*:${AWS::AccountId}:table/${TableName}"},
+        {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:*:${AWS::AccountId}:table/${TableName}/*"}
+    ]);
+    let prefix = json!({"Fn::If": ["HasAnswerBucketPrefix", {"Ref": "AnswerBucketPrefix"}, {"Fn::Sub": "${Installation}-answers"}]});
+    let function = "FunctionPermissions";
     let expected = vec![
         grant(
             "lease-table.yaml",
@@ -310,31 +333,25 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             None,
             "Allow",
             &["logs:CreateLogStream", "logs:PutLogEvents"],
             json!({"Fn::Sub": "${FunctionLogGroup.Arn}:*"}),
         ),
+        grant("regional.yaml", function, None, "Allow", &["dynamodb:GetItem", "dynamodb:UpdateItem"], lease_table),
+        // Everything but the handler's two actions, on the table and all below it, everywhere.
         grant(
             "regional.yaml",
-            "FunctionRole",
-            None,
-            "Allow",
-            &["dynamodb:GetItem", "dynamodb:UpdateItem"],
-            lease_table,
-        ),
-        grant(
-            "regional.yaml",
-            "FunctionRole",
+            function,
             None,
             "Deny",
-            &["dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"],
+            &["not dynamodb:GetItem", "not dynamodb:UpdateItem"],
             lease_table_everywhere,
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             None,
             "Allow",
             &[
@@ -348,7 +365,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             None,
             "Allow",
             &["sqs:SendMessage", "sqs:GetQueueUrl"],
@@ -356,7 +373,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasItemTables"),
             "Allow",
             &["dynamodb:PutItem", "dynamodb:DeleteItem"],
@@ -364,7 +381,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["lambda:InvokeFunction"],
@@ -372,7 +389,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["lambda:GetFunctionConfiguration"],
@@ -380,7 +397,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["s3:PutObject", "s3:GetObject"],
@@ -388,7 +405,7 @@ fn every_role_holds_exactly_these_permissions() {
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["s3:ListBucket"],
@@ -397,23 +414,23 @@ fn every_role_holds_exactly_these_permissions() {
         // The other region's answers, read only: a poll held here reads them where they are.
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["s3:GetObject"],
-            json!({"Fn::Sub": "arn:${AWS::Partition}:s3:::${AnswerBucketPrefix}-${AWS::AccountId}-${PeerRegion}/answers/*"}),
+            json!({"Fn::Sub": ["arn:${AWS::Partition}:s3:::${Prefix}-${AWS::AccountId}-${PeerRegion}/answers/*", {"Prefix": prefix}]}),
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("HasFunctions"),
             "Allow",
             &["s3:ListBucket"],
-            json!({"Fn::Sub": "arn:${AWS::Partition}:s3:::${AnswerBucketPrefix}-${AWS::AccountId}-${PeerRegion}"}),
+            json!({"Fn::Sub": ["arn:${AWS::Partition}:s3:::${Prefix}-${AWS::AccountId}-${PeerRegion}", {"Prefix": prefix}]}),
         ),
         grant(
             "regional.yaml",
-            "FunctionRole",
+            function,
             Some("IsArc"),
             "Allow",
             &["route53-recovery-cluster:GetRoutingControlState"],
@@ -421,46 +438,63 @@ fn every_role_holds_exactly_these_permissions() {
         ),
     ];
     let mut found = Vec::new();
+    let mut collect = |name: &str, holder: &str, condition: Option<&str>, statement: &Value| {
+        let actions = statement_actions(statement);
+        assert!(actions.iter().all(|a| !a.contains('*')), "no wildcard actions: {actions:?}");
+        assert_ne!(statement["Resource"], json!("*"), "no wildcard resources for {actions:?}");
+        found.push(Grant {
+            template: name.to_owned(),
+            role: holder.to_owned(),
+            condition: condition.map(str::to_owned),
+            effect: statement["Effect"].as_str().expect("Effect").to_owned(),
+            actions,
+            resource: statement["Resource"].clone(),
+        });
+    };
     for name in ["arc.yaml", "customer.yaml", "example.yaml", "lease-table.yaml", "long-work.yaml", "regional.yaml"] {
         let template = template(name);
         for (role_name, role) in resources(&template, "AWS::IAM::Role") {
-            for policy in role["Properties"]["Policies"].as_array().expect("inline policies only") {
+            let inline = role["Properties"].get("Policies").and_then(Value::as_array).cloned().unwrap_or_default();
+            for policy in &inline {
                 // A conditional policy is `Fn::If [condition, policy, AWS::NoValue]`.
                 let (condition, policy) = match policy.get("Fn::If") {
                     Some(branches) => (branches[0].as_str(), &branches[1]),
                     None => (None, policy),
                 };
                 for statement in policy["PolicyDocument"]["Statement"].as_array().expect("Statement") {
-                    let actions: Vec<String> = match &statement["Action"] {
-                        Value::String(action) => vec![action.clone()],
-                        Value::Array(actions) => actions.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-                        other => panic!("unexpected Action {other}"),
-                    };
-                    assert!(actions.iter().all(|a| !a.contains('*')), "no wildcard actions: {actions:?}");
-                    assert_ne!(statement["Resource"], json!("*"), "no wildcard resources for {actions:?}");
-                    let effect = statement["Effect"].as_str().expect("Effect").to_owned();
-                    found.push(Grant {
-                        template: name.to_owned(),
-                        role: role_name.clone(),
-                        condition: condition.map(str::to_owned),
-                        effect,
-                        actions,
-                        resource: statement["Resource"].clone(),
-                    });
+                    collect(name, role_name, condition, statement);
                 }
             }
-            // Managed policies only where an author adds them for their own providers.
-            let managed = role["Properties"].get("ManagedPolicyArns");
+            // Managed policies only where an author adds them for their own providers, and
+            // then only under a boundary (the ExtraPoliciesNeedABoundary rule).
+            let properties = &role["Properties"];
             if (name, role_name.as_str()) == ("regional.yaml", "FunctionRole") {
                 assert_eq!(
-                    managed,
-                    Some(
-                        &json!({"Fn::If": ["HasExtraManagedPolicies", {"Ref": "ExtraManagedPolicyArns"}, {"Ref": "AWS::NoValue"}]})
-                    ),
-                    "the function's role takes ExtraManagedPolicyArns, and nothing else, as managed policies"
+                    properties["ManagedPolicyArns"],
+                    json!({"Fn::If": [
+                        "HasExtraManagedPolicies",
+                        {"Fn::Split": [",", {"Fn::Join": [",", [{"Ref": "FunctionPermissions"}, {"Fn::Join": [",", {"Ref": "ExtraManagedPolicyArns"}]}]]}]},
+                        [{"Ref": "FunctionPermissions"}]
+                    ]}),
+                    "the function's role takes its own policy and ExtraManagedPolicyArns, nothing else"
                 );
+                assert_eq!(
+                    properties["PermissionsBoundary"],
+                    json!({"Fn::If": ["HasPermissionsBoundary", {"Ref": "PermissionsBoundaryArn"}, {"Ref": "FunctionPermissions"}]}),
+                    "bounded by its own grants, or by the boundary you give"
+                );
+                assert!(inline.is_empty(), "the function's grants are all in FunctionPermissions");
             } else {
-                assert!(managed.is_none(), "{name} {role_name}: no managed policies");
+                assert!(properties.get("ManagedPolicyArns").is_none(), "{name} {role_name}: no managed policies");
+            }
+        }
+        for (policy_name, policy) in resources(&template, "AWS::IAM::ManagedPolicy") {
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"].as_array().expect("Statement") {
+                // A conditional statement is `Fn::If [condition, statement, AWS::NoValue]`.
+                match statement.get("Fn::If") {
+                    Some(branches) => collect(name, policy_name, branches[0].as_str(), &branches[1]),
+                    None => collect(name, policy_name, None, statement),
+                }
             }
         }
         for (function_name, function) in resources(&template, "AWS::Serverless::Function") {
@@ -509,76 +543,6 @@ fn arc_control_is_granted_only_when_chosen_and_must_name_its_routing_control() {
     let rule = &template["Rules"]["ArcNeedsItsRoutingControl"];
     assert_eq!(rule["RuleCondition"], json!({"Fn::Equals": [{"Ref": "Control"}, "arc"]}));
     assert_eq!(rule["Assertions"].as_array().map(Vec::len), Some(2));
-}
-
-/// The queue admits a delivery from any of the ServiceToken topics (one per customer region)
-/// and nothing else but the redrive operators, whatever IAM policies in the account grant. The
-/// policy is evaluated here as IAM evaluates it, for the topics `samconfig.toml` lists.
-#[test]
-fn the_queue_policy_admits_every_service_topic_and_nobody_else() {
-    let template = template("regional.yaml");
-    let topics_parameter = &template["Parameters"]["ServiceTopicArns"];
-    assert_eq!(topics_parameter["Type"], "CommaDelimitedList");
-    assert!(topics_parameter.get("Default").is_none(), "the topics are required");
-    assert!(topics_parameter["AllowedPattern"].is_string(), "CloudFormation matches it against each topic");
-    let policy = one(&template, "AWS::SQS::QueuePolicy");
-    let statements = policy["Properties"]["PolicyDocument"]["Statement"].as_array().expect("Statement");
-    let allows: Vec<&Value> = statements.iter().filter(|s| s["Effect"] == "Allow").collect();
-    assert_eq!(allows.len(), 1, "one way in");
-    assert_eq!(allows[0]["Principal"], json!({"Service": "sns.amazonaws.com"}));
-    assert_eq!(allows[0]["Action"], "sqs:SendMessage");
-    assert_eq!(allows[0]["Condition"], json!({"ArnEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArns"}}}));
-    let deny = statements.iter().find(|s| s["Sid"] == "NoOtherSenders").expect("a deny for other senders");
-    assert_eq!(
-        (&deny["Effect"], &deny["Principal"], &deny["Action"]),
-        (&json!("Deny"), &json!("*"), &json!("sqs:SendMessage"))
-    );
-    assert_eq!(
-        deny["Condition"],
-        json!({
-            "ArnNotEquals": {"aws:SourceArn": {"Ref": "ServiceTopicArns"}},
-            "ArnNotLike": {"aws:PrincipalArn": {"Ref": "RedrivePrincipalArns"}}
-        })
-    );
-
-    let environments = samconfig();
-    let primary = environments.iter().find(|e| e.name == "primary").expect("a primary environment");
-    let topics: Vec<&str> = primary.parameters["ServiceTopicArns"].split(',').collect();
-    assert!(topics.len() >= 2, "samconfig.toml shows several customer regions: {topics:?}");
-    let operator = "arn:aws:iam::111122223333:role/cfn-once-redrive";
-    let stranger = "arn:aws:iam::111122223333:role/anything-else";
-    let foreign_topic = "arn:aws:sns:us-east-2:444455556666:cfn-once-service-token";
-    for redrive in [vec![operator], vec![""]] {
-        let queue = QueuePolicy { statements, topics: topics.clone(), redrive: redrive.clone() };
-        for topic in &topics {
-            assert_eq!(queue.decide(&Send::from_topic(topic), false), Decision::Allowed, "SNS delivering from {topic}");
-            let insecure = Send { secure: false, ..Send::from_topic(topic) };
-            assert_eq!(queue.decide(&insecure, false), Decision::Denied, "{topic} without TLS");
-        }
-        assert_eq!(queue.decide(&Send::from_topic(foreign_topic), false), Decision::Denied, "another account's topic");
-        // A role of this account whose IAM policy grants sqs:SendMessage on the queue. Its own
-        // requests carry no aws:SourceArn: AWS sets that key when a service acts for a resource.
-        assert_eq!(queue.decide(&Send::from_role(stranger), true), Decision::Denied, "a role granted SendMessage");
-        // The queue policy only spares the operators; their own IAM policy must grant the send.
-        let listed = redrive == [operator];
-        let (granted, not_granted) =
-            if listed { (Decision::Allowed, Decision::NotAllowed) } else { (Decision::Denied, Decision::Denied) };
-        assert_eq!(queue.decide(&Send::from_role(operator), true), granted, "the operator, redrive {redrive:?}");
-        assert_eq!(queue.decide(&Send::from_role(operator), false), not_granted, "no grant, redrive {redrive:?}");
-    }
-
-    // The handler accepts envelopes from the same topics: the list, joined as it parses it.
-    let function = one(&template, "AWS::Serverless::Function");
-    assert_eq!(
-        function["Properties"]["Environment"]["Variables"]["CFN_ONCE_TOPIC_ARNS"],
-        json!({"Fn::Join": [",", {"Ref": "ServiceTopicArns"}]})
-    );
-    let deployed = Deployed::regional().expect("infra/regional.yaml");
-    let sample: Vec<&str> = cfn_once_sim::deployed::TOPIC_ARNS.split(',').collect();
-    for role in [Role::Primary, Role::Secondary] {
-        let config = deployed.config(role, "us-east-1").expect("the template configures the handler");
-        assert_eq!(config.topic_arns, sample, "every topic given to the stack, in order");
-    }
 }
 
 #[test]
@@ -746,110 +710,6 @@ fn environment<'a>(environments: &'a [SamEnvironment], name: &str) -> &'a SamEnv
     environments.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("samconfig.toml has no {name} environment"))
 }
 
-/// IAM's answer to a request against the queue policy (and, for principals of the queue's
-/// account, their own IAM policies).
-#[derive(Debug, PartialEq)]
-enum Decision {
-    Allowed,
-    /// An explicit deny of the queue policy: nothing else can allow it.
-    Denied,
-    /// No statement allows it.
-    NotAllowed,
-}
-
-/// A `sqs:SendMessage` request, as far as the queue policy's conditions look at it.
-#[derive(Clone, Copy)]
-struct Send<'a> {
-    /// The calling service principal (`sns.amazonaws.com`), or none for an IAM principal.
-    service: Option<&'a str>,
-    /// `aws:PrincipalArn`, present for IAM principals.
-    principal_arn: Option<&'a str>,
-    /// `aws:SourceArn`, present when a service acts for a resource (SNS for its topic).
-    source_arn: Option<&'a str>,
-    /// `aws:SecureTransport`.
-    secure: bool,
-}
-
-impl<'a> Send<'a> {
-    fn from_topic(topic: &'a str) -> Self {
-        Self { service: Some("sns.amazonaws.com"), principal_arn: None, source_arn: Some(topic), secure: true }
-    }
-
-    fn from_role(role: &'a str) -> Self {
-        Self { service: None, principal_arn: Some(role), source_arn: None, secure: true }
-    }
-}
-
-/// The regional template's queue policy with its parameters given.
-struct QueuePolicy<'a> {
-    statements: &'a [Value],
-    topics: Vec<&'a str>,
-    /// `RedrivePrincipalArns`; CloudFormation makes the empty default a list of one empty value.
-    redrive: Vec<&'a str>,
-}
-
-impl QueuePolicy<'_> {
-    /// IAM's policy evaluation for one request: an explicit deny wins, then any allow (the queue
-    /// policy's, or the caller's own IAM policy when `identity_allows`), else nothing is allowed.
-    fn decide(&self, send: &Send, identity_allows: bool) -> Decision {
-        let applies = |statement: &&Value| self.applies(statement, send);
-        let matching: Vec<&Value> = self.statements.iter().filter(applies).collect();
-        if matching.iter().any(|s| s["Effect"] == "Deny") {
-            Decision::Denied
-        } else if identity_allows || matching.iter().any(|s| s["Effect"] == "Allow") {
-            Decision::Allowed
-        } else {
-            Decision::NotAllowed
-        }
-    }
-
-    fn applies(&self, statement: &Value, send: &Send) -> bool {
-        let action = statement["Action"].as_str().expect("one action per statement");
-        if action != "sqs:SendMessage" && action != "sqs:*" {
-            return false;
-        }
-        let principal = &statement["Principal"];
-        let principal_matches = match (principal, principal.get("Service")) {
-            (Value::String(any), _) if any == "*" => true,
-            (_, Some(service)) => send.service == service.as_str(),
-            _ => panic!("unexpected Principal {principal}"),
-        };
-        let conditions = statement.get("Condition").and_then(Value::as_object).cloned().unwrap_or_default();
-        // Several operators, and several keys under one operator, are ANDed.
-        principal_matches
-            && conditions.iter().all(|(operator, keys)| {
-                keys.as_object().expect("keys").iter().all(|(key, values)| self.holds(operator, key, values, send))
-            })
-    }
-
-    /// One operator on one key, with IAM's rules for several values (OR, and NOR for a negated
-    /// operator) and for an absent key (false, but true for a negated operator).
-    fn holds(&self, operator: &str, key: &str, values: &Value, send: &Send) -> bool {
-        let present = match key {
-            "aws:SourceArn" => send.source_arn.map(str::to_owned),
-            "aws:PrincipalArn" => send.principal_arn.map(str::to_owned),
-            "aws:SecureTransport" => Some(send.secure.to_string()),
-            other => panic!("the queue policy uses {other}, which this evaluator does not model"),
-        };
-        let values: Vec<String> = match values {
-            Value::String(value) => vec![value.clone()],
-            Value::Object(reference) => match reference.get("Ref").and_then(Value::as_str) {
-                Some("ServiceTopicArns") => self.topics.iter().map(|t| (*t).to_owned()).collect(),
-                Some("RedrivePrincipalArns") => self.redrive.iter().map(|r| (*r).to_owned()).collect(),
-                _ => panic!("unexpected condition value {values}"),
-            },
-            other => panic!("unexpected condition value {other}"),
-        };
-        let any_matches = |actual: &str| values.iter().any(|value| arn_like(value, actual));
-        match operator {
-            "ArnEquals" | "ArnLike" => present.is_some_and(|actual| any_matches(&actual)),
-            "ArnNotEquals" | "ArnNotLike" => present.is_none_or(|actual| !any_matches(&actual)),
-            "Bool" => present.is_some_and(|actual| values.contains(&actual)),
-            other => panic!("the queue policy uses {other}, which this evaluator does not model"),
-        }
-    }
-}
-
 /// ARN matching with IAM's wildcards: `*` for any run of characters, `?` for one.
 fn arn_like(pattern: &str, text: &str) -> bool {
     fn matches(pattern: &[u8], text: &[u8]) -> bool {
@@ -916,7 +776,13 @@ impl<'a> Deployment<'a> {
         let value = match self.parameters.get(name) {
             Some(value) => value.clone(),
             None => {
-                declared["Default"].as_str().unwrap_or_else(|| panic!("{name} has no value and no default")).to_owned()
+                let default = &declared["Default"];
+                // A Number parameter's default may be written as a YAML number.
+                default
+                    .as_str()
+                    .map(str::to_owned)
+                    .or_else(|| default.as_number().map(ToString::to_string))
+                    .unwrap_or_else(|| panic!("{name} has no value and no default"))
             }
         };
         if declared["Type"] == "CommaDelimitedList" {
@@ -971,6 +837,15 @@ impl<'a> Deployment<'a> {
                     panic!("Fn::Contains takes a list of strings and a string")
                 };
                 Evaluated::Bool(haystack.contains(&needle))
+            }
+            "Fn::EachMemberEquals" => {
+                let items = list(2..=2);
+                let (Evaluated::List(members), Evaluated::Text(value)) =
+                    (self.evaluate(&items[0]), self.evaluate(&items[1]))
+                else {
+                    panic!("Fn::EachMemberEquals takes a list of strings and a string")
+                };
+                Evaluated::Bool(members.iter().all(|member| *member == value))
             }
             other => panic!("the template uses {other}, which this evaluator does not model"),
         }
@@ -1032,6 +907,9 @@ impl<'a> Deployment<'a> {
     }
 }
 
+/// An alarm address, which the lease-table and regional stacks require (AlarmsPageSomeone).
+const PAGED: (&str, &str) = ("AlarmEmail", "oncall@example.com");
+
 fn rule_names(refusals: &[(String, String)]) -> Vec<&str> {
     refusals.iter().map(|(rule, _)| rule.as_str()).collect()
 }
@@ -1044,7 +922,7 @@ fn rule_names(refusals: &[(String, String)]) -> Vec<&str> {
 fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
     let template = template("lease-table.yaml");
     let stack = |region: &'static str, replica: &str, witness: &str| {
-        Deployment::new(&template, region, &[("ReplicaRegion", replica), ("WitnessRegion", witness)]).refusals()
+        Deployment::new(&template, region, &[("ReplicaRegion", replica), ("WitnessRegion", witness), PAGED]).refusals()
     };
     for (region, replica, witness) in [
         ("us-east-1", "us-west-2", "us-east-2"),
@@ -1078,7 +956,7 @@ fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
         }
     }
     // The parameters' defaults are a valid US deployment, from us-east-1.
-    assert_eq!(Deployment::new(&template, "us-east-1", &[]).refusals(), []);
+    assert_eq!(Deployment::new(&template, "us-east-1", &[PAGED]).refusals(), []);
 }
 
 /// The regional stack uses its own region's replica of the lease table, so it refuses a region
@@ -1087,11 +965,11 @@ fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
 fn the_regional_stack_refuses_a_region_without_an_mrsc_replica() {
     let template = template("regional.yaml");
     for region in every_region() {
-        let refusals = Deployment::new(&template, region, &[("Role", "primary")]).refusals();
+        let refusals = Deployment::new(&template, region, &[("Role", "primary"), PAGED]).refusals();
         assert_eq!(refusals.is_empty(), mrsc_region_set(region).is_some(), "{region}: {refusals:?}");
     }
     // The ARC rule still applies on its own condition.
-    let arc = Deployment::new(&template, "us-east-1", &[("Role", "primary"), ("Control", "arc")]).refusals();
+    let arc = Deployment::new(&template, "us-east-1", &[("Role", "primary"), ("Control", "arc"), PAGED]).refusals();
     assert_eq!(rule_names(&arc), ["ArcNeedsItsRoutingControl", "ArcNeedsItsRoutingControl"]);
 }
 
@@ -1244,28 +1122,26 @@ fn an_organization_may_publish_only_when_named_and_through_its_own_key() {
 #[test]
 fn each_regions_answer_bucket_is_the_one_the_other_region_may_read() {
     let template = template("regional.yaml");
-    let bucket = &template["Resources"]["AnswerBucket"]["Properties"]["BucketName"]["Fn::Sub"];
-    let bucket = bucket.as_str().expect("the answer bucket is named with Fn::Sub");
-    let role = &template["Resources"]["FunctionRole"]["Properties"]["Policies"];
-    let functions = role
-        .as_array()
-        .expect("inline policies")
-        .iter()
-        .filter_map(|policy| policy.get("Fn::If"))
-        .find(|branches| branches[1]["PolicyName"] == "functions")
-        .expect("the functions policy");
-    let peer_resources: Vec<String> = functions[1]["PolicyDocument"]["Statement"]
+    let name = &template["Resources"]["AnswerBucket"]["Properties"]["BucketName"]["Fn::Sub"];
+    let (bucket, prefix) = (name[0].as_str().expect("the answer bucket is named with Fn::Sub"), &name[1]["Prefix"]);
+    let statements = template["Resources"]["FunctionPermissions"]["Properties"]["PolicyDocument"]["Statement"]
         .as_array()
         .expect("statements")
+        .clone();
+    let peer: Vec<(String, &Value)> = statements
         .iter()
-        .filter_map(|statement| statement["Resource"]["Fn::Sub"].as_str())
-        .filter(|resource| resource.contains("${PeerRegion}"))
-        .map(|resource| resource.replace("${PeerRegion}", "${AWS::Region}"))
+        .filter_map(|statement| statement.get("Fn::If").map(|branches| &branches[1]["Resource"]["Fn::Sub"]))
+        .filter_map(|sub| Some((sub[0].as_str()?, &sub[1]["Prefix"])))
+        .filter(|(resource, _)| resource.contains("${PeerRegion}"))
+        .map(|(resource, prefix)| (resource.replace("${PeerRegion}", "${AWS::Region}"), prefix))
         .collect();
     assert_eq!(
-        peer_resources,
-        [format!("arn:${{AWS::Partition}}:s3:::{bucket}/answers/*"), format!("arn:${{AWS::Partition}}:s3:::{bucket}")],
-        "the peer grants name the bucket the other region's stack creates"
+        peer,
+        [
+            (format!("arn:${{AWS::Partition}}:s3:::{bucket}/answers/*"), prefix),
+            (format!("arn:${{AWS::Partition}}:s3:::{bucket}"), prefix)
+        ],
+        "the peer grants name the bucket the other region's stack creates, with the same prefix"
     );
     let rule = &template["Rules"]["FunctionsNeedThePeerRegion"];
     assert!(rule["Assertions"][0]["Assert"].to_string().contains("PeerRegion"), "{rule}");
