@@ -9,6 +9,7 @@ mod classes;
 mod contract;
 mod crashes;
 mod customer_template;
+mod dropped;
 mod duplicates;
 mod e2e;
 mod emf;
