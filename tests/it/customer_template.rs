@@ -91,6 +91,8 @@ fn each_subscription_dead_letters_here_to_a_queue_of_its_own() {
         dead_letter_queues.push(queue.to_owned());
     }
     assert_ne!(dead_letter_queues[0], dead_letter_queues[1], "one per subscription: a redrive knows the queue missed");
+    assert_eq!(template["Outputs"]["ServiceToken"]["Value"], json!({"Ref": "ServiceTopic"}));
+    assert!(template["Outputs"]["ServiceToken"]["Export"].is_object());
 }
 
 /// IAM's answer to one request against a dead-letter queue's policy (and the caller's own IAM
@@ -349,6 +351,20 @@ fn an_organizations_publishers_are_the_accounts_and_units_named() {
         assert_eq!(stack.refusals(), [], "{given:?}");
         let topic_policy = stack.resolve(&resource(&template, "ServiceTopicPolicy")["Properties"]).expect("a policy");
         let key = resource(&template, "ServiceTopicKey");
+        let shared = !given.is_empty();
+        assert_eq!(stack.creates(key), shared, "a key of the stack only for an organization");
+        assert_eq!(stack.creates(&template["Outputs"]["ServiceTopicKeyArn"]), shared);
+        let topic = stack.resolve(&resource(&template, "ServiceTopic")["Properties"]).expect("a topic");
+        let expected_key =
+            if shared { json!({"Fn::GetAtt": ["ServiceTopicKey", "Arn"]}) } else { json!("alias/aws/sns") };
+        assert_eq!(topic["KmsMasterKeyId"], expected_key, "alias/aws/sns serves this account only");
+        let this_account = json!({"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}});
+        let allows = topic_policy["PolicyDocument"]["Statement"].as_array().expect("statements").clone();
+        assert!(
+            allows.iter().any(|s| s["Effect"] == "Allow" && s["Principal"] == this_account),
+            "this account publishes"
+        );
+        assert_eq!(key["Properties"]["EnableKeyRotation"], true);
         let key_statements = if stack.creates(key) {
             stack.resolve(&key["Properties"]["KeyPolicy"]["Statement"]).expect("key statements")
         } else {
@@ -365,6 +381,18 @@ fn an_organizations_publishers_are_the_accounts_and_units_named() {
             for statement in open {
                 let condition = &statement["Condition"];
                 assert_eq!(condition["StringEquals"]["aws:PrincipalOrgID"], json!({"Ref": "OrganizationId"}));
+                if statement.get("Action") != Some(&json!("sns:Publish")) {
+                    // The key: through SNS in this region, for this topic only.
+                    assert_eq!(statement["Action"], json!(["kms:GenerateDataKey*", "kms:Decrypt"]));
+                    assert_eq!(
+                        condition["StringEquals"]["kms:ViaService"],
+                        json!({"Fn::Sub": "sns.${AWS::Region}.${AWS::URLSuffix}"})
+                    );
+                    assert_eq!(
+                        condition["StringEquals"]["kms:EncryptionContext:aws:sns:topicArn"],
+                        json!({"Fn::Sub": "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:${TopicName}"})
+                    );
+                }
                 let narrowed = condition["StringEquals"]["aws:PrincipalAccount"]
                     == json!({"Ref": "PublisherAccountIds"})
                     || condition["ForAnyValue:StringLike"]["aws:PrincipalOrgPaths"]
