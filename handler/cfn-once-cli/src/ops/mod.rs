@@ -322,6 +322,16 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_dlq_names_its_region_its_role_and_the_alarm_on_its_arrivals() {
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/payments-primary-delivery-dlq";
+        let delivery = DeliveryTarget::parse(&format!("primary={url}")).expect("parsed");
+        assert_eq!((delivery.region.as_str(), delivery.role.as_str()), ("eu-west-1", "primary"));
+        assert_eq!(delivery.alarm, "payments-primary-delivery-dlq-arrivals", "as infra/customer.yaml names it");
+        let error = format!("{:#}", DeliveryTarget::parse(url).unwrap_err());
+        assert!(error.contains("write ROLE=URL"), "{error}");
+    }
+
+    #[test]
     fn a_queued_request_is_identified_without_its_url() {
         let request = serde_json::json!({
             "RequestType": "Create", "StackId": "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g", "RequestId": "r-1",
