@@ -69,7 +69,10 @@ pub(crate) enum Command {
     /// Reads the request's lease record (state, fence, holder region and owner, lease left,
     /// attempts, work in progress, the committed answer's status and Reason, delivered or not)
     /// and each handler region's queue and DLQ counts, and looks through the DLQs for copies of
-    /// it (holding their messages for a moment, then releasing them: SQS cannot be searched).
+    /// it (holding their messages for a moment, then releasing them: SQS cannot be searched):
+    /// the handler regions' DLQs, and the customer regions' delivery DLQs (--delivery-dlq), where
+    /// SNS moves a request it could not deliver to a queue; a copy there names the alarm its
+    /// arrival fires.
     /// With --logical-id instead of --request-id, the latest requests of that resource in the
     /// stack. A resource with a wait condition (CfnOnceWaitHandle) has, beside its requests, a
     /// wait-condition work (RequestId cfn-once-work:...): shown as WAITING with its polls so far
@@ -95,7 +98,9 @@ pub(crate) enum Command {
     /// answered request is dropped, a committed but undelivered answer is PUT byte for byte, and
     /// unfinished work resumes. Each message's request record is read first and reported.
     /// Messages nobody can be answered for are left unless --include-undeliverable. The copy
-    /// keeps when the request was first sent, so its deadline still counts from then.
+    /// keeps when the request was first sent, so its deadline still counts from then. A request
+    /// in a delivery DLQ (--delivery-dlq: SNS could not deliver it) is sent on to the handler
+    /// region's queue it missed, which needs the operator in that queue's RedrivePrincipalArns.
     Redrive(RedriveArgs),
     /// Run the Lambda binary as a fleet in both regions under load and faults, and check that
     /// every request was answered once, in time
@@ -253,7 +258,7 @@ pub(crate) struct DrillArgs {
 #[derive(Debug, Args)]
 pub(crate) struct TargetArgs {
     /// The local environment described by this file (written by `cfn-once local`).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["table", "queue"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["table", "queue", "delivery_dlq"])]
     pub(crate) env: Option<PathBuf>,
     /// The lease table of deployed stacks.
     #[arg(long, value_name = "NAME", requires = "queue")]
@@ -265,6 +270,11 @@ pub(crate) struct TargetArgs {
     /// repeat for each region. Its DLQ is read from its redrive policy.
     #[arg(long, value_name = "ROLE=URL")]
     pub(crate) queue: Vec<String>,
+    /// A customer stack's delivery dead-letter queue, ROLE=URL (its PrimaryDeliveryDeadLetterQueueUrl
+    /// or SecondaryDeliveryDeadLetterQueueUrl output): what SNS could not deliver to that role's
+    /// --queue; repeat for each customer region and role.
+    #[arg(long, value_name = "ROLE=URL", requires = "queue")]
+    pub(crate) delivery_dlq: Vec<String>,
     /// The AWS profile for deployed stacks (default: the default credential chain).
     #[arg(long, value_name = "NAME")]
     pub(crate) profile: Option<String>,
@@ -285,6 +295,7 @@ impl TargetArgs {
                     table.clone(),
                     self.table_region.clone(),
                     &self.queue,
+                    &self.delivery_dlq,
                     self.profile.clone(),
                     self.endpoint_url.clone(),
                 )

@@ -144,6 +144,9 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     println!("cfn-once local: two regions on {endpoint}");
     for (region, topic) in &file.customer_topics {
         println!("  customer  {region:<9}  ServiceToken topic {topic}");
+        for dlq in file.delivery_dlqs.iter().filter(|dlq| dlq.region == *region) {
+            println!("            {region:<9}  what SNS cannot deliver to the {} queue: {}", dlq.role, dlq.url);
+        }
     }
     println!("  primary   {}  queue {}", file.primary_region, file.queues.primary);
     println!(

@@ -1,6 +1,7 @@
 //! The local two-region environment on moto: what `infra/` deploys in AWS, provisioned in
-//! local regions (two customer regions, each with its ServiceToken topic, and the primary and
-//! secondary handler regions whose queues every topic feeds), and described in `.local/env.json`
+//! local regions (two customer regions, each with its ServiceToken topic and a delivery
+//! dead-letter queue per subscription, and the primary and secondary handler regions whose queues
+//! every topic feeds), and described in `.local/env.json`
 //! so any client (tests, the drill, the operator tools, a person with the AWS CLI) can send
 //! events to it.
 //!
@@ -74,11 +75,39 @@ pub struct EnvFile {
     /// `is-complete`, `cfn-response`), as the functions file says.
     #[serde(default)]
     pub routes: BTreeMap<String, BTreeMap<String, String>>,
+    /// Each customer region's delivery dead-letter queues: where SNS moves what it cannot
+    /// deliver to a regional queue (`infra/customer.yaml`'s subscriptions), one per topic and
+    /// handler role. None in files written before there were any.
+    #[serde(default)]
+    pub delivery_dlqs: Vec<DeliveryDlq>,
     /// The process id of the `cfn-once local` serving the environment, which crashes and
     /// restores its primary region on SIGUSR1 and SIGUSR2 (`local/control.rs`); none in files
     /// written by older versions or by tests that run the regions themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_pid: Option<u32>,
+}
+
+/// A subscription's dead-letter queue, in its topic's region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryDlq {
+    /// The topic's region, where the queue is.
+    pub region: String,
+    pub topic_arn: String,
+    /// The role whose queue the subscription delivers to: `primary` or `secondary`.
+    pub role: String,
+    pub url: String,
+}
+
+impl DeliveryDlq {
+    /// The queue's name, the last part of its URL.
+    pub fn name(&self) -> &str {
+        self.url.rsplit('/').next().unwrap_or_default()
+    }
+
+    /// The alarm `infra/customer.yaml` sets on its arrivals (`<queue name>-arrivals`).
+    pub fn alarm(&self) -> String {
+        format!("{}-arrivals", self.name())
+    }
 }
 
 /// The four queues, by URL.
@@ -193,11 +222,30 @@ impl LocalEnvironment {
         )
         .await?;
         let mut customer_topics = BTreeMap::new();
+        let mut delivery_dlqs = Vec::new();
         for region in CUSTOMER_REGIONS {
-            let sns = aws_sdk_sns::Client::new(&provision::sdk_config(endpoint_url, region).await);
+            let sdk = provision::sdk_config(endpoint_url, region).await;
+            let sns = aws_sdk_sns::Client::new(&sdk);
+            let sqs = aws_sdk_sqs::Client::new(&sdk);
             let topic_arn = provision::create_topic(&sns, &format!("{name}-service-token")).await?;
-            for queues in [&primary_queues, &secondary_queues] {
-                provision::subscribe_queue(&sns, &topic_arn, &queues.arn, options.raw_delivery).await?;
+            // Named as infra/customer.yaml names them, with the environment as the installation.
+            for (role, queues) in [("primary", &primary_queues), ("secondary", &secondary_queues)] {
+                let (url, dead_letter_arn) =
+                    provision::create_dead_letter_queue(&sqs, &format!("{name}-{role}-delivery-dlq")).await?;
+                provision::subscribe_queue_with_dead_letters(
+                    &sns,
+                    &topic_arn,
+                    &queues.arn,
+                    options.raw_delivery,
+                    &dead_letter_arn,
+                )
+                .await?;
+                delivery_dlqs.push(DeliveryDlq {
+                    region: region.to_owned(),
+                    topic_arn: topic_arn.clone(),
+                    role: role.to_owned(),
+                    url,
+                });
             }
             customer_topics.insert(region.to_owned(), topic_arn);
         }
@@ -222,6 +270,7 @@ impl LocalEnvironment {
             item_table: item_table.clone(),
             answer_buckets: BTreeMap::new(),
             routes: BTreeMap::new(),
+            delivery_dlqs,
             // Set by `cfn-once local`, the one process that listens for the signals.
             local_pid: None,
         };

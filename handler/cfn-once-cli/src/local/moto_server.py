@@ -32,9 +32,26 @@ it too. Such a request is answered 403 with S3's XML error body before moto sees
 signed with an Authorization header (every ordinary SDK call) is never looked at. The hook wraps
 the WSGI application ThreadedMotoServer builds; if a new moto no longer builds it the way this
 replaces, the launcher stops with a message instead of silently serving expired URLs.
+
+One correction plays what SNS does when it cannot deliver to a queue: moto's SNS raises the SQS
+error (a queue that does not exist) out of the Publish call, so the publisher is refused and the
+topic's remaining subscriptions get nothing, and it keeps a subscription's RedrivePolicy without
+using it. SNS accepts the publish and delivers to each subscription on its own; after a
+client-side error (the queue deleted, a policy or key that refuses SNS) it moves the message to
+the subscription's dead-letter queue if it has one, and otherwise discards it
+(https://docs.aws.amazon.com/sns/latest/dg/sns-dead-letter-queues.html). The replacement does
+that for a queue that does not exist, the one client-side error moto raises: the body put in
+the dead-letter queue is what the subscription would have delivered (the envelope, or the bare
+message with raw delivery), sent by moto's own delivery code. Not played: queue policies (moto
+does not evaluate them, so a topic a policy no longer admits is still delivered), SNS's retries
+after server-side errors, the attributes SNS adds to a dead-lettered message, and SNS's and
+SQS's CloudWatch metrics. If moto's subscription no longer publishes as this expects, the
+launcher stops with a message.
 """
 import calendar
+import copy
 import inspect
+import json
 import logging
 import sys
 import textwrap
@@ -45,11 +62,13 @@ from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
 import moto.moto_server.threaded_moto_server as threaded_moto_server
+import moto.sns.models
 import moto.sqs.models
 
 from moto.core.utils import unix_time
 from moto.dynamodb.responses import DynamoHandler
 from moto.server import ThreadedMotoServer
+from moto.sqs.exceptions import QueueDoesNotExist
 from moto.sqs.models import SQSBackend
 from werkzeug.wsgi import get_input_stream
 
@@ -81,6 +100,34 @@ if _ALL_ATTRIBUTES_READ not in _send_message_source:
 _namespace = dict(vars(moto.sqs.models))
 exec(_send_message_source.replace(_ALL_ATTRIBUTES_READ, "(queue.fifo_queue and queue.content_based_deduplication)"), _namespace)
 SQSBackend.send_message = _namespace["send_message"]
+
+
+if 'queue_name = self.endpoint.split(":")[-1]' not in inspect.getsource(moto.sns.models.Subscription.publish):
+    sys.exit("moto_server.py: moto's SNS Subscription.publish changed; review the launcher's patch")
+_undelivered_publish = moto.sns.models.Subscription.publish
+
+
+def _publish_or_dead_letter(self, message, message_id, *args, **kwargs):
+    """Delivers as moto does; a queue that does not exist is a client-side error, after which
+    SNS moves the message to the subscription's dead-letter queue, or discards it."""
+    try:
+        return _undelivered_publish(self, message, message_id, *args, **kwargs)
+    except QueueDoesNotExist:
+        if self.protocol != "sqs":
+            raise
+    policy = self.attributes.get("RedrivePolicy")
+    if not policy:
+        return None
+    dead_letters = copy.copy(self)
+    dead_letters.endpoint = json.loads(policy)["deadLetterTargetArn"]
+    try:
+        return _undelivered_publish(dead_letters, message, message_id, *args, **kwargs)
+    except QueueDoesNotExist:
+        # SNS counts it in NumberOfNotificationsFailedToRedriveToDlq; the message is gone.
+        return None
+
+
+moto.sns.models.Subscription.publish = _publish_or_dead_letter
 
 
 def _presigned_expiry(query):

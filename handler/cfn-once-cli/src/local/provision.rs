@@ -179,6 +179,44 @@ pub async fn subscribe_queue(
     Ok(())
 }
 
+/// Subscribes a queue (possibly in another region) to the topic, with a redrive policy: what SNS
+/// cannot deliver to the queue it moves to `dead_letter_arn`, a queue in the topic's region, as
+/// `infra/customer.yaml`'s subscriptions do.
+pub async fn subscribe_queue_with_dead_letters(
+    sns: &aws_sdk_sns::Client,
+    topic_arn: &str,
+    queue_arn: &str,
+    raw_delivery: bool,
+    dead_letter_arn: &str,
+) -> anyhow::Result<()> {
+    sns.subscribe()
+        .topic_arn(topic_arn)
+        .protocol("sqs")
+        .endpoint(queue_arn)
+        .attributes("RawMessageDelivery", raw_delivery.to_string())
+        .attributes("RedrivePolicy", serde_json::json!({"deadLetterTargetArn": dead_letter_arn}).to_string())
+        .send()
+        .await
+        .map_err(|e| sdk_error("Subscribe", &e))?;
+    Ok(())
+}
+
+/// Creates a queue with the template's dead-letter settings (14 days) and returns its URL and
+/// ARN.
+pub async fn create_dead_letter_queue(sqs: &aws_sdk_sqs::Client, name: &str) -> anyhow::Result<(String, String)> {
+    let url = sqs
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+        .send()
+        .await
+        .map_err(|e| sdk_error("CreateQueue", &e))?
+        .queue_url
+        .context("CreateQueue returned no URL")?;
+    let arn = queue_arn(sqs, &url).await?;
+    Ok((url, arn))
+}
+
 /// Creates a versioned bucket, so every PUT of a response is kept and can be counted.
 pub async fn create_response_bucket(s3: &aws_sdk_s3::Client, name: &str) -> anyhow::Result<()> {
     s3.create_bucket().bucket(name).send().await.map_err(|e| sdk_error("CreateBucket", &e))?;

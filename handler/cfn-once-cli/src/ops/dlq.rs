@@ -141,16 +141,18 @@ pub async fn release(sqs: &aws_sdk_sqs::Client, queue: &QueueTarget, messages: &
     Ok(())
 }
 
-/// Sends `message`'s body back to `queue_url`, carrying when the request was first sent, then
-/// deletes it from the DLQ. A crash between the two leaves a copy in both, which is safe:
-/// duplicates are answered once.
+/// Sends `message`'s body to `queue_url` with `to`, a client of that queue's region (for a
+/// delivery DLQ another region than the DLQ's, whose client is `sqs`), carrying when the request
+/// was first sent, then deletes it from `queue`'s DLQ. A crash between the two leaves a copy in
+/// both, which is safe: duplicates are answered once.
 pub async fn move_back(
     sqs: &aws_sdk_sqs::Client,
     queue: &QueueTarget,
+    to: &aws_sdk_sqs::Client,
     queue_url: &str,
     message: &DlqMessage,
 ) -> anyhow::Result<()> {
-    let mut send = sqs.send_message().queue_url(queue_url).message_body(&message.body);
+    let mut send = to.send_message().queue_url(queue_url).message_body(&message.body);
     if let Some(sent_ms) = message.sent_ms {
         let attribute = MessageAttributeValue::builder()
             .data_type("String")

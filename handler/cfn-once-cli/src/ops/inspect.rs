@@ -1,6 +1,7 @@
 //! `cfn-once inspect`: what happened to a request. Its lease record in words (`view`), each
-//! handler region's queue and DLQ counts, and which copies of it sit in a DLQ and why (read by
-//! holding the DLQ's messages for a moment, then releasing them). By RequestId, or the latest
+//! handler region's queue and DLQ counts and each customer region's delivery DLQs' (what SNS
+//! could not deliver), and which copies of it sit in a DLQ and why, with the alarm a delivery
+//! DLQ's arrival fires (read by holding the DLQ's messages for a moment, then releasing them). By RequestId, or the latest
 //! requests of a logical resource in a stack. A request answered at once because its resource
 //! has a wait condition (its answer's Data says `CfnOnceWork`) is followed by its work's record,
 //! the same attempt's, which holds the provider's progress and the signal.
@@ -18,7 +19,7 @@ use serde::Serialize;
 use crate::local::report::terminal_safe;
 use crate::ops::dlq::{self, Depth, DlqMessage};
 use crate::ops::view::RecordView;
-use crate::ops::{OpsTarget, utc};
+use crate::ops::{DeliveryTarget, OpsTarget, utc};
 
 /// Which requests to inspect.
 #[derive(Debug, Clone)]
@@ -38,6 +39,8 @@ pub struct InspectOptions {
 pub struct InspectReport {
     pub requests: Vec<Inspection>,
     pub queues: Vec<QueueCounts>,
+    /// The delivery dead-letter queues' counts.
+    pub deliveries: Vec<DeliveryCounts>,
     /// Per DLQ read (with `--dead-letters`), how many messages were held and what was left.
     pub dead_letters_read: Vec<String>,
 }
@@ -65,6 +68,20 @@ pub struct CopyView {
     pub reason: Option<String>,
     pub sent_at: Option<String>,
     pub receive_count: Option<u32>,
+    /// For a copy in a delivery DLQ: the alarm its arrival fires.
+    pub alarm: Option<String>,
+}
+
+/// A customer region's delivery dead-letter queue for one handler role.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryCounts {
+    /// The topic's region.
+    pub region: String,
+    /// Whose queue its requests missed.
+    pub role: String,
+    pub dlq: Depth,
+    /// The alarm on its arrivals.
+    pub alarm: String,
 }
 
 /// A handler region's queues.
@@ -74,6 +91,9 @@ pub struct QueueCounts {
     pub role: String,
     pub queue: Depth,
     pub dlq: Depth,
+    /// Why the queue's counts could not be read (a deleted queue: the very case a delivery DLQ
+    /// catches), the counts then being zeros.
+    pub unreadable: Option<String>,
 }
 
 /// Inspects the requests `options` names.
@@ -107,11 +127,21 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
     let mut dead_letters_read = Vec::new();
     for (index, queue) in target.queues.iter().enumerate() {
         let sqs = target.sqs(queue).await;
+        let (depth, unreadable) = match dlq::depth(&sqs, &queue.queue_url).await {
+            Ok(depth) => (depth, None),
+            // The SDK's error, without its debug dump of the response.
+            Err(error) => {
+                let text = error.to_string();
+                let short = text.split(" (ServiceError").next().unwrap_or_default();
+                (Depth::default(), Some(terminal_safe(short, 200)))
+            }
+        };
         queues.push(QueueCounts {
             region: queue.region.clone(),
             role: queue.role.clone(),
-            queue: dlq::depth(&sqs, &queue.queue_url).await?,
+            queue: depth,
             dlq: dlq::depth(&sqs, &queue.dlq_url).await?,
+            unreadable,
         });
         if options.dead_letters {
             let read = dlq::hold_all(&sqs, queue, 10_000).await?;
@@ -122,23 +152,49 @@ pub async fn inspect(target: &OpsTarget, options: &InspectOptions) -> anyhow::Re
             released?;
         }
     }
-    let requests = records
-        .into_iter()
-        .map(|(key, record)| {
-            let dead_letters = held
-                .iter()
-                .filter(|(_, message)| message.identified.as_ref().is_some_and(|found| found.key == key))
-                .map(|(index, message)| copy_view(target, *index, message, record.as_ref()))
-                .collect();
-            Inspection {
-                stack_id: key.stack_id.to_string(),
-                request_id: key.request_id,
-                record: record.as_ref().map(|record| RecordView::of(record, now_ms)),
-                dead_letters,
-            }
-        })
-        .collect();
-    Ok(InspectReport { requests, queues, dead_letters_read })
+    let mut deliveries = Vec::new();
+    let mut undelivered: Vec<(usize, DlqMessage)> = Vec::new();
+    for (index, delivery) in target.deliveries.iter().enumerate() {
+        let sqs = target.sqs_in(&delivery.region).await;
+        let queue = delivery.as_queue("");
+        deliveries.push(DeliveryCounts {
+            region: delivery.region.clone(),
+            role: delivery.role.clone(),
+            dlq: dlq::depth(&sqs, &delivery.dlq_url).await?,
+            alarm: delivery.alarm.clone(),
+        });
+        if options.dead_letters {
+            let read = dlq::hold_all(&sqs, &queue, 10_000).await?;
+            dead_letters_read
+                .push(read.summary(&format!("{} delivery DLQ for the {} queue", delivery.region, delivery.role)));
+            let messages = read.messages;
+            let released = dlq::release(&sqs, &queue, &messages).await;
+            undelivered.extend(messages.into_iter().map(|message| (index, message)));
+            released?;
+        }
+    }
+    let requests =
+        records
+            .into_iter()
+            .map(|(key, record)| {
+                let of_this = |message: &DlqMessage| message.identified.as_ref().is_some_and(|found| found.key == key);
+                let dead_letters =
+                    held.iter()
+                        .filter(|(_, message)| of_this(message))
+                        .map(|(index, message)| copy_view(target, *index, message, record.as_ref()))
+                        .chain(undelivered.iter().filter(|(_, message)| of_this(message)).map(|(index, message)| {
+                            undelivered_view(&target.deliveries[*index], message, record.as_ref())
+                        }))
+                        .collect();
+                Inspection {
+                    stack_id: key.stack_id.to_string(),
+                    request_id: key.request_id,
+                    record: record.as_ref().map(|record| RecordView::of(record, now_ms)),
+                    dead_letters,
+                }
+            })
+            .collect();
+    Ok(InspectReport { requests, queues, deliveries, dead_letters_read })
 }
 
 /// `records`, each request that handed its work over followed by its work's record (found by
@@ -188,10 +244,27 @@ async fn with_works(
     Ok(out)
 }
 
-/// How a DLQ copy relates to the record.
-fn copy_view(target: &OpsTarget, index: usize, message: &DlqMessage, record: Option<&LeaseRecord>) -> CopyView {
-    let queue = &target.queues[index];
-    let attempt = match (&message.identified, record) {
+/// A request SNS could not deliver to `delivery.role`'s queue, found in its delivery DLQ.
+fn undelivered_view(delivery: &DeliveryTarget, message: &DlqMessage, record: Option<&LeaseRecord>) -> CopyView {
+    CopyView {
+        region: delivery.region.clone(),
+        role: format!("delivery to the {} queue", delivery.role),
+        message_id: message.message_id.clone(),
+        attempt: attempt(message, record),
+        cause: format!(
+            "SNS could not deliver it to the {} queue (a client-side error: the queue gone or recreated, or its policy or key refusing the topic), so that region's handler never saw it; `cfn-once redrive` sends it on",
+            delivery.role
+        ),
+        reason: None,
+        sent_at: message.sent_ms.map(utc),
+        receive_count: None,
+        alarm: Some(delivery.alarm.clone()),
+    }
+}
+
+/// How a DLQ copy's attempt relates to the record's.
+fn attempt(message: &DlqMessage, record: Option<&LeaseRecord>) -> String {
+    match (&message.identified, record) {
         (Some(found), Some(record)) if found.fingerprint == record.fingerprint => "this record's attempt".into(),
         (Some(found), Some(record)) if record.supersedes(&found.fingerprint, message.sent_ms.unwrap_or(0)) => {
             "an earlier attempt, superseded by the record's: a redriven copy is dropped".into()
@@ -199,7 +272,13 @@ fn copy_view(target: &OpsTarget, index: usize, message: &DlqMessage, record: Opt
         (Some(_), Some(_)) => "an attempt the record has not seen".into(),
         (Some(_), None) => "no record: no handler took this request".into(),
         (None, _) => "unreadable".into(),
-    };
+    }
+}
+
+/// How a DLQ copy relates to the record.
+fn copy_view(target: &OpsTarget, index: usize, message: &DlqMessage, record: Option<&LeaseRecord>) -> CopyView {
+    let queue = &target.queues[index];
+    let attempt = attempt(message, record);
     CopyView {
         region: queue.region.clone(),
         role: queue.role.clone(),
@@ -212,6 +291,7 @@ fn copy_view(target: &OpsTarget, index: usize, message: &DlqMessage, record: Opt
         reason: message.reason.as_deref().map(|reason| terminal_safe(reason, 300)),
         sent_at: message.sent_ms.map(utc),
         receive_count: message.receive_count,
+        alarm: None,
     }
 }
 
@@ -249,10 +329,20 @@ impl InspectReport {
                     copy.cause,
                     copy.reason.as_ref().map_or(String::new(), |reason| format!(": {reason}"))
                 ));
+                if let Some(alarm) = &copy.alarm {
+                    out.push(format!("alarm     {alarm} fires (the delivery DLQ's arrivals, infra/customer.yaml)"));
+                }
             }
             out.push(String::new());
         }
         for queue in &self.queues {
+            if let Some(why) = &queue.unreadable {
+                out.push(format!(
+                    "queues    {} {}: cannot read the queue ({why}); SNS cannot deliver to a queue that is gone",
+                    queue.region, queue.role
+                ));
+                continue;
+            }
             out.push(format!(
                 "queues    {} {}: {} visible, {} in flight, {} delayed; DLQ {} messages",
                 queue.region,
@@ -261,6 +351,15 @@ impl InspectReport {
                 queue.queue.in_flight,
                 queue.queue.delayed,
                 queue.dlq.visible + queue.dlq.in_flight + queue.dlq.delayed
+            ));
+        }
+        for delivery in &self.deliveries {
+            out.push(format!(
+                "delivery  {} to the {} queue: DLQ {} messages (alarm {})",
+                delivery.region,
+                delivery.role,
+                delivery.dlq.visible + delivery.dlq.in_flight + delivery.dlq.delayed,
+                delivery.alarm
             ));
         }
         out.extend(self.dead_letters_read.iter().map(|read| format!("read      {read}")));

@@ -3,7 +3,9 @@
 //! with the operator's own AWS credentials: the function's role may not Query, Scan or redrive).
 //!
 //! They read what the protocol writes: the lease record of each request (`view` puts it in
-//! words), the queues' counts, and the dead-letter queues' messages (`dlq`), which they hold
+//! words), the queues' counts, and the dead-letter queues' messages (`dlq`): the handler regions'
+//! and the customer regions' delivery dead-letter queues, where SNS moves what it could not
+//! deliver to a handler region's queue. They hold those messages
 //! invisible while reading and then release or move. None of them ever prints a ResponseURL: a
 //! queued message is only identified (`identify`), never shown.
 
@@ -34,6 +36,9 @@ pub struct OpsTarget {
     /// The region of the table replica to read (MRSC: any replica is strongly consistent).
     pub table_region: String,
     pub queues: Vec<QueueTarget>,
+    /// The customer stacks' delivery dead-letter queues: what SNS could not deliver to the
+    /// queues above.
+    pub deliveries: Vec<DeliveryTarget>,
 }
 
 /// One handler region's queues.
@@ -46,7 +51,59 @@ pub struct QueueTarget {
     pub dlq_url: String,
 }
 
+/// A subscription's dead-letter queue, in its topic's region: where SNS moves a request it could
+/// not deliver to `role`'s queue (`infra/customer.yaml`).
+#[derive(Debug, Clone)]
+pub struct DeliveryTarget {
+    /// The topic's region, where the queue is.
+    pub region: String,
+    /// `primary` or `secondary`: whose queue the request missed.
+    pub role: String,
+    pub dlq_url: String,
+    /// The alarm on its arrivals, `<queue name>-arrivals` as the template names it.
+    pub alarm: String,
+}
+
+impl DeliveryTarget {
+    /// `role=url`, as `--delivery-dlq` takes it: a customer stack's
+    /// `PrimaryDeliveryDeadLetterQueueUrl` or `SecondaryDeliveryDeadLetterQueueUrl` output.
+    pub fn parse(entry: &str) -> anyhow::Result<Self> {
+        let (role, url) = entry
+            .split_once('=')
+            .with_context(|| format!("--delivery-dlq {entry:?}: write ROLE=URL, e.g. primary=https://sqs..."))?;
+        let region =
+            queue_region(url).with_context(|| format!("--delivery-dlq {entry:?}: no region in the queue URL"))?;
+        Ok(Self::new(region, role, url))
+    }
+
+    /// As the DLQ readers (`dlq`) take a queue: this DLQ in its region, and `queue_url`, the
+    /// handler region's queue the requests missed (where a redrive sends them).
+    pub fn as_queue(&self, queue_url: &str) -> QueueTarget {
+        QueueTarget {
+            region: self.region.clone(),
+            role: self.role.clone(),
+            queue_url: queue_url.to_owned(),
+            dlq_url: self.dlq_url.clone(),
+        }
+    }
+
+    fn new(region: String, role: &str, url: &str) -> Self {
+        let name = url.rsplit('/').next().unwrap_or_default();
+        Self { region, role: role.to_owned(), dlq_url: url.to_owned(), alarm: format!("{name}-arrivals") }
+    }
+}
+
 impl OpsTarget {
+    /// The handler region's queue a delivery dead-letter queue's requests missed.
+    pub fn queue_of(&self, delivery: &DeliveryTarget) -> anyhow::Result<&QueueTarget> {
+        self.queues.iter().find(|queue| queue.role == delivery.role).with_context(|| {
+            format!(
+                "{} is the {} queue's delivery DLQ, and no --queue {}=URL names that queue",
+                delivery.dlq_url, delivery.role, delivery.role
+            )
+        })
+    }
+
     /// The local environment `cfn-once local` described in `env`.
     pub fn from_env_file(env: &EnvFile) -> Self {
         Self {
@@ -68,6 +125,11 @@ impl OpsTarget {
                     dlq_url: env.queues.secondary_dlq.clone(),
                 },
             ],
+            deliveries: env
+                .delivery_dlqs
+                .iter()
+                .map(|dlq| DeliveryTarget::new(dlq.region.clone(), &dlq.role, &dlq.url))
+                .collect(),
         }
     }
 
@@ -78,6 +140,7 @@ impl OpsTarget {
         table: String,
         table_region: Option<String>,
         queues: &[String],
+        delivery_dlqs: &[String],
         profile: Option<String>,
         endpoint_url: Option<String>,
     ) -> anyhow::Result<Self> {
@@ -87,6 +150,10 @@ impl OpsTarget {
             table,
             table_region: String::new(),
             queues: Vec::with_capacity(queues.len()),
+            deliveries: delivery_dlqs
+                .iter()
+                .map(|entry| DeliveryTarget::parse(entry))
+                .collect::<anyhow::Result<_>>()?,
         };
         for entry in queues {
             let (role, url) = entry
@@ -127,6 +194,11 @@ impl OpsTarget {
     /// An SQS client for `queue`'s region.
     pub async fn sqs(&self, queue: &QueueTarget) -> aws_sdk_sqs::Client {
         aws_sdk_sqs::Client::new(&self.sdk(&queue.region).await)
+    }
+
+    /// An SQS client for `region`.
+    pub async fn sqs_in(&self, region: &str) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.sdk(region).await)
     }
 }
 
@@ -247,6 +319,16 @@ mod tests {
         assert_eq!(queue_region("https://sqs.us-east-1.amazonaws.com/123456789012/q").as_deref(), Some("us-east-1"));
         assert_eq!(queue_region("https://sqs.eu-west-1.api.aws/123456789012/q").as_deref(), Some("eu-west-1"));
         assert_eq!(queue_region("http://127.0.0.1:5000/123456789012/q"), None);
+    }
+
+    #[test]
+    fn a_delivery_dlq_names_its_region_its_role_and_the_alarm_on_its_arrivals() {
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/payments-primary-delivery-dlq";
+        let delivery = DeliveryTarget::parse(&format!("primary={url}")).expect("parsed");
+        assert_eq!((delivery.region.as_str(), delivery.role.as_str()), ("eu-west-1", "primary"));
+        assert_eq!(delivery.alarm, "payments-primary-delivery-dlq-arrivals", "as infra/customer.yaml names it");
+        let error = format!("{:#}", DeliveryTarget::parse(url).unwrap_err());
+        assert!(error.contains("write ROLE=URL"), "{error}");
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! `cfn-once redrive`: moves dead-lettered messages back to their queue. Safe by construction:
+//! `cfn-once redrive`: moves dead-lettered messages back to their queue: a handler region's DLQ's
+//! to that region's queue, and a customer region's delivery DLQ's (what SNS could not deliver)
+//! on to the handler region's queue it missed, in another region. Safe by construction:
 //! the handler answers duplicates once (a delivered answer is dropped, a committed one re-sent
 //! byte for byte, a superseded attempt dropped), so a redrive can only finish what is
 //! unfinished. Each message is identified and its request's record read first, to say what the
@@ -13,7 +15,7 @@ use serde::Serialize;
 
 use crate::local::report::terminal_safe;
 use crate::ops::dlq::{self, DlqMessage};
-use crate::ops::{OpsTarget, utc};
+use crate::ops::{OpsTarget, QueueTarget, utc};
 
 /// How to redrive.
 #[derive(Debug, Clone, Copy)]
@@ -55,15 +57,54 @@ pub struct Redriven {
     pub action: String,
 }
 
+/// One DLQ to redrive: read in `queue.region`, sent on to `queue.queue_url` in `to_region`.
+struct Source {
+    queue: QueueTarget,
+    to_region: String,
+    /// How the report names the DLQ and its messages' role.
+    name: String,
+    role: String,
+    /// For a delivery DLQ, what happened to its messages.
+    cause: Option<String>,
+}
+
+/// Every DLQ of `target`: the handler regions', then the delivery DLQs'.
+fn sources(target: &OpsTarget) -> anyhow::Result<Vec<Source>> {
+    let mut sources: Vec<Source> = target
+        .queues
+        .iter()
+        .map(|queue| Source {
+            queue: queue.clone(),
+            to_region: queue.region.clone(),
+            name: format!("{} {} DLQ", queue.region, queue.role),
+            role: queue.role.clone(),
+            cause: None,
+        })
+        .collect();
+    for delivery in &target.deliveries {
+        let missed = target.queue_of(delivery)?;
+        sources.push(Source {
+            queue: delivery.as_queue(&missed.queue_url),
+            to_region: missed.region.clone(),
+            name: format!("{} delivery DLQ for the {} queue", delivery.region, delivery.role),
+            role: format!("delivery to the {} queue", delivery.role),
+            cause: Some(format!("SNS could not deliver it to the {} queue; sent on to it", delivery.role)),
+        });
+    }
+    Ok(sources)
+}
+
 /// Redrives every DLQ of `target`.
 pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Result<RedriveReport> {
     let store = target.store().await;
     let mut report =
         RedriveReport { dry_run: options.dry_run, read: Vec::new(), messages: Vec::new(), moved: 0, skipped: 0 };
-    for queue in &target.queues {
+    for source in sources(target)? {
+        let queue = &source.queue;
         let sqs = target.sqs(queue).await;
+        let to = target.sqs_in(&source.to_region).await;
         let held = dlq::hold_all(&sqs, queue, options.max).await?;
-        report.read.push(held.summary(&format!("{} {} DLQ", queue.region, queue.role)));
+        report.read.push(held.summary(&source.name));
         let held = held.messages;
         let mut leave = Vec::new();
         for message in &held {
@@ -85,20 +126,23 @@ pub async fn redrive(target: &OpsTarget, options: RedriveOptions) -> anyhow::Res
                 leave.push(message.clone());
                 "would move".to_owned()
             } else {
-                dlq::move_back(&sqs, queue, &queue.queue_url, message).await?;
+                dlq::move_back(&sqs, queue, &to, &queue.queue_url, message).await?;
                 report.moved += 1;
                 "moved".to_owned()
             };
             let found = message.identified.as_ref();
             report.messages.push(Redriven {
                 region: queue.region.clone(),
-                role: queue.role.clone(),
+                role: source.role.clone(),
                 message_id: message.message_id.clone(),
                 stack_id: found.map(|found| terminal_safe(&found.key.stack_id, 300)),
                 request_id: found.map(|found| terminal_safe(&found.key.request_id, 300)),
                 logical_resource_id: found.map(|found| terminal_safe(&found.logical_resource_id, 300)),
                 request_type: found.map(|found| terminal_safe(&found.request_type, 20)),
-                cause: message.cause.map_or("moved by SQS (maxReceiveCount)", DeadLetterCause::as_str).to_owned(),
+                cause: match &source.cause {
+                    Some(cause) => cause.clone(),
+                    None => message.cause.map_or("moved by SQS (maxReceiveCount)", DeadLetterCause::as_str).to_owned(),
+                },
                 sent_at: message.sent_ms.map(utc),
                 record_says,
                 action,
