@@ -1,9 +1,7 @@
-//! A stand-in for `templates.rs`'s evaluator, which is private to that file: a template as
+//! The templates' evaluator, for `templates.rs` and `customer_template.rs`: a template as
 //! JSON, and a stack operation's Rules, Conditions and `Fn::If`s evaluated as CloudFormation
-//! does, for `customer_template.rs`. It evaluates the functions `infra/customer.yaml` uses and
-//! panics on any other, so a template that starts using one fails here rather than being
-//! half-evaluated. Once `templates.rs` makes its `template`, `Deployment` and `rule_names`
-//! `pub(crate)`, this file goes and its callers use those.
+//! does. It evaluates the functions the templates use and panics on any other, so a template
+//! that starts using one fails here rather than being half-evaluated.
 
 use std::collections::BTreeMap;
 
@@ -27,7 +25,9 @@ fn long_form(yaml: serde_norway::Value) -> Value {
         Yaml::String(s) => Value::String(s),
         Yaml::Sequence(items) => Value::Array(items.into_iter().map(long_form).collect()),
         Yaml::Mapping(map) => Value::Object(
-            map.into_iter().map(|(k, v)| (k.as_str().unwrap_or_default().to_owned(), long_form(v))).collect(),
+            map.into_iter()
+                .map(|(k, v)| (k.as_str().map(str::to_owned).unwrap_or_else(|| format!("{k:?}")), long_form(v)))
+                .collect(),
         ),
         Yaml::Tagged(tagged) => {
             let tag = tagged.tag.to_string();
@@ -81,7 +81,13 @@ impl<'a> Stack<'a> {
         let declared = &self.template["Parameters"][name];
         assert!(declared.is_object(), "Ref to {name}, which is no parameter of the template");
         let value = self.parameters.get(name).cloned().unwrap_or_else(|| {
-            declared["Default"].as_str().unwrap_or_else(|| panic!("{name} has no value and no default")).to_owned()
+            // A Number parameter's default may be written as a YAML number.
+            let default = &declared["Default"];
+            default
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| default.as_number().map(ToString::to_string))
+                .unwrap_or_else(|| panic!("{name} has no value and no default"))
         });
         if declared["Type"] == "CommaDelimitedList" {
             Evaluated::List(value.split(',').map(|item| item.trim().to_owned()).collect())

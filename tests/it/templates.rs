@@ -6,54 +6,16 @@ use cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
 use cfn_once_core::vocabulary::Role;
 use cfn_once_sim::deployed::{Deployed, FunctionTimeout};
 use cfn_once_tests::workspace_root;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
+
+pub(crate) use crate::rules::{Stack, rule_names, template};
 
 // Issue 53's rules, one file each: who may touch the queues and the role's reach, the alarms
 // and who they page, and the deploy-time traps (names, concurrency, the secondary's delay).
 mod access;
 mod alarms;
 mod deploy;
-
-/// A template as JSON, with YAML short-form intrinsics (`!Ref x`) in their long form.
-fn template(name: &str) -> Value {
-    let path = workspace_root().join("infra").join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let yaml: serde_norway::Value = serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{name} is not YAML: {e}"));
-    to_json(yaml)
-}
-
-fn to_json(yaml: serde_norway::Value) -> Value {
-    use serde_norway::Value as Yaml;
-    match yaml {
-        Yaml::Null => Value::Null,
-        Yaml::Bool(b) => Value::Bool(b),
-        Yaml::Number(n) => serde_json::to_value(n).unwrap_or(Value::Null),
-        Yaml::String(s) => Value::String(s),
-        Yaml::Sequence(items) => Value::Array(items.into_iter().map(to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k.as_str().map(str::to_owned).unwrap_or_else(|| format!("{k:?}")), to_json(v)))
-                .collect(),
-        ),
-        Yaml::Tagged(tagged) => {
-            let tag = tagged.tag.to_string();
-            let name = tag.trim_start_matches('!');
-            let value = to_json(tagged.value);
-            match name {
-                "Ref" | "Condition" => json!({ name: value }),
-                "GetAtt" => match value {
-                    Value::String(path) => {
-                        let (resource, attribute) = path.split_once('.').unwrap_or((&path, ""));
-                        json!({"Fn::GetAtt": [resource, attribute]})
-                    }
-                    other => json!({"Fn::GetAtt": other}),
-                },
-                other => json!({ format!("Fn::{other}"): value }),
-            }
-        }
-    }
-}
 
 fn resources<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
     template["Resources"].as_object().expect("Resources").iter().filter(|(_, r)| r["Type"] == kind).collect()
@@ -555,20 +517,6 @@ fn the_function_environment_is_a_valid_handler_configuration() {
 }
 
 #[test]
-fn the_customer_stack_exports_the_service_token_and_subscribes_both_queues() {
-    let template = template("customer.yaml");
-    assert_eq!(template["Outputs"]["ServiceToken"]["Value"], json!({"Ref": "ServiceTopic"}));
-    assert!(template["Outputs"]["ServiceToken"]["Export"].is_object());
-    let subscriptions = resources(&template, "AWS::SNS::Subscription");
-    let endpoints: Vec<&Value> = subscriptions.iter().map(|(_, s)| &s["Properties"]["Endpoint"]).collect();
-    assert_eq!(endpoints, vec![&json!({"Ref": "PrimaryQueueArn"}), &json!({"Ref": "SecondaryQueueArn"})]);
-    for (_, subscription) in subscriptions {
-        assert_eq!(subscription["Properties"]["Protocol"], "sqs");
-        assert_eq!(subscription["Properties"]["RawMessageDelivery"], json!({"Ref": "RawMessageDelivery"}));
-    }
-}
-
-#[test]
 fn the_arc_safety_rule_keeps_one_region_on() {
     let template = template("arc.yaml");
     assert_eq!(resources(&template, "AWS::Route53RecoveryControl::RoutingControl").len(), 2);
@@ -743,176 +691,8 @@ fn every_region() -> Vec<&'static str> {
     MRSC_REGION_SETS.iter().flat_map(|set| set.iter().copied()).chain(OTHER_REGIONS).collect()
 }
 
-/// What a rule function or condition evaluates to.
-#[derive(Debug, PartialEq)]
-enum Evaluated {
-    Bool(bool),
-    Text(String),
-    List(Vec<String>),
-}
-
-/// A stack operation as CloudFormation's Rules and Conditions see it: the template, the
-/// region, and the parameter values given (the rest take their defaults). It evaluates the
-/// functions the templates use and refuses any other, so a template that starts using one this
-/// does not model fails here rather than being half-evaluated.
-struct Deployment<'a> {
-    template: &'a Value,
-    region: &'a str,
-    parameters: BTreeMap<String, String>,
-}
-
-impl<'a> Deployment<'a> {
-    fn new(template: &'a Value, region: &'a str, parameters: &[(&str, &str)]) -> Self {
-        let parameters = parameters.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
-        Self { template, region, parameters }
-    }
-
-    fn parameter(&self, name: &str) -> Evaluated {
-        if name == "AWS::Region" {
-            return Evaluated::Text(self.region.to_owned());
-        }
-        let declared = &self.template["Parameters"][name];
-        assert!(declared.is_object(), "Ref to {name}, which the template does not declare");
-        let value = match self.parameters.get(name) {
-            Some(value) => value.clone(),
-            None => {
-                let default = &declared["Default"];
-                // A Number parameter's default may be written as a YAML number.
-                default
-                    .as_str()
-                    .map(str::to_owned)
-                    .or_else(|| default.as_number().map(ToString::to_string))
-                    .unwrap_or_else(|| panic!("{name} has no value and no default"))
-            }
-        };
-        if declared["Type"] == "CommaDelimitedList" {
-            Evaluated::List(value.split(',').map(|item| item.trim().to_owned()).collect())
-        } else {
-            Evaluated::Text(value)
-        }
-    }
-
-    fn evaluate(&self, expression: &Value) -> Evaluated {
-        match expression {
-            Value::String(text) => Evaluated::Text(text.clone()),
-            Value::Array(items) => Evaluated::List(
-                items
-                    .iter()
-                    .map(|item| match self.evaluate(item) {
-                        Evaluated::Text(text) => text,
-                        other => panic!("a list holds {other:?}"),
-                    })
-                    .collect(),
-            ),
-            Value::Object(call) if call.len() == 1 => {
-                let (function, arguments) = call.iter().next().expect("one entry");
-                self.call(function, arguments)
-            }
-            other => panic!("cannot evaluate {other}"),
-        }
-    }
-
-    fn call(&self, function: &str, arguments: &Value) -> Evaluated {
-        let list = |count: std::ops::RangeInclusive<usize>| {
-            let items = arguments.as_array().unwrap_or_else(|| panic!("{function} takes a list"));
-            assert!(count.contains(&items.len()), "{function} takes {count:?} arguments, not {}", items.len());
-            items
-        };
-        match function {
-            "Ref" => self.parameter(arguments.as_str().expect("Ref names a parameter")),
-            "Condition" => Evaluated::Bool(self.condition(arguments.as_str().expect("a condition's name"))),
-            "Fn::Equals" => {
-                let items = list(2..=2);
-                Evaluated::Bool(self.evaluate(&items[0]) == self.evaluate(&items[1]))
-            }
-            "Fn::Not" => Evaluated::Bool(!self.truth(&list(1..=1)[0])),
-            // CloudFormation takes two to ten conditions in Fn::And and Fn::Or.
-            "Fn::And" => Evaluated::Bool(list(2..=10).iter().all(|item| self.truth(item))),
-            "Fn::Or" => Evaluated::Bool(list(2..=10).iter().any(|item| self.truth(item))),
-            "Fn::Contains" => {
-                let items = list(2..=2);
-                let (Evaluated::List(haystack), Evaluated::Text(needle)) =
-                    (self.evaluate(&items[0]), self.evaluate(&items[1]))
-                else {
-                    panic!("Fn::Contains takes a list of strings and a string")
-                };
-                Evaluated::Bool(haystack.contains(&needle))
-            }
-            "Fn::EachMemberEquals" => {
-                let items = list(2..=2);
-                let (Evaluated::List(members), Evaluated::Text(value)) =
-                    (self.evaluate(&items[0]), self.evaluate(&items[1]))
-                else {
-                    panic!("Fn::EachMemberEquals takes a list of strings and a string")
-                };
-                Evaluated::Bool(members.iter().all(|member| *member == value))
-            }
-            other => panic!("the template uses {other}, which this evaluator does not model"),
-        }
-    }
-
-    fn truth(&self, expression: &Value) -> bool {
-        match self.evaluate(expression) {
-            Evaluated::Bool(value) => value,
-            other => panic!("{expression} is {other:?}, not true or false"),
-        }
-    }
-
-    fn condition(&self, name: &str) -> bool {
-        let definition = &self.template["Conditions"][name];
-        assert!(!definition.is_null(), "no condition {name}");
-        self.truth(definition)
-    }
-
-    /// The assertions that refuse this stack operation, as (rule, description): empty when
-    /// CloudFormation would go ahead.
-    fn refusals(&self) -> Vec<(String, String)> {
-        let mut refused = Vec::new();
-        let rules = self.template["Rules"].as_object().cloned().unwrap_or_default();
-        for (name, rule) in rules {
-            if rule.get("RuleCondition").is_some_and(|condition| !self.truth(condition)) {
-                continue;
-            }
-            for assertion in rule["Assertions"].as_array().expect("Assertions") {
-                if !self.truth(&assertion["Assert"]) {
-                    let description = assertion["AssertDescription"].as_str().unwrap_or_default();
-                    refused.push((name.clone(), description.to_owned()));
-                }
-            }
-        }
-        refused
-    }
-
-    /// `value` as deployed: each `Fn::If` replaced by its chosen branch, and `AWS::NoValue`
-    /// removed. Other functions are left as written.
-    fn resolve(&self, value: &Value) -> Option<Value> {
-        match value {
-            Value::Object(call) if call.len() == 1 && call.contains_key("Fn::If") => {
-                let branches = call["Fn::If"].as_array().filter(|b| b.len() == 3).expect("Fn::If takes three");
-                let chosen = if self.condition(branches[0].as_str().expect("a condition's name")) { 1 } else { 2 };
-                self.resolve(&branches[chosen])
-            }
-            Value::Object(reference) if reference.get("Ref") == Some(&json!("AWS::NoValue")) => None,
-            Value::Object(map) => Some(Value::Object(
-                map.iter().filter_map(|(k, v)| self.resolve(v).map(|v| (k.clone(), v))).collect::<Map<_, _>>(),
-            )),
-            Value::Array(items) => Some(Value::Array(items.iter().filter_map(|item| self.resolve(item)).collect())),
-            other => Some(other.clone()),
-        }
-    }
-
-    /// Whether a resource (or output) with a `Condition` is created.
-    fn creates(&self, resource: &Value) -> bool {
-        resource.get("Condition").and_then(Value::as_str).is_none_or(|condition| self.condition(condition))
-    }
-}
-
 /// An alarm address, which the lease-table and regional stacks require (AlarmsPageSomeone).
 const PAGED: (&str, &str) = ("AlarmEmail", "oncall@example.com");
-
-fn rule_names(refusals: &[(String, String)]) -> Vec<&str> {
-    refusals.iter().map(|(rule, _)| rule.as_str()).collect()
-}
 
 /// The lease table's replicas (this stack's region and ReplicaRegion) and witness must be three
 /// regions of one MRSC region set, and the template refuses anything else before creating a
@@ -922,7 +702,7 @@ fn rule_names(refusals: &[(String, String)]) -> Vec<&str> {
 fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
     let template = template("lease-table.yaml");
     let stack = |region: &'static str, replica: &str, witness: &str| {
-        Deployment::new(&template, region, &[("ReplicaRegion", replica), ("WitnessRegion", witness), PAGED]).refusals()
+        Stack::new(&template, region, &[("ReplicaRegion", replica), ("WitnessRegion", witness), PAGED]).refusals()
     };
     for (region, replica, witness) in [
         ("us-east-1", "us-west-2", "us-east-2"),
@@ -956,7 +736,7 @@ fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
         }
     }
     // The parameters' defaults are a valid US deployment, from us-east-1.
-    assert_eq!(Deployment::new(&template, "us-east-1", &[PAGED]).refusals(), []);
+    assert_eq!(Stack::new(&template, "us-east-1", &[PAGED]).refusals(), []);
 }
 
 /// The regional stack uses its own region's replica of the lease table, so it refuses a region
@@ -965,11 +745,11 @@ fn the_lease_table_refuses_any_mix_of_mrsc_region_sets() {
 fn the_regional_stack_refuses_a_region_without_an_mrsc_replica() {
     let template = template("regional.yaml");
     for region in every_region() {
-        let refusals = Deployment::new(&template, region, &[("Role", "primary"), PAGED]).refusals();
+        let refusals = Stack::new(&template, region, &[("Role", "primary"), PAGED]).refusals();
         assert_eq!(refusals.is_empty(), mrsc_region_set(region).is_some(), "{region}: {refusals:?}");
     }
     // The ARC rule still applies on its own condition.
-    let arc = Deployment::new(&template, "us-east-1", &[("Role", "primary"), ("Control", "arc"), PAGED]).refusals();
+    let arc = Stack::new(&template, "us-east-1", &[("Role", "primary"), ("Control", "arc"), PAGED]).refusals();
     assert_eq!(rule_names(&arc), ["ArcNeedsItsRoutingControl", "ArcNeedsItsRoutingControl"]);
 }
 
@@ -979,7 +759,7 @@ fn the_arc_stack_refuses_handler_regions_of_two_sets() {
     for primary in every_region() {
         for secondary in every_region() {
             let parameters = [("PrimaryRegion", primary), ("SecondaryRegion", secondary)];
-            let refusals = Deployment::new(&template, "us-west-2", &parameters).refusals();
+            let refusals = Stack::new(&template, "us-west-2", &parameters).refusals();
             let expected = primary != secondary
                 && mrsc_region_set(primary).is_some()
                 && mrsc_region_set(primary) == mrsc_region_set(secondary);
@@ -1005,7 +785,7 @@ fn samconfig_deploys_one_region_set_and_admits_every_customer_topic() {
         let template = template(file);
         let parameters: Vec<(&str, &str)> =
             environment.parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let refusals = Deployment::new(&template, &environment.region, &parameters).refusals();
+        let refusals = Stack::new(&template, &environment.region, &parameters).refusals();
         assert_eq!(refusals, [], "{name} in {}", environment.region);
     }
     let (lease_table, primary, secondary, arc) = (
@@ -1026,10 +806,14 @@ fn samconfig_deploys_one_region_set_and_admits_every_customer_topic() {
     let mut expected_topics = Vec::new();
     for customer in &customers {
         assert!(customer.name.ends_with(&customer.region), "{} deploys to {}", customer.name, customer.region);
-        let queue = |parameter: &str| customer.parameters[parameter].split(':').nth(3).unwrap_or_default().to_owned();
-        assert_eq!(queue("PrimaryQueueArn"), primary.region, "{}", customer.name);
-        assert_eq!(queue("SecondaryQueueArn"), secondary.region, "{}", customer.name);
-        let account = customer.parameters["PrimaryQueueArn"].split(':').nth(4).unwrap_or_default();
+        assert_eq!(customer.parameters["PrimaryRegion"], primary.region, "{}", customer.name);
+        assert_eq!(customer.parameters["SecondaryRegion"], secondary.region, "{}", customer.name);
+        // The customer stack builds the queues' ARNs from the installation's name: the same
+        // name as the regional stacks' (each stack's default when samconfig gives none).
+        let installation = |e: &SamEnvironment| e.parameters.get("Installation").cloned().unwrap_or("cfn-once".into());
+        assert_eq!(installation(customer), installation(primary), "{}", customer.name);
+        assert_eq!(installation(customer), installation(secondary), "{}", customer.name);
+        let account = crate::rules::ACCOUNT;
         let topic = &customer.parameters["TopicName"];
         expected_topics.push(format!("arn:aws:sns:{}:{account}:{topic}", customer.region));
     }
@@ -1047,72 +831,6 @@ fn samconfig_deploys_one_region_set_and_admits_every_customer_topic() {
             Some(example.region.as_str()),
             "{name}: CloudFormation wants it in the stack's region"
         );
-    }
-}
-
-/// With OrganizationId, every principal of that organization may publish, through a key of the
-/// stack that admits the organization; without, this account only, with SNS's AWS managed key.
-/// Both branches of the template's conditions are resolved as CloudFormation would.
-#[test]
-fn an_organization_may_publish_only_when_named_and_through_its_own_key() {
-    let template = template("customer.yaml");
-    let organization_id = &template["Parameters"]["OrganizationId"];
-    assert_eq!((&organization_id["Type"], &organization_id["Default"]), (&json!("String"), &json!("")));
-    assert_eq!(organization_id["AllowedPattern"], "^$|^o-[a-z0-9]{10,32}$");
-    let queues = [
-        ("PrimaryQueueArn", "arn:aws:sqs:us-east-1:111122223333:cfn-once-primary"),
-        ("SecondaryQueueArn", "arn:aws:sqs:us-west-2:111122223333:cfn-once-secondary"),
-    ];
-    let with_organization = [queues[0], queues[1], ("OrganizationId", "o-a1b2c3d4e5")];
-    let this_account = json!({"AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}});
-    let organization = json!({"StringEquals": {"aws:PrincipalOrgID": {"Ref": "OrganizationId"}}});
-    let is_wildcard = |principal: &Value| *principal == json!("*") || *principal == json!({"AWS": "*"});
-
-    for (parameters, shared) in [(&queues[..], false), (&with_organization[..], true)] {
-        let stack = Deployment::new(&template, "eu-west-1", parameters);
-        assert_eq!(stack.condition("ForOrganization"), shared);
-        let policy = stack.resolve(&one(&template, "AWS::SNS::TopicPolicy")["Properties"]).expect("a policy");
-        let statements = policy["PolicyDocument"]["Statement"].as_array().expect("Statement").clone();
-        let allows: Vec<&Value> = statements.iter().filter(|s| s["Effect"] == "Allow").collect();
-        assert!(allows.iter().all(|s| s["Action"] == "sns:Publish"), "{allows:?}");
-        assert!(allows.iter().any(|s| s["Principal"] == this_account), "this account always publishes");
-        let wildcards: Vec<&&Value> = allows.iter().filter(|s| is_wildcard(&s["Principal"])).collect();
-        if shared {
-            assert_eq!(wildcards.len(), 1, "one statement for the organization: {allows:?}");
-            assert_eq!(wildcards[0]["Condition"], organization, "any principal of that organization, no other");
-        } else {
-            assert_eq!(wildcards.len(), 0, "only this account: {allows:?}");
-            assert_eq!(allows.len(), 1, "only this account: {allows:?}");
-        }
-
-        let topic = stack.resolve(&one(&template, "AWS::SNS::Topic")["Properties"]).expect("a topic");
-        let key = one(&template, "AWS::KMS::Key");
-        assert_eq!(stack.creates(key), shared, "a key of the stack only for an organization");
-        assert_eq!(stack.creates(&template["Outputs"]["ServiceTopicKeyArn"]), shared);
-        if !shared {
-            assert_eq!(topic["KmsMasterKeyId"], "alias/aws/sns", "SNS's AWS managed key serves this account");
-            continue;
-        }
-        // alias/aws/sns admits callers of this account only, and its policy cannot be changed.
-        assert_eq!(topic["KmsMasterKeyId"], json!({"Fn::GetAtt": ["ServiceTopicKey", "Arn"]}));
-        assert_eq!(key["Properties"]["EnableKeyRotation"], true);
-        let key_policy = key["Properties"]["KeyPolicy"]["Statement"].as_array().expect("Statement");
-        let for_everyone: Vec<&Value> = key_policy.iter().filter(|s| is_wildcard(&s["Principal"])).collect();
-        assert_eq!(for_everyone.len(), 1, "{key_policy:?}");
-        assert_eq!(for_everyone[0]["Action"], json!(["kms:GenerateDataKey*", "kms:Decrypt"]));
-        assert_eq!(
-            for_everyone[0]["Condition"],
-            json!({"StringEquals": {
-                "aws:PrincipalOrgID": {"Ref": "OrganizationId"},
-                "kms:ViaService": {"Fn::Sub": "sns.${AWS::Region}.${AWS::URLSuffix}"},
-                "kms:EncryptionContext:aws:sns:topicArn":
-                    {"Fn::Sub": "arn:${AWS::Partition}:sns:${AWS::Region}:${AWS::AccountId}:${TopicName}"}
-            }}),
-            "the organization, through SNS in this region, for this topic only"
-        );
-        let others: Vec<&Value> = key_policy.iter().filter(|s| !is_wildcard(&s["Principal"])).collect();
-        assert_eq!(others.len(), 1, "{key_policy:?}");
-        assert_eq!(others[0]["Principal"], this_account, "administered by this account's IAM policies");
     }
 }
 

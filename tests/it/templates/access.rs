@@ -2,7 +2,7 @@
 //! policies evaluated as IAM evaluates them, SNS's regional principals, the role's boundary,
 //! the lease table's deny and the privileged topics.
 
-use super::{Deployment, PAGED, arn_like, environment, rule_names, samconfig, template};
+use super::{PAGED, Stack, arn_like, environment, rule_names, samconfig, template};
 use serde_json::{Value, json};
 
 /// SNS's opt-in Regions, as AWS lists them: a queue subscribed across Regions where one of them
@@ -319,7 +319,7 @@ fn extra_managed_policies_need_a_permissions_boundary() {
     let refusals = |parameters: &[(&str, &str)]| {
         let mut all = vec![("Role", "primary"), PAGED];
         all.extend_from_slice(parameters);
-        rule_names(&Deployment::new(&template, "us-east-1", &all).refusals())
+        rule_names(&Stack::new(&template, "us-east-1", &all).refusals())
             .iter()
             .map(|r| (*r).to_owned())
             .collect::<Vec<_>>()
@@ -328,7 +328,7 @@ fn extra_managed_policies_need_a_permissions_boundary() {
     assert_eq!(refusals(&[extra, boundary]), Vec::<String>::new());
     assert_eq!(refusals(&[boundary]), Vec::<String>::new());
     assert_eq!(refusals(&[]), Vec::<String>::new());
-    let stack = Deployment::new(&template, "us-east-1", &[("Role", "primary"), PAGED]);
+    let stack = Stack::new(&template, "us-east-1", &[("Role", "primary"), PAGED]);
     assert!(!stack.condition("HasPermissionsBoundary"), "the stack's own boundary by default");
 }
 

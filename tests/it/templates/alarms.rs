@@ -2,7 +2,7 @@
 //! the stacks refuse to deploy with neither, and each alarm watches what its runbook entry in
 //! docs/operating.md says it does.
 
-use super::{Deployment, PAGED, resources, rule_names, template};
+use super::{PAGED, Stack, resources, rule_names, template};
 use cfn_once_core::vocabulary::Role;
 use cfn_once_sim::deployed::Deployed;
 use serde_json::{Value, json};
@@ -55,7 +55,7 @@ fn every_alarm_pages_the_given_topic_or_the_stacks_own() {
         let stack = |parameters: &[(&str, &str)]| {
             let mut all = base.clone();
             all.extend_from_slice(parameters);
-            let deployment = Deployment::new(&template, region, &all);
+            let deployment = Stack::new(&template, region, &all);
             let refused = rule_names(&deployment.refusals()).iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
             (refused, deployment.condition("HasAlarmTopic"), deployment.condition("CreatesAlarmTopic"))
         };
@@ -189,8 +189,8 @@ fn the_secondary_answering_pages() {
         );
     }
     assert_eq!(query(alarm, "answered")["Expression"], "FILL(succeeded, 0) + FILL(failed, 0)");
-    let secondary = Deployment::new(&template, "us-west-2", &[("Role", "secondary"), PAGED]);
-    let primary = Deployment::new(&template, "us-east-1", &[("Role", "primary"), PAGED]);
+    let secondary = Stack::new(&template, "us-west-2", &[("Role", "secondary"), PAGED]);
+    let primary = Stack::new(&template, "us-east-1", &[("Role", "primary"), PAGED]);
     assert!(secondary.creates(alarm) && !primary.creates(alarm));
 }
 

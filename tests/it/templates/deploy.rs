@@ -111,7 +111,7 @@ fn reserved_concurrency_is_optional_and_never_below_the_mapping() {
         json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "ReservedConcurrency"}, "0"]}]})
     );
     let reserves = |parameters: &[(&str, &str)]| {
-        super::Deployment::new(&template, "us-east-1", parameters).condition("HasReservedConcurrency")
+        super::Stack::new(&template, "us-east-1", parameters).condition("HasReservedConcurrency")
     };
     assert!(!reserves(&[]), "no reservation by default");
     assert!(reserves(&[("ReservedConcurrency", "20")]), "a reservation when asked for");
