@@ -124,6 +124,10 @@ impl<'a> Stack<'a> {
                 let expected = self.text(&arguments[1]);
                 Evaluated::Bool(self.list(&arguments[0]).iter().all(|member| *member == expected))
             }
+            "Fn::EachMemberIn" => {
+                let allowed = self.list(&arguments[1]);
+                Evaluated::Bool(self.list(&arguments[0]).iter().all(|member| allowed.contains(member)))
+            }
             "Fn::Join" => {
                 let separator = arguments[0].as_str().expect("a separator");
                 Evaluated::Text(self.list(&arguments[1]).join(separator))

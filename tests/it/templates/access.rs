@@ -386,3 +386,30 @@ fn privileged_topics_are_a_parameter_the_handler_reads() {
     let variables = &template["Resources"]["Function"]["Properties"]["Environment"]["Variables"];
     assert_eq!(variables["CFN_ONCE_PRIVILEGED_TOPIC_ARNS"], json!({"Fn::Join": [",", {"Ref": "PrivilegedTopicArns"}]}));
 }
+
+/// A privileged topic the handler does not accept, or privilege under raw delivery (where no
+/// request carries its topic), is refused before the change set runs.
+#[test]
+fn privileged_topics_must_be_service_topics_delivered_in_envelopes() {
+    let template = template("regional.yaml");
+    let topics = "arn:aws:sns:us-east-2:111122223333:cfn-once-service-token,arn:aws:sns:eu-west-1:111122223333:org";
+    let deploy = |privileged: &str, raw: &str| {
+        let parameters = [
+            ("Role", "primary"),
+            ("ServiceTopicArns", topics),
+            ("PrivilegedTopicArns", privileged),
+            ("RawMessageDelivery", raw),
+            PAGED,
+        ];
+        rule_names(&Stack::new(&template, "us-east-1", &parameters).refusals()).join(",")
+    };
+    assert_eq!(deploy("", "false"), "", "none named: every topic is privileged");
+    assert_eq!(deploy("", "true"), "", "raw delivery without privileged topics");
+    assert_eq!(deploy("arn:aws:sns:us-east-2:111122223333:cfn-once-service-token", "false"), "");
+    let stray = "arn:aws:sns:us-east-2:111122223333:cfn-once-service-token,arn:aws:sns:us-east-2:111122223333:other";
+    assert_eq!(deploy(stray, "false"), "PrivilegedTopicsAreServiceTopics");
+    assert_eq!(
+        deploy("arn:aws:sns:us-east-2:111122223333:cfn-once-service-token", "true"),
+        "PrivilegedTopicsAreServiceTopics"
+    );
+}
