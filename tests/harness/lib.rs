@@ -223,7 +223,9 @@ impl LocalRegion {
         .await
         .expect("queues");
         let topic_arn = provision::create_topic(&sns, &format!("{name}-token")).await.expect("topic");
-        provision::subscribe_queue(&sns, &topic_arn, &queue.arn, options.raw_delivery).await.expect("subscription");
+        provision::subscribe_queue(&sns, &topic_arn, &queue.arn, options.raw_delivery, None)
+            .await
+            .expect("subscription");
         counter.reset();
         Self {
             endpoint,

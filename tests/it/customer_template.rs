@@ -7,26 +7,7 @@
 
 use serde_json::{Value, json};
 
-use crate::rules::{ACCOUNT, Evaluated, Stack, rule_names, template};
-
-/// The opt-in regions of SNS's "Opt-in Regions" table
-/// (https://docs.aws.amazon.com/sns/latest/dg/sns-cross-region-delivery.html), as read for
-/// issue 53: cross-region delivery to or from them needs the regional principal, and SNS does not
-/// deliver from one of them to another.
-const SNS_OPT_IN: [&str; 12] = [
-    "af-south-1",
-    "ap-east-1",
-    "ap-south-2",
-    "ap-southeast-3",
-    "ap-southeast-4",
-    "ap-northeast-3",
-    "eu-south-1",
-    "eu-south-2",
-    "eu-central-2",
-    "il-central-1",
-    "me-south-1",
-    "me-central-1",
-];
+use crate::rules::{ACCOUNT, Evaluated, SNS_OPT_IN, Stack, rule_names, template};
 
 /// Regions enabled by default, in and out of the MRSC region sets.
 const BY_DEFAULT: [&str; 8] = [

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use cfn_once_cli::local::provision;
 use cfn_once_cli::ops::OpsTarget;
-use cfn_once_cli::ops::inspect::{InspectOptions, inspect};
 use cfn_once_cli::ops::redrive::{RedriveOptions, redrive};
 use cfn_once_tests::TwoRegions;
 
@@ -58,14 +57,7 @@ async fn a_request_sns_cannot_deliver_lands_in_the_delivery_dlq_is_found_and_red
         assert!(started.elapsed() < TIMEOUT, "the undelivered copy never reached {}", delivery.dlq_url);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let options = InspectOptions {
-        stack_id: sent.request_key.stack_id.to_string(),
-        request_id: Some(sent.request_key.request_id.clone()),
-        logical_id: None,
-        limit: 1,
-        dead_letters: true,
-    };
-    let report = inspect(&target, &options).await.expect("inspect");
+    let report = crate::ops::inspect_one(&target, &sent).await;
     let text = report.render();
     println!("--- inspect\n{text}");
     let copies = &report.requests[0].dead_letters;

@@ -139,7 +139,7 @@ async fn the_rollback_delete_of_an_abandoned_create_removes_what_it_wrote() {
 
 /// The item the fixture's `Custom::DynamoDBItem` writes, read as the application would: a plain,
 /// consistent GetItem.
-async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
+pub(crate) async fn tenant_item(region: &LocalRegion) -> Option<HashMap<String, AttributeValue>> {
     let output = region
         .customer_dynamodb
         .get_item()

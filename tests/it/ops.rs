@@ -31,7 +31,7 @@ const SETTINGS: [(&str, &str); 7] = [
 ];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn inspect_one(target: &OpsTarget, sent: &Sent) -> InspectReport {
+pub(crate) async fn inspect_one(target: &OpsTarget, sent: &Sent) -> InspectReport {
     let options = InspectOptions {
         stack_id: sent.request_key.stack_id.to_string(),
         request_id: Some(sent.request_key.request_id.clone()),

@@ -23,7 +23,7 @@ const FUNCTION_TYPE: &str = "Custom::Reservation";
 async fn two_topics(options: Options) -> (LocalRegion, String) {
     let region = LocalRegion::new(options).await;
     let privileged = provision::create_topic(&region.sns, &unique("privileged")).await.expect("topic");
-    provision::subscribe_queue(&region.sns, &privileged, &region.queue.arn, options.raw_delivery)
+    provision::subscribe_queue(&region.sns, &privileged, &region.queue.arn, options.raw_delivery, None)
         .await
         .expect("subscription");
     (region, privileged)
@@ -73,16 +73,7 @@ async fn put_foreign_item(region: &LocalRegion) {
 }
 
 async fn tenant_item(region: &LocalRegion) -> HashMap<String, AttributeValue> {
-    let output = region
-        .customer_dynamodb
-        .get_item()
-        .table_name(&region.item_table)
-        .key("pk", AttributeValue::S("tenant#42".into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get item");
-    output.item.expect("the item is there")
+    crate::e2e::tenant_item(region).await.expect("the item is there")
 }
 
 fn plan(item: &HashMap<String, AttributeValue>) -> Option<&str> {

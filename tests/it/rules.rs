@@ -45,6 +45,25 @@ fn long_form(yaml: serde_norway::Value) -> Value {
     }
 }
 
+/// The opt-in regions of SNS's "Opt-in Regions" table
+/// (https://docs.aws.amazon.com/sns/latest/dg/sns-cross-region-delivery.html), for the tests of both
+/// templates: cross-region delivery to or from one of them needs its regional principal
+/// (`sns.<region>.amazonaws.com`), and SNS does not deliver from one of them to another.
+pub(crate) const SNS_OPT_IN: [&str; 12] = [
+    "af-south-1",
+    "ap-east-1",
+    "ap-south-2",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "ap-northeast-3",
+    "eu-south-1",
+    "eu-south-2",
+    "eu-central-2",
+    "il-central-1",
+    "me-south-1",
+    "me-central-1",
+];
+
 /// What an expression evaluates to.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Evaluated {

@@ -3,25 +3,8 @@
 //! the lease table's deny and the privileged topics.
 
 use super::{PAGED, Stack, arn_like, environment, rule_names, samconfig, template};
+use crate::rules::SNS_OPT_IN;
 use serde_json::{Value, json};
-
-/// SNS's opt-in Regions, as AWS lists them: a queue subscribed across Regions where one of them
-/// is opt-in must admit `sns.<opt-in-region>.amazonaws.com`
-/// (https://docs.aws.amazon.com/sns/latest/dg/sns-cross-region-delivery.html#opt-in-regions).
-const SNS_OPT_IN_REGIONS: [&str; 12] = [
-    "af-south-1",
-    "ap-east-1",
-    "ap-south-2",
-    "ap-southeast-3",
-    "ap-southeast-4",
-    "ap-northeast-3",
-    "eu-south-1",
-    "eu-south-2",
-    "eu-central-2",
-    "il-central-1",
-    "me-south-1",
-    "me-central-1",
-];
 
 const FUNCTION_ROLE: &str = "arn:aws:iam::111122223333:role/cfn-once-primary-FunctionRole-ABC";
 const OPERATOR: &str = "arn:aws:iam::111122223333:role/cfn-once-redrive";
@@ -287,12 +270,12 @@ fn no_queue_policy_denies_the_control_plane() {
 fn the_queue_admits_sns_from_every_opt_in_region() {
     let template = template("regional.yaml");
     let mut expected = vec!["sns.amazonaws.com".to_owned()];
-    expected.extend(SNS_OPT_IN_REGIONS.iter().map(|region| format!("sns.{region}.amazonaws.com")));
+    expected.extend(SNS_OPT_IN.iter().map(|region| format!("sns.{region}.amazonaws.com")));
     assert_eq!(template["Mappings"]["Sns"]["Principals"]["Service"], json!(expected));
     let allow = &template["Resources"]["QueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
     assert_eq!(allow["Principal"]["Service"], json!({"Fn::FindInMap": ["Sns", "Principals", "Service"]}));
     for region in super::MRSC_REGION_SETS.iter().flat_map(|set| set.iter()) {
-        if SNS_OPT_IN_REGIONS.contains(region) {
+        if SNS_OPT_IN.contains(region) {
             assert!(expected.contains(&format!("sns.{region}.amazonaws.com")), "{region}, a handler region");
         }
     }
@@ -303,7 +286,7 @@ fn the_queue_admits_sns_from_every_opt_in_region() {
         let region = environment(&environments, handler).region.clone();
         for topic in samconfig_topics() {
             let topic_region = topic.split(':').nth(3).unwrap_or_default();
-            let both = SNS_OPT_IN_REGIONS.contains(&region.as_str()) && SNS_OPT_IN_REGIONS.contains(&topic_region);
+            let both = SNS_OPT_IN.contains(&region.as_str()) && SNS_OPT_IN.contains(&topic_region);
             assert!(!both, "{topic} cannot deliver to the {handler} in {region}");
         }
     }

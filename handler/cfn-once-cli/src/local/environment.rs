@@ -232,14 +232,8 @@ impl LocalEnvironment {
             for (role, queues) in [("primary", &primary_queues), ("secondary", &secondary_queues)] {
                 let (url, dead_letter_arn) =
                     provision::create_dead_letter_queue(&sqs, &format!("{name}-{role}-delivery-dlq")).await?;
-                provision::subscribe_queue_with_dead_letters(
-                    &sns,
-                    &topic_arn,
-                    &queues.arn,
-                    options.raw_delivery,
-                    &dead_letter_arn,
-                )
-                .await?;
+                provision::subscribe_queue(&sns, &topic_arn, &queues.arn, options.raw_delivery, Some(&dead_letter_arn))
+                    .await?;
                 delivery_dlqs.push(DeliveryDlq {
                     region: region.to_owned(),
                     topic_arn: topic_arn.clone(),

@@ -161,43 +161,26 @@ pub async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> anyhow::Resu
         .context("no topic ARN")
 }
 
-/// Subscribes a queue (possibly in another region) to the topic.
+/// Subscribes a queue (possibly in another region) to the topic. With `dead_letter_arn`, a queue
+/// in the topic's region, what SNS cannot deliver to the queue it moves there, as
+/// `infra/customer.yaml`'s subscriptions do; without, SNS discards it.
 pub async fn subscribe_queue(
     sns: &aws_sdk_sns::Client,
     topic_arn: &str,
     queue_arn: &str,
     raw_delivery: bool,
+    dead_letter_arn: Option<&str>,
 ) -> anyhow::Result<()> {
-    sns.subscribe()
+    let mut subscribe = sns
+        .subscribe()
         .topic_arn(topic_arn)
         .protocol("sqs")
         .endpoint(queue_arn)
-        .attributes("RawMessageDelivery", raw_delivery.to_string())
-        .send()
-        .await
-        .map_err(|e| sdk_error("Subscribe", &e))?;
-    Ok(())
-}
-
-/// Subscribes a queue (possibly in another region) to the topic, with a redrive policy: what SNS
-/// cannot deliver to the queue it moves to `dead_letter_arn`, a queue in the topic's region, as
-/// `infra/customer.yaml`'s subscriptions do.
-pub async fn subscribe_queue_with_dead_letters(
-    sns: &aws_sdk_sns::Client,
-    topic_arn: &str,
-    queue_arn: &str,
-    raw_delivery: bool,
-    dead_letter_arn: &str,
-) -> anyhow::Result<()> {
-    sns.subscribe()
-        .topic_arn(topic_arn)
-        .protocol("sqs")
-        .endpoint(queue_arn)
-        .attributes("RawMessageDelivery", raw_delivery.to_string())
-        .attributes("RedrivePolicy", serde_json::json!({"deadLetterTargetArn": dead_letter_arn}).to_string())
-        .send()
-        .await
-        .map_err(|e| sdk_error("Subscribe", &e))?;
+        .attributes("RawMessageDelivery", raw_delivery.to_string());
+    if let Some(arn) = dead_letter_arn {
+        subscribe = subscribe.attributes("RedrivePolicy", serde_json::json!({"deadLetterTargetArn": arn}).to_string());
+    }
+    subscribe.send().await.map_err(|e| sdk_error("Subscribe", &e))?;
     Ok(())
 }
 
