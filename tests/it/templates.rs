@@ -609,7 +609,7 @@ fn the_long_work_example_signals_its_wait_condition_through_the_handle() {
 /// One `samconfig.toml` environment that deploys a stack: its name, template, region and
 /// parameter overrides.
 #[derive(Debug)]
-struct SamEnvironment {
+pub(crate) struct SamEnvironment {
     name: String,
     template: String,
     region: String,
@@ -618,7 +618,7 @@ struct SamEnvironment {
 
 /// Every `[<name>.deploy.parameters]` table of `samconfig.toml`. The file's values are one-line
 /// strings and its overrides `Key=Value` pairs without spaces, which is all this reads.
-fn samconfig() -> Vec<SamEnvironment> {
+pub(crate) fn samconfig() -> Vec<SamEnvironment> {
     let text = std::fs::read_to_string(workspace_root().join("samconfig.toml")).expect("samconfig.toml");
     let mut environments: Vec<SamEnvironment> = Vec::new();
     let mut in_deploy = false;

@@ -223,3 +223,38 @@ fn the_sweeper_failing_or_missing_pages() {
     let every_s = count.parse::<u64>().expect("a count") * unit_s;
     assert!(window_s >= 2 * every_s, "a {window_s} s window holds two runs every {every_s} s");
 }
+
+/// The README's cost section counts the alarms `samconfig.toml` deploys, and the metrics they
+/// read (CloudWatch prices an alarm per metric): this is where its figure comes from.
+#[test]
+fn the_readmes_alarm_count_is_what_samconfig_deploys() {
+    let (mut alarms, mut metrics) = (0, 0);
+    for environment in super::samconfig() {
+        // A built template (.aws-sam/build-<source>/template.yaml) is its source's, function
+        // code resolved.
+        let file = &environment.template;
+        let built = file.strip_prefix(".aws-sam/build-").and_then(|rest| rest.strip_suffix("/template.yaml"));
+        let name = match (file.strip_prefix("infra/"), built) {
+            (Some(source), _) => source.to_owned(),
+            (None, Some(source)) => format!("{source}.yaml"),
+            (None, None) => panic!("{}: a template of neither infra/ nor .aws-sam/: {file}", environment.name),
+        };
+        let template = template(&name);
+        let parameters: Vec<(&str, &str)> =
+            environment.parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let stack = Stack::new(&template, &environment.region, &parameters);
+        for (_, alarm) in resources(&template, "AWS::CloudWatch::Alarm") {
+            if !stack.creates(alarm) {
+                continue;
+            }
+            alarms += 1;
+            metrics += match alarm["Properties"]["Metrics"].as_array() {
+                Some(queries) => queries.iter().filter(|query| query.get("MetricStat").is_some()).count(),
+                None => 1,
+            };
+        }
+    }
+    let readme = std::fs::read_to_string(cfn_once_tests::workspace_root().join("README.md")).expect("README.md");
+    let claim = format!("{alarms} alarms reading {metrics} metrics as `samconfig.toml` deploys them");
+    assert!(readme.contains(&claim), "README.md should say \"{claim}\"");
+}
