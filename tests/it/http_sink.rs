@@ -1,5 +1,7 @@
 //! The response PUT against a real HTTP peer: success, retryable and permanent failures, a
-//! redirect that must not be followed, and the exact request the sink puts on the wire.
+//! redirect that must not be followed, and the exact request the sink puts on the wire: the
+//! ResponseURL's path and query as CloudFormation sent them, whatever a URL parser would make
+//! of them.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -125,6 +127,44 @@ async fn the_put_is_the_urls_request_line_and_two_headers_exactly() {
         "host and content-length, nothing else: no Content-Type (the URL was signed without one), no Expect"
     );
     assert_eq!(proxy.bodies(&Match::Put), [body.to_vec()]);
+}
+
+/// Paths and queries a URL parser rewrites (`url::Url` resolves `..` and `%2e%2e` segments and
+/// percent-encodes `'` in a query), and the two presigned query shapes, SigV2's and SigV4's,
+/// with their percent-encoded `+`, `/` and `=`.
+const AS_SENT: [&str; 7] = [
+    "/bucket/stack/a/%2e%2e/b%2E%2E/key",
+    "/bucket/stack/a/../b/./key",
+    "/bucket/arn%3Aaws%3Acloudformation%3Aus-east-1%3A123456789012%3Astack/demo/1a2b%7CThing%7C5f3c",
+    "/bucket/~owner/key~1",
+    "/bucket/it's/key?note='quoted'",
+    "/bucket/k?AWSAccessKeyId=AKIDEXAMPLE&Expires=1795944791&Signature=ab%2Bcd%2Fef%3D",
+    "/bucket/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20261203%2Fus-east-1%2Fs3%2Faws4_request\
+        &X-Amz-Date=20261203T161500Z&X-Amz-Expires=7200&X-Amz-SignedHeaders=host&X-Amz-Signature=0123abcd",
+];
+
+#[tokio::test]
+async fn the_put_sends_the_urls_path_and_query_as_cloudformation_sent_them() {
+    let proxy = FaultProxy::start("http://127.0.0.1:9");
+    let stored = Fault::Respond { status: 200, content_type: "application/xml".into(), body: String::new() };
+    proxy.inject(Match::Put, stored, AS_SENT.len() as u32);
+    let base = proxy.url();
+    let authority = base.strip_prefix("http://").expect("http");
+    let policy = UrlPolicy::new(vec![AllowedPrefix::parse(&format!("{base}/bucket/")).expect("prefix")]);
+    let sink = HttpResponseSink::new(2_000).expect("client");
+    let mut observed = Vec::new();
+    for path_and_query in AS_SENT {
+        let url = policy.check(&format!("{base}{path_and_query}")).expect("allowed");
+        sink.put(&url, b"{}").await.expect("stored");
+        let head = proxy.heads(&Match::Put).pop().expect("the PUT reached the proxy");
+        let host = head.headers.iter().find(|(name, _)| name == "host").map(|(_, value)| value.clone());
+        observed.push((head.line, host));
+    }
+    let expected: Vec<_> = AS_SENT
+        .iter()
+        .map(|path_and_query| (format!("PUT {path_and_query} HTTP/1.1"), Some(authority.to_owned())))
+        .collect();
+    assert_eq!(observed, expected, "each request line is the URL's path and query byte for byte; Host its authority");
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The ResponseURL: validated before use and never printable.
+//! The ResponseURL: validated before use, sent as received, and never printable.
 //!
 //! A presigned ResponseURL is a credential: whoever holds it can answer for the stack. This
 //! module keeps it inside [`ResponseUrl`], whose `Debug` is redacted and which has no `Display`,
@@ -6,19 +6,29 @@
 //! only what CloudFormation sends (https on port 443, no userinfo, an S3 host) plus explicitly
 //! allow-listed prefixes for local endpoints; its refusals describe the problem without quoting
 //! the URL.
+//!
+//! The URL is kept as the text CloudFormation sent, never as a parser's serialization of it: S3
+//! checks a presigned signature over the path and query it receives, and `url::Url` rewrites them
+//! (it resolves `..` and `%2e%2e` segments, percent-encodes `'` in a query, drops `:443`). `check`
+//! parses a copy only to validate it, and refuses a URL whose text another parser could read
+//! differently (whitespace or a byte outside visible ASCII, which `url` silently strips; a
+//! backslash, which it reads as `/`; a fragment; a scheme not in lower case; no path; an
+//! authority that is not `host` or `host:port` as the parse read it), so what was validated is
+//! what the PUT sends.
 
 use url::Url;
 
 use crate::aws_names::is_region;
 
-/// A ResponseURL that passed [`UrlPolicy::check`].
+/// A ResponseURL that passed [`UrlPolicy::check`]: the text as received.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ResponseUrl(Url);
+pub struct ResponseUrl(String);
 
 impl ResponseUrl {
-    /// The URL itself, for the one adapter that sends the response. Never log the result.
+    /// The URL itself, byte for byte as received, for the one adapter that sends the response.
+    /// Never log the result.
     pub fn expose_secret(&self) -> &str {
-        self.0.as_str()
+        &self.0
     }
 
     /// Seconds-resolution expiry written into a presigned URL, if it carries one: SigV4
@@ -27,7 +37,9 @@ impl ResponseUrl {
         let mut amz_date = None;
         let mut amz_expires = None;
         let mut expires = None;
-        for (name, value) in self.0.query_pairs() {
+        // `check` refused fragments, so the query runs from the first `?` to the end.
+        let query = self.0.split_once('?').map_or("", |(_, query)| query);
+        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
             match name.as_ref() {
                 "X-Amz-Date" => amz_date = parse_amz_date_ms(&value),
                 "X-Amz-Expires" => amz_expires = value.parse::<u64>().ok(),
@@ -55,6 +67,11 @@ pub enum UrlRefused {
     /// Not an absolute URL at all.
     #[error("ResponseURL is not a valid absolute URL")]
     Unparsable,
+    /// A text that parsers could read differently, which CloudFormation never sends.
+    #[error(
+        "ResponseURL has a shape CloudFormation never sends (whitespace or a byte outside visible ASCII, a backslash, a fragment, a scheme not in lower case, no path, or an irregular host and port); it is refused rather than rewritten"
+    )]
+    Irregular,
     /// A scheme other than https, and no allow-listed prefix matched; holds the scheme.
     #[error(
         "ResponseURL uses scheme {0}; only https is accepted (allow-list a local endpoint with CFN_ONCE_RESPONSE_URL_ALLOW)"
@@ -95,11 +112,15 @@ impl AllowedPrefix {
         Ok(Self(url))
     }
 
-    fn admits(&self, url: &Url) -> bool {
+    /// True if `url`, parsed from `raw_path`'s URL, is under this prefix: its path both as
+    /// received and with dot segments resolved (a server may resolve them), so `/prefix/../x`
+    /// does not get out.
+    fn admits(&self, url: &Url, raw_path: &str) -> bool {
         url.scheme() == self.0.scheme()
             && url.host_str() == self.0.host_str()
             && url.port_or_known_default() == self.0.port_or_known_default()
             && url.path().starts_with(self.0.path())
+            && raw_path.starts_with(self.0.path())
     }
 }
 
@@ -116,13 +137,18 @@ impl UrlPolicy {
     }
 
     /// Accepts `raw` if it is a CloudFormation-shaped S3 URL or matches an allow-listed prefix.
+    /// The parse only validates: the URL kept is `raw` itself.
     pub fn check(&self, raw: &str) -> Result<ResponseUrl, UrlRefused> {
+        if !raw.bytes().all(|byte| byte.is_ascii_graphic()) || raw.contains(['\\', '#']) {
+            return Err(UrlRefused::Irregular);
+        }
         let url = Url::parse(raw).map_err(|_| UrlRefused::Unparsable)?;
         if !url.username().is_empty() || url.password().is_some() {
             return Err(UrlRefused::Userinfo);
         }
-        if self.allow.iter().any(|prefix| prefix.admits(&url)) {
-            return Ok(ResponseUrl(url));
+        let raw_path = raw_path_of(raw, &url).ok_or(UrlRefused::Irregular)?;
+        if self.allow.iter().any(|prefix| prefix.admits(&url, raw_path)) {
+            return Ok(ResponseUrl(raw.to_owned()));
         }
         if url.scheme() != "https" {
             return Err(UrlRefused::Scheme(url.scheme().to_owned()));
@@ -136,8 +162,25 @@ impl UrlPolicy {
         if !is_s3_host(host) {
             return Err(UrlRefused::Host(host.to_owned()));
         }
-        Ok(ResponseUrl(url))
+        Ok(ResponseUrl(raw.to_owned()))
     }
+}
+
+/// The path of `raw` as received (up to its query), if `raw` names the origin `url` parsed from
+/// it in plain text: the scheme as parsed, then `://`, then the host (in any case) alone or with
+/// the port's digits as parsed, then a `/`. An HTTP client reading the text then connects where
+/// the policy looked.
+fn raw_path_of<'a>(raw: &'a str, url: &Url) -> Option<&'a str> {
+    let rest = raw.strip_prefix(url.scheme())?.strip_prefix("://")?;
+    let authority_end = rest.find('/')?;
+    let (authority, path_and_query) = rest.split_at(authority_end);
+    let host = url.host_str()?;
+    let names_the_origin = authority.eq_ignore_ascii_case(host)
+        || authority.rsplit_once(':').is_some_and(|(name, port)| {
+            name.eq_ignore_ascii_case(host)
+                && url.port_or_known_default().is_some_and(|known| port == known.to_string())
+        });
+    names_the_origin.then(|| path_and_query.split_once('?').map_or(path_and_query, |(path, _)| path))
 }
 
 /// True for the S3 endpoint shapes CloudFormation uses, virtual-hosted or path-style:
@@ -232,7 +275,56 @@ mod tests {
         check("https://ec2.us-east-1.amazonaws.com/key", Err(UrlRefused::Host("ec2.us-east-1.amazonaws.com".into())));
         check("https://amazonaws.com/key", Err(UrlRefused::Host("amazonaws.com".into())));
         check("https://127.0.0.1/key", Err(UrlRefused::Host("127.0.0.1".into())));
-        check("not a url", Err(UrlRefused::Unparsable));
+        check("not-a-url", Err(UrlRefused::Unparsable));
+        check("not a url", Err(UrlRefused::Irregular));
+    }
+
+    /// Path-and-query texts that `url::Url` would rewrite, or that a presigned URL carries: each
+    /// is kept byte for byte.
+    const AS_SENT: [&str; 7] = [
+        "/stack/a/%2e%2e/b%2E%2E/key",
+        "/stack/a/../b/./key",
+        "/arn%3Aaws%3Acloudformation%3Aus-east-1%3A123456789012%3Astack/demo/1a2b%7CThing%7C5f3c",
+        "/~owner/key~1",
+        "/it's/key?note='quoted'",
+        "/k?AWSAccessKeyId=AKIDEXAMPLE&Expires=1795944791&Signature=ab%2Bcd%2Fef%3D",
+        "/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20261203%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261203T161500Z&X-Amz-Expires=7200&X-Amz-SignedHeaders=host&X-Amz-Signature=0123abcd",
+    ];
+
+    #[test]
+    fn the_url_kept_is_the_text_received() {
+        for origin in ["https://bucket.s3.us-east-1.amazonaws.com", "https://bucket.s3.amazonaws.com:443"] {
+            for path_and_query in AS_SENT {
+                let raw = format!("{origin}{path_and_query}");
+                let url = UrlPolicy::new(vec![]).check(&raw).expect("a CloudFormation-shaped URL");
+                assert_eq!(url.expose_secret(), raw, "kept as received");
+            }
+        }
+        let policy = UrlPolicy::new(vec![AllowedPrefix::parse("http://127.0.0.1:5000/").expect("valid prefix")]);
+        let raw = "http://127.0.0.1:5000/a/%2e%2e/b?x='y'";
+        assert_eq!(policy.check(raw).expect("allow-listed").expose_secret(), raw);
+    }
+
+    #[test]
+    fn a_text_parsers_could_read_differently_is_refused() {
+        for raw in [
+            " https://b.s3.amazonaws.com/k",
+            "https://b.s3.amazonaws.com/k\t",
+            "https://b.s3.amazonaws.com/k\n?x=1",
+            "https://b.s3.amazonaws.com/k\u{e9}",
+            "https://b.s3.amazonaws.com/k#fragment",
+            "https://b.s3.amazonaws.com\\k",
+            "https://b.s3.amazonaws.com/a\\..\\k",
+            "HTTPS://b.s3.amazonaws.com/k",
+            "https://b.s3.amazonaws.com?x=/k",
+            "https://b.s3.amazonaws.com",
+            "https://b.s3.amazonaws.com:0443/k",
+            "https://b.s3.amazonaws.com:/k",
+            "https://b.s3.amazonaws.com%2e/k",
+        ] {
+            check(raw, Err(UrlRefused::Irregular));
+        }
+        check("https://B.S3.AMAZONAWS.COM/k", Ok(()));
     }
 
     #[test]
@@ -245,6 +337,10 @@ mod tests {
             Err(UrlRefused::Scheme("http".into()))
         );
         assert!(policy.check("http://127.0.0.1:5000/other/k").is_err());
+        // Out of the prefix by a dot segment, or into it by one: refused either way.
+        assert!(policy.check("http://127.0.0.1:5000/responses/../other/k").is_err());
+        assert!(policy.check("http://127.0.0.1:5000/responses/%2e%2e/other/k").is_err());
+        assert!(policy.check("http://127.0.0.1:5000/other/../responses/k").is_err());
         assert!(policy.check("http://localhost:5000/responses/k").is_err());
         assert_eq!(policy.check("http://u:p@127.0.0.1:5000/responses/k").map(|_| ()), Err(UrlRefused::Userinfo));
         assert!(AllowedPrefix::parse("ftp://host/").is_err());

@@ -1,9 +1,10 @@
 //! The response sink: one HTTP PUT of the committed bytes to the presigned ResponseURL.
 //!
 //! Its rules: the URL is the one the URL policy admitted (https, port 443, an S3 host, or an
-//! allow-listed local prefix), sent as it holds it: the request line carries its path and query
-//! byte for byte (an `http::Uri`, which validates and keeps them; never re-serialized through
-//! `url::Url`, which re-encodes and resolves dot segments); the request's headers are `host` and
+//! allow-listed local prefix), sent as CloudFormation sent it: `ResponseUrl` keeps the text as
+//! received, and the request line carries its path and query byte for byte (an `http::Uri`,
+//! which validates and keeps them; never re-serialized through `url::Url`, which re-encodes and
+//! resolves dot segments); the request's headers are `host` and
 //! `content-length`, nothing else (no Content-Type: the URL was signed without one); redirects are
 //! never followed (a presigned URL that redirects is not CloudFormation's); no proxy from the
 //! environment is used; the answer is read to at most [`ANSWER_BYTES_MAX`] bytes. A 5xx, 408 or
@@ -203,5 +204,22 @@ mod tests {
         let target = request.uri().path_and_query().expect("a target").as_str();
         assert_eq!(target, &url["https://bucket.s3.us-east-1.amazonaws.com".len()..]);
         assert!(request.headers().is_empty(), "hyper adds host and content-length, nothing else is set");
+    }
+
+    #[test]
+    fn an_explicit_443_is_kept_in_the_uri_the_client_connects_by() {
+        let url = "https://bucket.s3.amazonaws.com:443/a/%2e%2e/k?X-Amz-Signature=ab";
+        let request = put_request(url, b"{}").expect("a request");
+        let uri = request.uri();
+        assert_eq!(uri.scheme_str(), Some("https"));
+        assert_eq!(uri.authority().map(http::uri::Authority::as_str), Some("bucket.s3.amazonaws.com:443"));
+        assert_eq!(uri.port_u16(), Some(443));
+        assert_eq!(uri.path_and_query().map(http::uri::PathAndQuery::as_str), Some("/a/%2e%2e/k?X-Amz-Signature=ab"));
+        // The Host header is hyper-util's: the authority's host, with its port unless it is the
+        // scheme's default (hyper-util 0.1.21, `client/legacy/client.rs`, `get_non_default_port`),
+        // so `Host: bucket.s3.amazonaws.com` with or without the `:443`, as botocore's signer
+        // writes the host it signs (boto/botocore#2965: the port only when not the scheme's
+        // default). AWS's SigV4 documentation does not say how a default port is signed.
+        assert_eq!(uri.host(), Some("bucket.s3.amazonaws.com"));
     }
 }
