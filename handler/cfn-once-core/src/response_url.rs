@@ -89,7 +89,8 @@ pub enum UrlRefused {
 }
 
 /// An allow-listed URL prefix for non-AWS endpoints (moto, a drill bucket): scheme, host and
-/// port must match exactly and the path must start with the prefix's path.
+/// port must match exactly and the path must start with the prefix's path, both as received and
+/// with its dot segments resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowedPrefix(Url);
 
