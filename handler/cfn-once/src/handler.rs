@@ -225,7 +225,7 @@ impl Handler {
         if let Some(renewal) = app.worker.control_renewal() {
             tokio::spawn(renewal);
         }
-        lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle(app, event)))
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle_event(app, event)))
             .await
             .map_err(|error| Error::Runtime(error.to_string()))
     }
