@@ -1,5 +1,5 @@
 //! The Lambda binary under a Runtime API, handed a batch with a record its event types refuse
-//! beside a good request: the good request is answered in that one invocation, and the bad
+//! (a body that is a number, or bytes that are not UTF-8) beside a good request: the good request is answered in that one invocation, and the bad
 //! record fails alone. It goes to the DLQ at once when its queue can be named (as an
 //! undecodable body does, and as `cfn-once local` does), or is reported in `batchItemFailures`
 //! by its messageId, so its receives count toward its own DLQ.
@@ -12,9 +12,13 @@ use serde_json::{Value, json};
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One good request and one record whose body is not a string, which `SqsMessage` refuses;
-/// `spoil` spoils the bad record further. Returns what the function posted, the bad record's
+/// `spoil` spoils the bad record further, and `not_utf8` makes its body the bytes 0xFF 0xFE,
+/// which no JSON reader takes (AWS would not deliver them). Returns what the function posted, the bad record's
 /// messageId, the region, and how many answers the good request has.
-async fn batch_with_a_refused_record(spoil: impl FnOnce(&mut Value)) -> (Value, String, LocalRegion, usize) {
+async fn batch_with_a_refused_record(
+    not_utf8: bool,
+    spoil: impl FnOnce(&mut Value),
+) -> (Value, String, LocalRegion, usize) {
     let region = LocalRegion::new(Options::default()).await;
     let runtime = FakeRuntime::start();
     let env = [
@@ -39,8 +43,16 @@ async fn batch_with_a_refused_record(spoil: impl FnOnce(&mut Value)) -> (Value, 
     let mut bad = record(&bad);
     bad["body"] = json!(42);
     spoil(&mut bad);
-    let event = json!({"Records": [bad, record(&good_event)]});
-    runtime.invoke("mixed", event.to_string(), 60_000);
+    let event = json!({"Records": [bad, record(&good_event)]}).to_string().into_bytes();
+    // A body of bytes that are not UTF-8 where the bad record's body was, if asked.
+    let event = match not_utf8 {
+        false => event,
+        true => {
+            let at = event.windows(9).position(|window| window == b"\"body\":42").expect("the bad body");
+            [&event[..at], &b"\"body\":\"\xff\xfe\""[..], &event[at + 9..]].concat()
+        }
+    };
+    runtime.invoke("mixed", event, 60_000);
     let posted = match runtime.posted("mixed", TIMEOUT) {
         Some(Posted::Response(body)) => serde_json::from_slice(&body).expect("a JSON batch response"),
         Some(Posted::Error(body)) => {
@@ -68,7 +80,7 @@ async fn dead_letters(region: &LocalRegion) -> Vec<String> {
 
 #[tokio::test]
 async fn a_refused_record_goes_to_the_dlq_alone_and_its_batch_mate_is_answered() {
-    let (posted, bad_id, region, answers) = batch_with_a_refused_record(|_| {}).await;
+    let (posted, bad_id, region, answers) = batch_with_a_refused_record(false, |_| {}).await;
     assert_eq!(answers, 1, "the good request was answered once, in the batch's one invocation");
     assert_eq!(posted["batchItemFailures"], json!([]), "moved to the DLQ, the bad record is done: {posted}");
     let dead = dead_letters(&region).await;
@@ -80,8 +92,19 @@ async fn a_refused_record_goes_to_the_dlq_alone_and_its_batch_mate_is_answered()
 async fn a_refused_record_whose_queue_cannot_be_named_is_reported_by_its_message_id() {
     // Without a readable eventSourceARN the DLQ cannot be found: the record is reported failed,
     // so its receives count toward the queue's maxReceiveCount.
-    let (posted, bad_id, region, answers) = batch_with_a_refused_record(|bad| bad["eventSourceARN"] = json!(7)).await;
+    let (posted, bad_id, region, answers) =
+        batch_with_a_refused_record(false, |bad| bad["eventSourceARN"] = json!(7)).await;
     assert_eq!(answers, 1, "the good request was answered once, in the batch's one invocation");
     assert_eq!(posted["batchItemFailures"], json!([{"itemIdentifier": bad_id}]), "{posted}");
     assert!(dead_letters(&region).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_record_that_is_not_utf8_goes_to_the_dlq_alone_and_its_batch_mate_is_answered() {
+    let (posted, bad_id, region, answers) = batch_with_a_refused_record(true, |_| {}).await;
+    assert_eq!(answers, 1, "the good request was answered once, in the batch's one invocation");
+    assert_eq!(posted["batchItemFailures"], json!([]), "moved to the DLQ, the bad record is done: {posted}");
+    let dead = dead_letters(&region).await;
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].contains(&bad_id) && dead[0].contains("\u{fffd}"), "the record, as text: {}", dead[0]);
 }

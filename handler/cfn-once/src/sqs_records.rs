@@ -56,9 +56,12 @@ pub fn read_event(payload: Value) -> Result<Vec<ReadRecord>, String> {
 
 /// Reads one record: as Lambda's types read it, or, failing that, its identity alone.
 pub fn read_record(record: Value) -> ReadRecord {
-    match SqsMessage::deserialize(&record) {
-        Ok(message) => ReadRecord::readable(message),
-        Err(error) => {
+    // A record `raw_event` stood in for, because it was not even JSON text, says so.
+    let marked = record.get(crate::raw_event::UNREADABLE).map(|why| why.as_str().unwrap_or_default().to_owned());
+    match (marked, SqsMessage::deserialize(&record)) {
+        (None, Ok(message)) => ReadRecord::readable(message),
+        (marked, result) => {
+            let error = marked.unwrap_or_else(|| result.err().map(|error| error.to_string()).unwrap_or_default());
             let text = |name: &str| record.get(name).and_then(Value::as_str).map(str::to_owned);
             let mut message = SqsMessage::default();
             message.message_id = text("messageId");
@@ -135,6 +138,16 @@ mod tests {
         let read = read_record(json!("not an object"));
         assert!(read.unreadable.is_some());
         assert_eq!(read.message.body.as_deref(), Some("\"not an object\""));
+    }
+
+    #[test]
+    fn a_record_marked_unreadable_is_unreadable_though_its_types_read() {
+        let mut marked = good("marked");
+        marked[crate::raw_event::UNREADABLE] = json!("not JSON text");
+        let read = read_record(marked);
+        assert_eq!(read.unreadable.as_deref(), Some("the record cannot be read: not JSON text"));
+        assert_eq!(read.body(), None);
+        assert_eq!(read.message.message_id.as_deref(), Some("marked"));
     }
 
     #[test]
