@@ -40,6 +40,7 @@ mod sweeper;
 mod templates;
 mod tls;
 mod two_regions;
+mod unreadable_record;
 mod unseen_invokes;
 mod wait_conditions;
 mod wire_faults;

@@ -225,7 +225,12 @@ impl Handler {
         if let Some(renewal) = app.worker.control_renewal() {
             tokio::spawn(renewal);
         }
-        lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle(app, event)))
+        // As `lambda_runtime::run`, with the payload made JSON text record by record before the
+        // runtime deserializes it (`raw_event`), so a record that is not cannot fail its batch.
+        lambda_runtime::Runtime::new(service_fn(move |event: LambdaEvent<_>| crate::lambda::handle_event(app, event)))
+            .layer(crate::raw_event::ReadableLayer)
+            .layer(lambda_runtime::layers::TracingLayer::new())
+            .run()
             .await
             .map_err(|error| Error::Runtime(error.to_string()))
     }

@@ -122,6 +122,10 @@ machinery!(
     logging,
     /// CloudWatch embedded metrics.
     metrics,
+    /// Lambda's SQS event made JSON text before it is deserialized, record by record.
+    raw_event,
+    /// Lambda's SQS event read record by record.
+    sqs_records,
     /// The lease table's sweeper.
     sweeper,
 );
