@@ -127,9 +127,14 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
     runtime.invoke("invocation-1", region.batch_of_one(&esm).await.0, 60_000);
     assert!(matches!(runtime.posted("invocation-1", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
 
-    // Not UTF-8: lambda_runtime cannot deserialize it and reports an error for this invocation.
+    // Not UTF-8, and a record with neither id nor queue: the handler reads it as an unreadable
+    // record it can neither name nor move, so it fails the batch with an empty identifier
+    // (src/raw_event.rs, src/lambda.rs) rather than letting Lambda delete it.
     runtime.invoke("invocation-2", b"{\"Records\": [{\"body\": \"\xff\xfe\"}]}".to_vec(), 60_000);
-    assert!(runtime.posted("invocation-2", TIMEOUT).is_some(), "{:?}", lambda.output());
+    let posted = runtime.posted("invocation-2", TIMEOUT);
+    let Some(Posted::Response(body)) = posted else { panic!("{posted:?}: {:?}", lambda.output()) };
+    let body: serde_json::Value = serde_json::from_slice(&body).expect("a JSON response");
+    assert_eq!(body, serde_json::json!({"batchItemFailures": [{"itemIdentifier": ""}]}), "{:?}", lambda.output());
     assert!(lambda.is_running(), "the runtime stopped on bytes that are not UTF-8: {:?}", lambda.output());
 
     let second = region.request("create-echo.json").await;
