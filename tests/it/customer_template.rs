@@ -1,4 +1,4 @@
-//! `infra/customer.yaml` held to what issue 53 asks of it: no request dropped in silence (a
+//! `infra/customer.yaml` held to what a production account asks of it: no request dropped in silence (a
 //! dead-letter queue per subscription, in the topic's region, that only the topic and the
 //! operators may touch), alarms that page someone, the queues named by installation and region,
 //! a refusal before anything is created of a topic region and handler region SNS does not

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 pub(crate) use crate::rules::{Stack, rule_names, template};
 
-// Issue 53's rules, one file each: who may touch the queues and the role's reach, the alarms
+// The production account's rules, one file each: who may touch the queues and the role's reach, the alarms
 // and who they page, and the deploy-time traps (names, concurrency, the secondary's delay).
 mod access;
 mod alarms;
