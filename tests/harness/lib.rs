@@ -189,6 +189,21 @@ impl Default for Options {
 }
 
 impl LocalRegion {
+    /// The environment of a primary `cfn-once-lambda` process serving this region's resources
+    /// on moto (for [`LambdaProcess::spawn`]).
+    pub fn lambda_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_REGION", REGION.to_owned()),
+            ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
+            ("CFN_ONCE_ROLE", "primary".to_owned()),
+            ("CFN_ONCE_TABLE", self.table.clone()),
+            ("CFN_ONCE_TOPIC_ARNS", self.topic_arn.clone()),
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", self.endpoint, self.bucket)),
+        ]
+    }
+
     /// Provisions fresh resources on the shared moto.
     pub async fn new(options: Options) -> Self {
         let endpoint = moto().to_owned();

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 
 use std::time::Duration;
 
-use cfn_once_tests::{CapturedLogs, FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
+use cfn_once_tests::{CapturedLogs, FakeRuntime, LambdaProcess, LocalRegion, Options, Posted};
 use serde_json::{Value, json};
 use tracing::instrument::WithSubscriber;
 
@@ -108,17 +108,8 @@ async fn no_log_line_contains_a_response_url() {
 async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes() {
     let region = LocalRegion::new(Options::default()).await;
     let runtime = FakeRuntime::start();
-    let env = [
-        ("AWS_LAMBDA_LOG_LEVEL", "TRACE".to_owned()),
-        ("AWS_REGION", REGION.to_owned()),
-        ("AWS_ENDPOINT_URL", region.endpoint.clone()),
-        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ("CFN_ONCE_ROLE", "primary".to_owned()),
-        ("CFN_ONCE_TABLE", region.table.clone()),
-        ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
-        ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", region.endpoint, region.bucket)),
-    ];
+    let mut env = region.lambda_env();
+    env.push(("AWS_LAMBDA_LOG_LEVEL", "TRACE".to_owned()));
     let mut lambda = LambdaProcess::spawn(&runtime, &env);
     let esm = region.esm(10).await;
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cfn_once_tests::{FakeRuntime, LambdaProcess, LocalRegion, Options, Posted, REGION};
+use cfn_once_tests::{FakeRuntime, LambdaProcess, LocalRegion, Options, Posted};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -21,16 +21,7 @@ async fn batch_with_a_refused_record(
 ) -> (Value, String, LocalRegion, usize) {
     let region = LocalRegion::new(Options::default()).await;
     let runtime = FakeRuntime::start();
-    let env = [
-        ("AWS_REGION", REGION.to_owned()),
-        ("AWS_ENDPOINT_URL", region.endpoint.clone()),
-        ("AWS_ACCESS_KEY_ID", "test".to_owned()),
-        ("AWS_SECRET_ACCESS_KEY", "test".to_owned()),
-        ("CFN_ONCE_ROLE", "primary".to_owned()),
-        ("CFN_ONCE_TABLE", region.table.clone()),
-        ("CFN_ONCE_TOPIC_ARNS", region.topic_arn.clone()),
-        ("CFN_ONCE_RESPONSE_URL_ALLOW", format!("{}/{}/", region.endpoint, region.bucket)),
-    ];
+    let env = region.lambda_env();
     let mut lambda = LambdaProcess::spawn(&runtime, &env);
     let esm = region.esm(10).await;
 
