@@ -108,7 +108,7 @@ async fn the_dynamodb_item_provider_writes_and_deletes_its_item() {
             "cfn_once_fence",
             "cfn_once_fence_scope",
             "cfn_once_owner",
-            "cfn_once_write",
+            "cfn_once_writes",
             "pk"
         ],
         "{item:?}"

@@ -132,7 +132,7 @@ mod owned {
     use cfn_once::fenced::{Condition, Owner, Update, Written};
 
     fn rules(stack: &str, logical: &str, scope: &str, fence_value: u64) -> WriteRules {
-        WriteRules { fence: fence(scope, fence_value), owner: Some(Owner::new(stack, logical)), adopt: false }
+        WriteRules::owned(&fence(scope, fence_value), Owner::new(stack, logical))
     }
 
     fn attributes(plan: &str) -> HashMap<String, AttributeValue> {

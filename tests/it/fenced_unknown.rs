@@ -74,7 +74,13 @@ fn key(tenant: &str) -> Item {
 }
 
 fn rules(fence_value: u64) -> WriteRules {
-    WriteRules::owned(&Fence { scope: "request-a".into(), value: fence_value }, Owner::new("stack", "Tenant"))
+    rules_of("request-a", fence_value)
+}
+
+/// The rules of a write of the request `scope`, made from a bare fence: every identical write of
+/// the request is one.
+fn rules_of(scope: &str, fence_value: u64) -> WriteRules {
+    WriteRules::owned(&Fence { scope: scope.into(), value: fence_value }, Owner::new("stack", "Tenant"))
 }
 
 /// The author's condition of these tests: create the plan only where there is none, which the
@@ -154,10 +160,44 @@ async fn a_write_no_attempt_settles_is_unknown_and_applied_at_most_once() {
         "it stands, unknown to the author"
     );
 
-    // An attempt that times out (its reply comes after the call's 1 s) is as unknown as a lost one.
+    // An attempt that times out (its reply comes after the call's 1 s) is as unknown as a lost
+    // one: another request's ADD, settled by its next attempt.
     wire.proxy.inject(wire.calls("UpdateItem"), Fault::ForwardThenDelay(Duration::from_millis(1_500)), 1);
-    let now = wire.table.write(rules(1)).update(key("t1"), add_seats(1)).await.expect("settled by the next attempt");
+    let now = wire.table.write(rules_of("request-b", 1)).update(key("t1"), add_seats(1)).await;
+    let now = now.expect("settled by the next attempt");
     assert_eq!(text(Some(&now), "Seats").as_deref(), Some("2"), "added once more, not twice");
+}
+
+/// Another request's ADD lands between two attempts of this one (after the first applied and
+/// its reply was late): the item keeps both tokens, and the retry finds its own.
+#[tokio::test]
+async fn an_add_with_another_writer_between_its_attempts_is_added_once() {
+    let wire = Wire::new().await;
+    wire.table.write(rules_of("request-seed", 1)).update(key("t1"), add_seats(5)).await.expect("5 seats");
+    let seeded = wire.proxy.count(&wire.calls("UpdateItem"));
+    // The first attempt applies; its reply comes after the call's 1 s, so it is sent again 100 ms
+    // after that, and the other writer lands in between.
+    wire.proxy.inject(wire.calls("UpdateItem"), Fault::ForwardThenDelay(Duration::from_millis(2_000)), 1);
+    let ours = wire.table.write(rules_of("request-a", 1)).update(key("t1"), add_seats(1));
+    let other = async {
+        while wire.proxy.count(&wire.calls("UpdateItem")) == seeded {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let between = wire.table.write(rules_of("request-b", 1)).update(key("t1"), add_seats(1)).await;
+        between.expect("the other writer's ADD")
+    };
+    let (ours, between) = tokio::join!(ours, other);
+    let after = text(wire.stored("t1").await.as_ref(), "Seats");
+    println!(
+        "5 seats, then ADD 1 (first attempt's reply late), another request's ADD 1 between its attempts: Seats {after:?}; the other's left {:?}; calls: {}",
+        text(Some(&between), "Seats"),
+        wire.attempts()
+    );
+    assert_eq!(text(Some(&between), "Seats").as_deref(), Some("7"), "the other landed after our first attempt");
+    let ours = ours.expect("ours stands");
+    assert_eq!(text(Some(&ours), "Seats").as_deref(), Some("7"), "the item as it is now");
+    assert_eq!(after.as_deref(), Some("7"), "each request's ADD once: 5 + 1 + 1");
 }
 
 #[tokio::test]
@@ -326,18 +366,32 @@ mod end_to_end {
     }
 
     /// A put no attempt settles: the provider's answer is `ProviderError::Unknown`, so it runs
-    /// again under a higher fence. What the next run meets is the residual case: the item the
-    /// first run's write left, which an author's condition made for a first write refuses.
+    /// again under a higher fence, and makes the same put, with the same token: the item the
+    /// first run's write left carries it, so the put stands, although the author's condition
+    /// (made for a first write) is false now.
     #[tokio::test]
-    async fn a_put_no_attempt_settles_runs_again_under_a_higher_fence() {
+    async fn a_put_no_attempt_settles_runs_again_under_a_higher_fence_and_finds_it_stands() {
         let answered =
             create("put", |wire| wire.proxy.inject(wire.calls("PutItem"), Fault::ForwardThenReset, WRITE_ATTEMPTS_MAX))
                 .await;
         assert_eq!(answered.fences, [1, 2], "run again only under a higher fence");
-        assert_eq!(answered.body.status, Status::Failed);
-        let reason = answered.body.reason.unwrap_or_default();
-        assert!(reason.contains("condition did not hold"), "{reason}");
+        assert_eq!(answered.body.status, Status::Success, "{:?}", answered.body.reason);
+        assert_eq!(answered.body.data.get("Written"), Some(&json!("Stands")));
         assert_eq!(text(answered.item.as_ref(), "Plan").as_deref(), Some("pro"));
         assert_eq!(text(answered.item.as_ref(), "cfn_once_fence").as_deref(), Some("1"), "fence 1's write stands");
+    }
+
+    /// An ADD no attempt settles: the provider runs again under a higher fence and makes the
+    /// same ADD, which finds its token on the item: added once for the request, not once per run.
+    #[tokio::test]
+    async fn an_add_no_attempt_settles_is_added_once_though_the_provider_runs_again() {
+        let answered = create("add", |wire| {
+            wire.proxy.inject(wire.calls("UpdateItem"), Fault::ForwardThenReset, WRITE_ATTEMPTS_MAX)
+        })
+        .await;
+        assert_eq!(answered.fences, [1, 2], "run again only under a higher fence");
+        assert_eq!(answered.body.status, Status::Success, "{:?}", answered.body.reason);
+        assert_eq!(text(answered.item.as_ref(), "Seats").as_deref(), Some("1"), "added once for the request");
+        assert_eq!(answered.body.data.get("Seats"), Some(&json!("1")));
     }
 }

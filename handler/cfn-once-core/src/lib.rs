@@ -51,6 +51,8 @@ pub mod decision;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod doubles;
 pub mod echo;
+pub mod failure;
+pub mod fenced;
 pub mod fingerprint;
 pub mod lease;
 pub mod memory_store;
@@ -72,6 +74,7 @@ pub mod vocabulary;
 pub mod wait_condition;
 pub mod work;
 pub mod worker;
+pub mod write_token;
 
 #[cfg(test)]
 mod fuzz_tests;

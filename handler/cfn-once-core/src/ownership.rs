@@ -18,14 +18,18 @@
 //!
 //! **A write that stands is never reported failed.** A write's outcome can be unknown: it timed
 //! out, or was answered with a 5xx, or its reply was lost, after the table applied it. So every
-//! write carries a token unique to it (all its attempts carry the same one), leaves it on the
-//! item, and holds only where the item does not carry it already: two attempts of one write never
-//! both apply, whatever order they land in (an `ADD` is never applied twice). The write is then
-//! sent again, and if that attempt is refused, the item that refused it tells what happened
-//! ([`WriteRules::refused_write`], [`WriteRules::refused_delete`]): this write's token on it
-//! means the earlier attempt applied and stands ([`Written::Stands`]); otherwise the rules or the
-//! author's own condition refused a write that is not in the item. What "a write" is, and when
-//! an outcome stays unknown, is the table's (`cfn_once::fenced`).
+//! write carries a token of its own, the same in all its attempts and in every rerun of the
+//! request that makes the same write (`crate::fenced::WriteToken`), leaves it on the item, and
+//! holds only where the item does not carry it already: a write of a request is applied once,
+//! whatever order its attempts land in and whatever other writers do between them (an `ADD` is
+//! added once per request). The write is then sent again, and if that attempt is refused, the
+//! item that refused it tells what happened ([`WriteRules::refused_write`],
+//! [`WriteRules::refused_delete`]): this write's token on it means the write applied and stands
+//! ([`Written::Stands`]); otherwise the rules or the author's own condition refused a write that
+//! is not in the item. What "a write" is, and when an outcome stays unknown, is
+//! `crate::fenced`'s.
+
+use crate::write_token::{WriteScope, WriteToken};
 
 /// The fencing token of one execution of one request.
 ///
@@ -82,19 +86,39 @@ pub struct WriteRules {
     /// Take over an item of another owner, or one cfn-once did not write: the explicit,
     /// documented opt-in (`Adopt: "true"` on the shipped providers).
     pub adopt: bool,
+    /// Whose writes these are, for their tokens: the step of the request that makes them
+    /// (`ProviderContext::owned`, `ProviderContext::fenced`), or the bare request.
+    writes: WriteScope,
 }
 
 impl WriteRules {
     /// Fenced only: for stores that are not a resource's own (a counter shared by resources,
     /// say). Prefer owned writes (`ProviderContext::owned`).
+    ///
+    /// Rules made here from a bare fence know only the request, not its step: every identical
+    /// write of the request is one write, applied once (an `ADD` of the same value to the same
+    /// item, made twice by one run or once by the run and once by a poll, counts once). A
+    /// provider takes its rules from `ProviderContext::fenced` or `ProviderContext::owned`.
     pub fn fenced(fence: &Fence) -> Self {
-        Self { fence: fence.clone(), owner: None, adopt: false }
+        Self { fence: fence.clone(), owner: None, adopt: false, writes: WriteScope::of_request(&fence.scope) }
     }
 
     /// Fenced and owned by `owner`: the rule every provider should follow. A provider gets
     /// these for the resource it runs for from `ProviderContext::owned`.
     pub fn owned(fence: &Fence, owner: Owner) -> Self {
-        Self { fence: fence.clone(), owner: Some(owner), adopt: false }
+        Self { owner: Some(owner), ..Self::fenced(fence) }
+    }
+
+    /// The same rules, for the writes of `writes` (a step of a request).
+    pub fn made_by(mut self, writes: &WriteScope) -> Self {
+        self.writes = writes.clone();
+        self
+    }
+
+    /// The token of the next write under these rules whose canonical form is `content`
+    /// (`cfn_once_core::fenced::identity`), made at `now_ms`.
+    pub fn token(&self, content: &str, now_ms: u64) -> WriteToken {
+        self.writes.token(content, now_ms)
     }
 
     /// With `adopt`, a create or update takes over an item of another owner instead of being
@@ -136,21 +160,18 @@ impl WriteRules {
         Ok(Deleted::Deleted)
     }
 
-    /// What a create or update whose token is `token` comes to when its condition was refused
-    /// by the item `found`, which carries `found_token` (the token of the write that left it;
-    /// `None` for no item, or one without a token).
+    /// What a create or update comes to when its condition was refused by the item `found`,
+    /// which `carries` the write's token or not (`cfn_once_core::fenced::carries`).
     ///
-    /// The write's own token on the item means an earlier attempt of this write applied (its
-    /// reply was lost) and stands: [`Written::Stands`], whatever the write's condition says of
-    /// the item now. Otherwise the write is not in the item: the rules refuse it
+    /// The write's own token on the item means the write applied before (an earlier attempt
+    /// whose reply was lost, or an earlier run of the request) and stands: [`Written::Stands`],
+    /// whatever the write's condition says of the item now. Updates keep the tokens they find,
+    /// so other writers' updates between the attempts do not hide it; a put replaces the item,
+    /// and the tokens on it with it. Otherwise the write is not in the item: the rules refuse it
     /// ([`Refusal::Rules`]: a newer fence, another owner), or, where they would admit it, the
     /// author's own condition is false ([`Refusal::Condition`]).
-    ///
-    /// It does not tell an earlier attempt that applied and was then overwritten by another
-    /// writer (another request's or resource's, before this attempt) from one that never
-    /// applied: the item keeps only the last write's token.
-    pub fn refused_write(&self, token: &str, found: &Found, found_token: Option<&str>) -> Result<Written, Refusal> {
-        if found_token == Some(token) {
+    pub fn refused_write(&self, carries: bool, found: &Found) -> Result<Written, Refusal> {
+        if carries {
             return Ok(Written::Stands);
         }
         match self.admits_write(found) {
@@ -159,8 +180,8 @@ impl WriteRules {
         }
     }
 
-    /// As [`WriteRules::refused_write`], for a delete whose token is `token` (a delete leaving
-    /// a tombstone stamps it there; a delete that removes the item leaves none).
+    /// As [`WriteRules::refused_write`], for a delete (a delete leaving a tombstone stamps its
+    /// token there; a delete that removes the item leaves none).
     ///
     /// A tombstone carrying the token is this delete's, applied by an earlier attempt:
     /// [`Deleted::Deleted`]. No item, a tombstone of another write, or an item that is not the
@@ -168,8 +189,8 @@ impl WriteRules {
     /// [`Deleted::NotOwned`]); after an attempt whose outcome was unknown, `Absent` may be this
     /// delete's own work, which removed the item and left nothing to tell it by. An item the
     /// rules would delete refused it by the author's own condition ([`Refusal::Condition`]).
-    pub fn refused_delete(&self, token: &str, found: &Found, found_token: Option<&str>) -> Result<Deleted, Refusal> {
-        if found_token == Some(token) && matches!(found, Found::Tombstone { .. }) {
+    pub fn refused_delete(&self, carries: bool, found: &Found) -> Result<Deleted, Refusal> {
+        if carries && matches!(found, Found::Tombstone { .. }) {
             return Ok(Deleted::Deleted);
         }
         match self.admits_delete(found) {
@@ -215,7 +236,8 @@ impl Found {
         matches!(self, Self::Item { .. })
     }
 
-    fn fence(&self) -> Option<&Fence> {
+    /// The fence of the write that left it, if any.
+    pub fn fence(&self) -> Option<&Fence> {
         match self {
             Self::Absent => None,
             Self::Tombstone { fence } | Self::Item { fence, .. } => fence.as_ref(),
@@ -303,7 +325,7 @@ mod tests {
     }
 
     fn rules(adopt: bool) -> WriteRules {
-        WriteRules { fence: fence("r", 2), owner: Some(Owner::new("stack", "Mine")), adopt }
+        WriteRules::owned(&fence("r", 2), Owner::new("stack", "Mine")).adopting(adopt)
     }
 
     fn item(owner: Option<&str>, written: Option<Fence>) -> Found {
@@ -345,7 +367,11 @@ mod tests {
     fn a_refused_write_stands_where_the_item_carries_its_token() {
         let mine = Some("stack/Mine");
         let check = |found: Found, found_token: Option<&str>, expected: Result<Written, Refusal>| {
-            assert_eq!(rules(false).refused_write("t1", &found, found_token), expected, "{found:?}, {found_token:?}");
+            assert_eq!(
+                rules(false).refused_write(found_token == Some("t1"), &found),
+                expected,
+                "{found:?}, {found_token:?}"
+            );
         };
         // An earlier attempt applied: whatever refused this one (the author's condition, which
         // that attempt made false; the token clause), the write stands.
@@ -375,16 +401,20 @@ mod tests {
         );
         check(item(None, None), None, Err(Refusal::Rules(WriteRefused::OwnedByAnother { owner: None })));
         let adopting = rules(true);
-        assert_eq!(adopting.refused_write("t1", &item(None, None), None), Err(Refusal::Condition), "adopt admits it");
+        assert_eq!(adopting.refused_write(false, &item(None, None)), Err(Refusal::Condition), "adopt admits it");
         let fenced = WriteRules::fenced(&fence("r", 2));
-        assert_eq!(fenced.refused_write("t1", &item(None, Some(fence("r", 2))), Some("t1")), Ok(Written::Stands));
-        assert_eq!(fenced.refused_write("t1", &item(None, None), None), Err(Refusal::Condition));
+        assert_eq!(fenced.refused_write(true, &item(None, Some(fence("r", 2)))), Ok(Written::Stands));
+        assert_eq!(fenced.refused_write(false, &item(None, None)), Err(Refusal::Condition));
     }
 
     #[test]
     fn a_refused_delete_is_explained_by_its_tombstone_or_the_rules() {
         let check = |found: Found, found_token: Option<&str>, expected: Result<Deleted, Refusal>| {
-            assert_eq!(rules(false).refused_delete("t1", &found, found_token), expected, "{found:?}, {found_token:?}");
+            assert_eq!(
+                rules(false).refused_delete(found_token == Some("t1"), &found),
+                expected,
+                "{found:?}, {found_token:?}"
+            );
         };
         // This delete's own tombstone: an earlier attempt deleted the item.
         check(Found::Tombstone { fence: Some(fence("r", 2)) }, Some("t1"), Ok(Deleted::Deleted));

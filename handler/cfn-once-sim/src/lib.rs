@@ -19,6 +19,7 @@
 //! invariants are observed), [`shared`] holds virtual time and observations.
 
 pub mod deployed;
+pub mod downstream;
 pub mod frozen;
 pub mod provider;
 pub mod queues;
@@ -329,99 +330,7 @@ mod tests {
         replays_clean(1_036_365_776_697_746);
     }
 
-    #[test]
-    fn the_planted_bug_is_caught_within_1000_seeds() {
-        let found = violations(
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnfencedCommit), user_settings: false },
-            0..1_000,
-        );
-        assert!(!found.is_empty(), "an unconditional commit went unnoticed for 1000 seeds");
-        assert!(found.iter().any(|(_, v)| v.starts_with("S1")), "{found:?}");
-    }
-
-    #[test]
-    fn the_planted_second_signal_is_caught_within_1000_seeds() {
-        let found = violations(
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::SignalAgain), user_settings: false },
-            0..1_000,
-        );
-        assert!(
-            found.iter().any(|(_, v)| v.contains("cfn-once-work:") || v.starts_with("SIGNAL")),
-            "a takeover that signalled a handle again went unnoticed for 1000 seeds: {found:?}"
-        );
-        // Every violation it causes is about a work: the bug touches nothing else.
-        assert!(
-            found
-                .iter()
-                .all(|(_, v)| v.contains("cfn-once-work:") || v.contains("waitcondition") || v.starts_with("SIGNAL")),
-            "{found:?}"
-        );
-    }
-
-    #[test]
-    fn the_planted_retry_of_a_refused_signal_is_caught_within_1000_seeds() {
-        let options =
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::ExpiredRetried), user_settings: false };
-        let found: Vec<(u64, String)> = (0..1_000)
-            .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
-            .collect();
-        assert!(
-            found.iter().any(|(_, v)| v.starts_with("EXPIRED")),
-            "a signal retried after its handle refused it went unnoticed for 1000 seeds: {found:?}"
-        );
-        // A close that cannot finish (its signal retried against the refusing handle) no
-        // longer holds up the Delete or Update behind it: that is answered FAILED in its margin.
-        assert!(!found.iter().any(|(_, v)| v.starts_with("L1")), "{found:?}");
-    }
-
-    #[test]
-    fn the_planted_rerun_under_the_same_fence_is_caught_within_1000_seeds() {
-        let found = violations(
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::RerunSameFence), user_settings: false },
-            0..1_000,
-        );
-        assert!(
-            found.iter().any(|(_, v)| v.starts_with("OVERLAP")),
-            "a provider run again under the same fence after a lost answer went unnoticed for 1000 seeds: {found:?}"
-        );
-    }
-
-    #[test]
-    fn the_planted_lost_reply_read_as_a_refusal_is_caught_within_1000_seeds() {
-        let found = violations(
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::UnknownAsNotApplied), user_settings: false },
-            0..1_000,
-        );
-        assert!(
-            found.iter().any(|(_, v)| v.starts_with("STANDS")),
-            "a fenced write that stands, reported failed after its reply was lost, went unnoticed for 1000 seeds: {found:?}"
-        );
-        assert!(
-            found.iter().any(|(_, v)| v.starts_with("COUNT")),
-            "an ADD applied twice after its reply was lost went unnoticed for 1000 seeds: {found:?}"
-        );
-    }
-
-    #[test]
-    fn the_planted_fixed_margin_is_caught_within_1000_seeds_of_user_settings() {
-        let options =
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FixedMargin), user_settings: true };
-        let found = violations(options, 0..1_000);
-        assert!(found.iter().any(|(_, v)| v.starts_with("TIME")), "{found:?}");
-    }
-
-    #[test]
-    fn the_planted_format_blind_store_is_caught_within_1000_seeds() {
-        let options =
-            Options { mode: StoreMode::Mrsc, planted_bug: Some(PlantedBug::FormatBlind), user_settings: false };
-        let found: Vec<(u64, String)> = (0..1_000)
-            .flat_map(|seed| run_seed(seed, options, false).violations.into_iter().map(move |v| (seed, v)))
-            .collect();
-        assert!(
-            found.iter().any(|(_, v)| v.starts_with("FORMAT")),
-            "records of a newer format overwritten went unnoticed for 1000 seeds: {found:?}"
-        );
-    }
+    mod planted;
 
     #[test]
     fn the_frozen_decision_table_decides_as_this_versions_today() {
@@ -583,6 +492,11 @@ mod tests {
             "an outcome nobody saw: the lease ended for a run under a higher fence",
             "fenced write applied, its reply lost",
             "fenced write stood after its reply was lost",
+            "a rerun found its write applied by an earlier run of the request",
+            "another writer's write landed between a write's attempts",
+            "a late write of a run whose answer was lost refused: a newer run wrote",
+            "a late write of a run whose answer was lost applied",
+            "stale fenced write refused",
             "a counter added to",
             "scenario: an upgrade: the last release's decisions in one region, a newer format's records",
             "upgrade: an invocation on the last release's decision table",

@@ -12,6 +12,7 @@
 //! cfn-once-sim --seeds 1000 --planted-bug=expired-retried  # S3's 403 to an expired handle made retryable
 //! cfn-once-sim --seeds 1000 --planted-bug=rerun-same-fence  # a lost answer reported as transient
 //! cfn-once-sim --seeds 1000 --planted-bug=unknown-as-not-applied  # a fenced write's lost reply read as a refusal
+//! cfn-once-sim --seeds 1000 --planted-bug=token-per-run  # a fenced write once per run, not per request
 //! cfn-once-sim --seeds 1000 --planted-bug=format-blind  # a store that takes a newer format's records for its own
 //! ```
 //!
@@ -65,9 +66,11 @@ const USAGE: &str =
                   =rerun-same-fence has the provider report a call whose answer was lost as
                   transient, so it runs again under the same fence while the first run goes on;
                   =unknown-as-not-applied sends a fenced write whose reply was lost again as if
-                  it had not applied (no token in its condition, a refusal read without it), so
-                  an ADD counts twice and a create whose condition it made false is reported
-                  failed although it stands;
+                  it had not applied (each attempt with a token of its own, a refusal read
+                  without it), so an ADD counts twice and a create whose condition it made
+                  false is reported failed although it stands (STANDS, COUNT);
+                  =token-per-run makes a fenced write's token name the run's fence, so a rerun
+                  of the request after an unknown outcome adds again (COUNT);
                   =format-blind has the lease store read and write records of a newer format as
                   its own, so an upgrade's older region overwrites what a newer version wrote;
                   =fixed-margin keeps the handler's 20 s deadline margin whole whatever a
@@ -111,7 +114,7 @@ fn parse() -> Result<Args, String> {
             flag if flag.starts_with("--planted-bug=") => {
                 let name = &flag["--planted-bug=".len()..];
                 let bug = PlantedBug::parse(name).ok_or_else(|| {
-                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried, rerun-same-fence, unknown-as-not-applied or format-blind")
+                    format!("unknown planted bug {name:?}: use unfenced-commit, signal-again, expired-retried, rerun-same-fence, unknown-as-not-applied, token-per-run, format-blind or fixed-margin")
                 })?;
                 args.options.planted_bug = Some(bug);
             }

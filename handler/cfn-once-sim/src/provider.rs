@@ -1,7 +1,9 @@
 //! `Custom::Sim`: a provider that works for a while (longer than a lease, sometimes), writes to
-//! a fenced downstream store half way, and answers with its fence in Data, so that two
-//! executions' answers differ and any double commit shows. The fenced store applies the same
-//! condition as `cfn_once::fenced::FencedTable` and checks invariant S2 on every write.
+//! a fenced downstream table half way, and answers with its fence in Data, so that two
+//! executions' answers differ and any double commit shows. Its writes go through the real
+//! fenced-write code to a table that evaluates DynamoDB's expressions (`downstream`), which
+//! checks S2, COUNT and STANDS on every write; a run whose answer was lost writes once more,
+//! late.
 //!
 //! With `WaitMs`, it is a long-running provider: after its work it answers in progress until
 //! `WaitMs` after it first ran, polled every `PollIntervalS`; each poll works `PollWorkMs`
@@ -15,28 +17,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cfn_once_core::ownership::{Fence, Found, Refusal, WriteRules, Written};
 use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, ProviderOutput, Step};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::downstream::{self, Op};
 use crate::scenario::Region;
-use crate::shared::{FencedItem, Shared};
+use crate::shared::{LateWrite, Shared, Writer};
 
-/// Attempts of one fenced write, as `cfn_once::fenced` makes them.
-const WRITE_ATTEMPTS_MAX: u32 = 3;
-
-/// What a fenced write does to its item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
-    /// Sets it.
-    Put,
-    /// Adds 1 to its count (DynamoDB's `ADD`): applied twice, it counts twice.
-    Add,
-    /// Creates it, with the author's condition that it is absent, which the write itself makes
-    /// false: a retry of a write that applied is refused by it.
-    PutIfAbsent,
-}
+/// The downstream item every request's provider adds to: a counter shared by resources, whose
+/// other writers land between a write's attempts.
+pub const SHARED_COUNTER: &str = "count-shared";
 
 /// The ResourceType the simulation sends.
 pub const SIM_TYPE: &str = "Custom::Sim";
@@ -88,106 +79,10 @@ pub struct SimProvider {
 }
 
 impl SimProvider {
-    /// A fenced write of `item`, as `cfn_once::FencedTable` sends it: `attribute_not_exists(fence)
-    /// OR scope <> :scope OR fence <= :fence`, not where the item carries this write's token
-    /// already, and the author's own condition of `op`. A reply lost after the write applied (the
-    /// seed's `fenced_lost_reply`) is an unknown outcome: the write is sent again with its token,
-    /// at most [`WRITE_ATTEMPTS_MAX`] times, and the item that refuses an attempt says what
-    /// happened (`WriteRules::refused_write`, the core's decision, which `FencedTable` uses too).
-    /// What no attempt settles is `ProviderError::Unknown`: the provider runs again under a
-    /// higher fence. With the planted bug the write is sent again as if it had not applied
-    /// (without its token in the condition) and a refusal is read without the token.
-    fn fenced_write(&self, item: &str, fence: &Fence, op: Op) -> Result<(), ProviderError> {
-        let rules = WriteRules::fenced(fence);
-        let token = self.next_token(fence);
-        let blind = self.shared.unknown_as_not_applied;
-        for _ in 0..WRITE_ATTEMPTS_MAX {
-            let found = {
-                let mut observed = self.shared.observed();
-                let stored = observed.fenced.get(item).cloned();
-                let fence_holds = stored.as_ref().is_none_or(|s| s.scope != fence.scope || s.fence <= fence.value);
-                let token_new = blind || stored.as_ref().is_none_or(|s| s.token != token);
-                let author_holds = op != Op::PutIfAbsent || stored.is_none();
-                if fence_holds && token_new && author_holds {
-                    let mut written = stored.clone().unwrap_or_default();
-                    (written.scope, written.fence, written.token) = (fence.scope.clone(), fence.value, token.clone());
-                    if op == Op::Add {
-                        written.count += 1;
-                        written.added.push(token.clone());
-                    }
-                    observed.fenced.insert(item.to_owned(), written);
-                    drop(observed);
-                    if let Some(stored) = stored.filter(|s| s.scope == fence.scope && s.fence > fence.value) {
-                        self.shared.violation(format!(
-                            "S2: {item} accepted fence {} after fence {}",
-                            fence.value, stored.fence
-                        ));
-                    }
-                    if self.lost_reply() {
-                        continue;
-                    }
-                    return Ok(());
-                }
-                stored
-            };
-            match self.refused(&rules, &token, found.as_ref()) {
-                Ok(_) => {
-                    self.shared.cover("fenced write stood after its reply was lost");
-                    return Ok(());
-                }
-                Err(Refusal::Rules(_)) => {
-                    self.shared.cover("stale fenced write refused");
-                    return Err(ProviderError::Failed(format!(
-                        "a newer execution already wrote {item}; fence {} refused",
-                        fence.value
-                    )));
-                }
-                Err(Refusal::Condition) => {
-                    self.reported_failed(item, &token);
-                    return Err(ProviderError::Failed(format!("the write of {item} was refused by its condition")));
-                }
-            }
-        }
-        self.shared.cover("fenced write left unknown: the provider runs again under a higher fence");
-        Err(ProviderError::Unknown(format!(
-            "the write of {item} was sent {WRITE_ATTEMPTS_MAX} times without an answer"
-        )))
-    }
-
-    /// A write's own token, unique to it: its fence and a number.
-    fn next_token(&self, fence: &Fence) -> String {
-        let mut observed = self.shared.observed();
-        observed.fenced_writes += 1;
-        format!("{}.{}.{}", fence.scope, fence.value, observed.fenced_writes)
-    }
-
-    /// Whether the reply to a write that applied is lost (the seed's fault, in its window).
-    fn lost_reply(&self) -> bool {
-        let lost = self.shared.fault(self.shared.faults.fenced_lost_reply);
-        if lost {
-            self.shared.cover("fenced write applied, its reply lost");
-            self.shared.fault_happened(self.region, "fenced write applied, its reply lost");
-        }
-        lost
-    }
-
-    /// What a refused attempt of the write `token` comes to, from the item that refused it; with
-    /// the planted bug, read as if the item did not carry the token.
-    fn refused(&self, rules: &WriteRules, token: &str, found: Option<&FencedItem>) -> Result<Written, Refusal> {
-        let stored = found.map_or(Found::Absent, |found| Found::Item {
-            owner: None,
-            fence: Some(Fence { scope: found.scope.clone(), value: found.fence }),
-        });
-        let found_token = found.map(|found| found.token.as_str()).filter(|_| !self.shared.unknown_as_not_applied);
-        rules.refused_write(token, &stored, found_token)
-    }
-
-    /// STANDS: a write reported failed must not be in the store.
-    fn reported_failed(&self, item: &str, token: &str) {
-        let stands = self.shared.observed().fenced.get(item).is_some_and(|stored| stored.token == token);
-        if stands {
-            self.shared.violation(format!("STANDS: a fenced write of {item} that stands was reported failed"));
-        }
+    /// A fenced write of `item` by this step of the request, through the downstream table.
+    async fn fenced_write(&self, ctx: &ProviderContext, step: u32, item: &str, op: Op) -> Result<(), ProviderError> {
+        let writer = Writer { scope: ctx.fence.scope.clone(), attempt: ctx.attempt().to_owned(), step };
+        downstream::write(&self.shared, self.region, &ctx.fenced(), &writer, item, op).await
     }
 
     /// A run (or poll) under `ctx`'s fence begins: no other run of the request under the same
@@ -215,14 +110,25 @@ impl SimProvider {
     }
 
     /// Whether this run's answer is lost (the seed's fault), and then what its caller sees:
-    /// an unknown outcome, or with the planted bug, a transient error.
-    fn lost_answer(&self, ctx: &ProviderContext) -> Option<ProviderError> {
+    /// an unknown outcome, or with the planted bug, a transient error. The run goes on a while
+    /// and writes `item` once more before it ends, late.
+    fn lost_answer(&self, ctx: &ProviderContext, step: u32, item: &str) -> Option<ProviderError> {
         if !self.shared.fault(self.shared.faults.provider_lost_reply) {
             return None;
         }
         self.shared.cover("provider's answer lost after it ran");
         self.shared.fault_happened(self.region, "provider's answer lost after it ran");
-        self.run_ends(ctx, 1_000 + self.shared.below(30_000));
+        // As long as a Lambda function may run: the Invoke's function, up to 15 minutes.
+        let goes_on_ms = 1_000 + self.shared.below(900_000);
+        self.run_ends(ctx, goes_on_ms);
+        let late = LateWrite {
+            due_ms: self.shared.elapsed_ms() + self.shared.below(goes_on_ms),
+            item: item.to_owned(),
+            rules: ctx.fenced(),
+            writer: Writer { scope: ctx.fence.scope.clone(), attempt: ctx.attempt().to_owned(), step },
+            region: self.region,
+        };
+        self.shared.observed().late_writes.push(late);
         let why = "simulated Invoke: no answer after it was sent".to_owned();
         Some(if self.shared.lost_answer_transient {
             ProviderError::Transient(why)
@@ -240,14 +146,15 @@ impl SimProvider {
         }
     }
 
-    /// Sleeps half of `work_ms`; under the fence, puts `item`, adds 1 to its counter (an ADD)
-    /// and creates the run's own marker (a put whose author's condition is "absent"); sleeps
-    /// the rest.
-    async fn work(&self, ctx: &ProviderContext, item: &str, work_ms: u64) -> Result<(), ProviderError> {
+    /// Sleeps half of `work_ms`; under the fence, puts `item`, adds 1 to its counter and to
+    /// the counter every request shares (ADDs), and creates the run's own marker (a put whose
+    /// author's condition is "absent"); sleeps the rest.
+    async fn work(&self, ctx: &ProviderContext, step: u32, item: &str, work_ms: u64) -> Result<(), ProviderError> {
         ctx.sleep_ms(work_ms / 2).await;
-        self.fenced_write(item, &ctx.fence, Op::Put)?;
-        self.fenced_write(&format!("count-{item}"), &ctx.fence, Op::Add)?;
-        self.fenced_write(&format!("made-{item}-{}", ctx.fence.value), &ctx.fence, Op::PutIfAbsent)?;
+        self.fenced_write(ctx, step, item, Op::Put).await?;
+        self.fenced_write(ctx, step, &format!("count-{item}"), Op::Add).await?;
+        self.fenced_write(ctx, step, SHARED_COUNTER, Op::Add).await?;
+        self.fenced_write(ctx, step, &format!("made-{item}-{}", ctx.fence.value), Op::PutIfAbsent).await?;
         ctx.sleep_ms(work_ms - work_ms / 2).await;
         Ok(())
     }
@@ -264,7 +171,8 @@ impl SimProvider {
     }
 
     async fn run(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
-        self.run_watched(ctx, self.run_once(ctx, properties)).await
+        let item = properties.item.clone();
+        self.run_watched(ctx, 0, &item, self.run_once(ctx, properties)).await
     }
 
     /// Runs `once` (a run or a poll) as observed for OVERLAP, and loses its answer if the seed
@@ -272,11 +180,13 @@ impl SimProvider {
     async fn run_watched(
         &self,
         ctx: &ProviderContext,
+        number: u32,
+        item: &str,
         once: impl Future<Output = Result<Step, ProviderError>>,
     ) -> Result<Step, ProviderError> {
         self.run_begins(ctx);
         let step = once.await;
-        if let Some(lost) = self.lost_answer(ctx) {
+        if let Some(lost) = self.lost_answer(ctx, number, item) {
             return Err(lost);
         }
         self.run_ends(ctx, 0);
@@ -285,7 +195,7 @@ impl SimProvider {
 
     async fn run_once(&self, ctx: &ProviderContext, properties: SimProperties) -> Result<Step, ProviderError> {
         self.maybe_panic(properties.panic_percent, &properties.item);
-        self.work(ctx, &properties.item, properties.work_ms).await?;
+        self.work(ctx, 0, &properties.item, properties.work_ms).await?;
         if properties.wait_ms == 0 {
             return Ok(Self::done(ctx, properties.item, 0));
         }
@@ -332,7 +242,8 @@ impl Provider for SimProvider {
     }
 
     async fn poll(&self, ctx: &ProviderContext, state: Value) -> Result<Step, ProviderError> {
-        self.run_watched(ctx, self.poll_once(ctx, state)).await
+        let wait: SimWait = serde_json::from_value(state.clone())?;
+        self.run_watched(ctx, wait.polls + 1, &wait.item, self.poll_once(ctx, state)).await
     }
 }
 
@@ -346,7 +257,7 @@ impl SimProvider {
         if wait.region != self.region.name() {
             self.shared.cover("poll ran in the other region than the last");
         }
-        self.work(ctx, &wait.item, wait.poll_work_ms).await?;
+        self.work(ctx, wait.polls + 1, &wait.item, wait.poll_work_ms).await?;
         wait.polls += 1;
         wait.region = self.region.name().to_owned();
         if ctx.now_ms() >= wait.done_at_ms {

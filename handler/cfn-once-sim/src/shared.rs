@@ -41,10 +41,14 @@ pub struct Observed {
     pub sweeps: Vec<u64>,
     /// The RequestIds whose provider's Update ran (at least once).
     pub updates_run: std::collections::BTreeSet<String>,
-    /// The fenced downstream store: each item as its last accepted write left it.
-    pub fenced: BTreeMap<String, FencedItem>,
-    /// Fenced writes numbered so far, for their tokens.
-    pub fenced_writes: u64,
+    /// The fenced downstream table: each item as its last accepted write left it.
+    pub fenced: BTreeMap<String, DownstreamItem>,
+    /// Writes accepted per item of the downstream table so far.
+    pub fenced_versions: BTreeMap<String, u64>,
+    /// ADDs applied per writer (a step of a request) and item.
+    pub adds: BTreeMap<(Writer, String), u32>,
+    /// Writes of runs whose answer was lost, still to be made.
+    pub late_writes: Vec<LateWrite>,
     /// The records a newer version of cfn-once wrote, as it last wrote them (`Kind::Upgrade`).
     pub newer_records: BTreeMap<cfn_once_core::request::RequestKey, cfn_once_core::lease::LeaseRecord>,
     /// MREC replication in flight: (due ms, to region, record).
@@ -72,16 +76,27 @@ pub struct Observed {
     pub primary_told_active: Vec<u64>,
 }
 
-/// An item of the simulated provider's fenced store, as its last accepted write left it: the
-/// fence and its scope, the token of that write (`cfn_once::fenced`'s `cfn_once_write`), and for a
-/// counter its count and the token of every ADD applied to it.
-#[derive(Debug, Clone, Default)]
-pub struct FencedItem {
+/// An item of the provider's downstream table.
+pub type DownstreamItem = std::collections::HashMap<String, cfn_once_core::fenced::Literal>;
+
+/// Whose write to the downstream table it is, for COUNT: the request's scope, its attempt, and
+/// the step (0: the run, `n`: its `n`th poll).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Writer {
     pub scope: String,
-    pub fence: u64,
-    pub token: String,
-    pub count: u64,
-    pub added: Vec<String>,
+    pub attempt: String,
+    pub step: u32,
+}
+
+/// A write of a run whose answer was lost, made while the run goes on after its caller gave up.
+#[derive(Debug, Clone)]
+pub struct LateWrite {
+    /// When (elapsed ms).
+    pub due_ms: u64,
+    pub item: String,
+    pub rules: cfn_once_core::ownership::WriteRules,
+    pub writer: Writer,
+    pub region: Region,
 }
 
 /// A lease a drained primary took before its control answered: it must be given back before
@@ -116,6 +131,9 @@ pub struct Shared {
     /// The planted bug: a fenced write's retry after a lost reply reads the item as if it did
     /// not carry the write's own token (the unknown outcome taken as "not applied").
     pub unknown_as_not_applied: bool,
+    /// The planted bug: a fenced write's token is made per run (it names the fence), not per
+    /// request, so a rerun of the request writes again what its earlier run wrote.
+    pub token_per_run: bool,
     pub tracing: bool,
     /// The handler's deadline margin: near a deadline, even a drained primary answers.
     pub deadline_margin_ms: u64,
@@ -140,6 +158,7 @@ impl Shared {
             expired_retryable: false,
             lost_answer_transient: false,
             unknown_as_not_applied: false,
+            token_per_run: false,
             tracing,
             deadline_margin_ms,
             dice: SplitMix64::new(seed ^ 0x5EED_FA17),
@@ -177,6 +196,16 @@ impl Shared {
     /// The same, with the planted bug that takes a fenced write's unknown outcome as not applied.
     pub fn with_unknown_as_not_applied(self, unknown_as_not_applied: bool) -> Self {
         Self { unknown_as_not_applied, ..self }
+    }
+
+    /// The same, with the planted bug that makes a fenced write's token per run.
+    pub fn with_token_per_run(self, token_per_run: bool) -> Self {
+        Self { token_per_run, ..self }
+    }
+
+    /// Virtual time, epoch ms.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// Whether the late store faults' window is open now.

@@ -31,6 +31,7 @@ use crate::ownership::{Fence, Owner, WriteRules};
 use crate::properties::{PropertyError, from_properties};
 use crate::request::{Request, RequestKind, provider_properties};
 use crate::response::Outcome;
+use crate::write_token::WriteScope;
 
 mod router;
 pub use router::Router;
@@ -74,6 +75,10 @@ pub struct ProviderContext {
     pub ended_by: RunEnd,
     clock: Arc<dyn Clock>,
     lease_lost: Arc<AtomicBool>,
+    /// The step's writes (the run, or a poll), which the write tokens are made from.
+    writes: WriteScope,
+    /// The attempt's fingerprint, which the step's writes are of.
+    attempt: String,
 }
 
 impl ProviderContext {
@@ -86,6 +91,8 @@ impl ProviderContext {
         clock: Arc<dyn Clock>,
         lease_lost: Arc<AtomicBool>,
     ) -> Self {
+        let attempt = request.fingerprint.to_string();
+        let fence_scope = fence.scope.clone();
         Self {
             fence,
             stack_id: request.key.stack_id.to_string(),
@@ -101,7 +108,23 @@ impl ProviderContext {
             ended_by: RunEnd::RequestDeadline,
             clock,
             lease_lost,
+            writes: WriteScope::of_step(&fence_scope, &attempt, 0),
+            attempt,
         }
+    }
+
+    /// The same context, for the poll that follows `polls` answered polls (`None`: the run): a
+    /// poll's writes are its own, not the run's (see [`ProviderContext::fenced`]).
+    pub fn polling(mut self, polls: Option<u32>) -> Self {
+        let step = polls.map_or(0, |polls| polls.saturating_add(1));
+        self.writes = WriteScope::of_step(&self.fence.scope, &self.attempt, step);
+        self
+    }
+
+    /// The provider is called again for the same step (after a transient error): its writes
+    /// are counted from none again, so that the same writes make the same tokens.
+    pub fn restart_writes(&self) {
+        self.writes.restart();
     }
 
     /// The same context, its run ended by `ended_by` (see [`ProviderContext::ended_by`]).
@@ -119,8 +142,25 @@ impl ProviderContext {
 
     /// The rules for this resource's writes: fenced, and owned by this resource (see
     /// `ownership`). `cfn_once::FencedTable` and the test kit's `FencedMap` take them.
+    ///
+    /// Every write made under them is applied once per request: the same write made again by
+    /// a rerun of this step (its run or poll, after an unknown outcome, a lost lease, a
+    /// transient error), in either region, carries the same token, and is refused where the
+    /// item already carries it (see `cfn_once_core::fenced`).
     pub fn owned(&self) -> WriteRules {
-        WriteRules::owned(&self.fence, Owner::new(&self.stack_id, &self.logical_resource_id))
+        WriteRules::owned(&self.fence, Owner::new(&self.stack_id, &self.logical_resource_id)).made_by(&self.writes)
+    }
+
+    /// The rules for a write to a store that is not this resource's own (a counter shared by
+    /// resources, say): fenced only, and once per request as [`ProviderContext::owned`]'s.
+    pub fn fenced(&self) -> WriteRules {
+        WriteRules::fenced(&self.fence).made_by(&self.writes)
+    }
+
+    /// The fingerprint of the request attempt this run is for: a RequestId CloudFormation sends
+    /// again with other contents (a retried deployment) is another attempt.
+    pub fn attempt(&self) -> &str {
+        &self.attempt
     }
 
     /// Milliseconds left before the deadline.

@@ -22,10 +22,9 @@ use crate::ownership::{Deleted, Fence, Found, Owner, WriteRefused, WriteRules, W
 /// use cfn_once_core::ownership::{Deleted, Fence, Owner, WriteRefused, WriteRules, Written};
 /// use serde_json::json;
 ///
-/// let rules = |logical: &str| WriteRules {
-///     fence: Fence { scope: "request-1".into(), value: 1 },
-///     owner: Some(Owner::new("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g", logical)),
-///     adopt: false,
+/// let rules = |logical: &str| {
+///     let fence = Fence { scope: "request-1".into(), value: 1 };
+///     WriteRules::owned(&fence, Owner::new("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g", logical))
 /// };
 /// let map = FencedMap::new();
 /// map.insert_unowned("prod", json!("precious"));

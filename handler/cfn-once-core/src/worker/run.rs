@@ -329,7 +329,8 @@ impl Worker {
             Arc::clone(&lease_lost),
         )
         .taking_over_from(took_over_from)
-        .ended_by(ended_by);
+        .ended_by(ended_by)
+        .polling(poll.map(|poll| poll.polls));
         let work = self.run_provider(job.origin, &context, poll);
         let mut work = std::pin::pin!(work);
         let mut deadline = crate::clock::sleep_until_ms(self.clock.as_ref(), run_deadline_ms);
@@ -410,6 +411,8 @@ impl Worker {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
+            // The same step again: the same writes make the same tokens.
+            context.restart_writes();
             let call = async {
                 match poll {
                     Some(poll) => self.router.poll(request, context, &poll.state).await,

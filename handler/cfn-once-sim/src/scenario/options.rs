@@ -39,9 +39,13 @@ pub enum PlantedBug {
     /// instead of unknown, so the worker runs it again under the same fence while the first
     /// run goes on.
     RerunSameFence,
-    /// A fenced write's retry after a lost reply reads the item that refused it as if it did not
-    /// carry the write's own token, so a write that stands is taken for one refused.
+    /// A fenced write's retry after a lost reply is made as a write of its own (a token of its
+    /// own) and the item that refuses it read as if it did not carry the write's token, so an
+    /// ADD counts twice and a write that stands is taken for one refused.
     UnknownAsNotApplied,
+    /// A fenced write's token names the run's fence (once per run, as cfn-once made it before
+    /// writes were once per request), so a rerun after an unknown outcome adds again.
+    TokenPerRun,
     /// The lease store reads and writes records of a newer format as if they were its own (a
     /// handler that checks no format), so records a newer version wrote are overwritten.
     FormatBlind,
@@ -60,6 +64,7 @@ impl PlantedBug {
             Self::ExpiredRetried => "expired-retried",
             Self::RerunSameFence => "rerun-same-fence",
             Self::UnknownAsNotApplied => "unknown-as-not-applied",
+            Self::TokenPerRun => "token-per-run",
             Self::FormatBlind => "format-blind",
             Self::FixedMargin => "fixed-margin",
         }
@@ -73,6 +78,7 @@ impl PlantedBug {
             Self::ExpiredRetried,
             Self::RerunSameFence,
             Self::UnknownAsNotApplied,
+            Self::TokenPerRun,
             Self::FormatBlind,
             Self::FixedMargin,
         ]

@@ -19,6 +19,7 @@ use cfn_once_core::request::RequestKey;
 use crate::scenario::{Region, StoreMode};
 use crate::shared::Shared;
 
+pub mod expressions;
 mod faults;
 mod lease_store;
 mod observe;

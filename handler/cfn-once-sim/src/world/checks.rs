@@ -208,29 +208,10 @@ impl World {
         self.report(covered, violations);
     }
 
-    /// COUNT: every ADD to a counter of the provider's fenced store was applied once, however
-    /// often it was sent (after a lost reply, with its token): a counter counts each provider
-    /// run that added to it once.
+    /// COUNT: every counter of the provider's downstream table holds the ADDs applied to it,
+    /// each step of a request's once (checked on every write, `downstream`).
     pub(super) fn check_counts(&self) {
-        let observed = self.shared.observed();
-        let mut wrong = Vec::new();
-        let mut added = false;
-        for (item, stored) in observed.fenced.iter().filter(|(item, _)| item.starts_with("count-")) {
-            added |= stored.count > 0;
-            let mut tokens = stored.added.clone();
-            tokens.sort();
-            tokens.dedup();
-            if tokens.len() != stored.added.len() {
-                wrong.push(format!("COUNT: {item} counts {} ADDs of {} writes", stored.count, tokens.len()));
-            }
-        }
-        drop(observed);
-        if added {
-            self.shared.cover("a counter added to");
-        }
-        for violation in wrong {
-            self.shared.violation(violation);
-        }
+        crate::downstream::check_counts(&self.shared);
     }
 
     /// Whether request `closer` ends the work on the handle request `index` made, and how it is

@@ -253,6 +253,7 @@ impl World {
             self.table.replicate(region, record);
             acted = true;
         }
+        acted |= self.late_writes(now_ms);
         while let Some((&(at_ms, sequence), &event)) = self.events.iter().next() {
             if at_ms > now_ms {
                 break;
@@ -262,6 +263,45 @@ impl World {
             acted = true;
         }
         acted
+    }
+
+    /// The writes of runs whose answer was lost that have come due, made as the run makes them
+    /// (a run in a region that went down since is gone, and writes nothing). True if any was.
+    fn late_writes(&mut self, now_ms: u64) -> bool {
+        use futures_util::FutureExt;
+        let elapsed_ms = now_ms - crate::shared::T0_MS;
+        let due: Vec<crate::shared::LateWrite> = {
+            let mut observed = self.shared.observed();
+            let (due, later) =
+                std::mem::take(&mut observed.late_writes).into_iter().partition(|late| late.due_ms <= elapsed_ms);
+            observed.late_writes = later;
+            due
+        };
+        for late in &due {
+            if !self.up[late.region.index()] {
+                continue;
+            }
+            self.shared.trace(Some(late.region), || format!("a run whose answer was lost writes {} late", late.item));
+            let write = crate::downstream::write(
+                &self.shared,
+                late.region,
+                &late.rules,
+                &late.writer,
+                &late.item,
+                crate::downstream::Op::Put,
+            );
+            match write.now_or_never() {
+                Some(Ok(())) => self.shared.cover("a late write of a run whose answer was lost applied"),
+                Some(Err(cfn_once_core::provider::ProviderError::Failed(why)))
+                    if why.starts_with("a newer execution") =>
+                {
+                    self.shared.cover("a late write of a run whose answer was lost refused: a newer run wrote");
+                }
+                // Its reply lost, it would wait to send again: the run ends here.
+                _ => self.shared.cover("a late write of a run whose answer was lost left unsettled"),
+            }
+        }
+        !due.is_empty()
     }
 
     fn apply(&mut self, event: Event) {

@@ -62,7 +62,8 @@ impl World {
                 )
                 .with_unknown_as_not_applied(
                     scenario.options.planted_bug == Some(crate::scenario::PlantedBug::UnknownAsNotApplied),
-                ),
+                )
+                .with_token_per_run(scenario.options.planted_bug == Some(crate::scenario::PlantedBug::TokenPerRun)),
         );
         shared.cover(scenario.kind.name());
         shared.trace(None, || {

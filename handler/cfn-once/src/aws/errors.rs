@@ -39,38 +39,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::{ConnectorError, SdkError};
 use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-
-/// How a failed AWS call ended: what [`classify`] makes of an SDK error, so that a provider
-/// calling AWS itself retries what may clear and fails on what will not
-/// (`ProviderError::from(classify(&error))`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// Certainly not applied: throttled, conflicted, refused before it was processed, or never
-    /// sent at all.
-    NotApplied(String),
-    /// Maybe applied: timed out after sending, a 5xx, an unreadable response, an identical
-    /// request still in progress.
-    Unknown(String),
-    /// Certainly not applied, and nothing this process can do changes that now (credentials
-    /// that expired and that nothing here can refresh): tried again by a later invocation.
-    Deferred(String),
-    /// Will never work as sent: missing table, denied, invalid.
-    Permanent(String),
-}
-
-impl Failure {
-    /// What went wrong, in a line.
-    pub fn into_text(self) -> String {
-        match self {
-            Self::NotApplied(text) | Self::Unknown(text) | Self::Deferred(text) | Self::Permanent(text) => text,
-        }
-    }
-
-    /// Whether trying the same call again may succeed (now, or later for `Deferred`).
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, Self::Permanent(_))
-    }
-}
+pub use cfn_once_core::failure::Failure;
 
 /// How far, in ms, a request's signing time must be from its refusal's `Date` for the refusal to
 /// count as a clock skew: the AWS SDK's own threshold (`SKEW_DETECTION_THRESHOLD` in aws-runtime's

@@ -36,28 +36,44 @@
 //! # }
 //! ```
 //!
-//! **A write that stands is never reported failed, and is never applied twice.** A write can
-//! time out, be answered with a 5xx, or lose its reply after the table applied it. So each write
-//! ([`Write::put`], [`Write::update`], [`Write::delete`]) carries a token of its own, stamps it
-//! in [`WRITE_ATTRIBUTE`], and holds only where the item does not carry that token already: two
-//! attempts of one write never both apply, whatever order they land in, so an `ADD` is never
-//! added twice. [`FencedTable`] makes its own client, one attempt per call ended by explicit
-//! connect, attempt and operation timeouts (the lease store's), so no attempt is repeated unseen
-//! inside the SDK. After an attempt whose outcome is unknown, the write is sent again with the
-//! same token, at most [`WRITE_ATTEMPTS_MAX`] attempts in all, and the first attempt that reaches
-//! the table settles it: applied (the earlier one was not), or refused by an item that carries
-//! the token (the earlier one was applied and stands: a put says [`Written::Stands`], an update
-//! returns the item, a delete that left a tombstone says [`Deleted::Deleted`]), or refused by an
-//! item that does not (the fence, the owner or your own condition refused a write that is not in
-//! the table). A delete that removes the item leaves no token: after an unknown outcome, an item
-//! gone is success ([`Deleted::Absent`]), whether this delete or an earlier one removed it. Only
-//! when no later attempt reaches the table does the outcome stay unknown:
-//! [`FencedWriteError::Unknown`], which `?` makes `ProviderError::Unknown`, so the provider runs
-//! again only under a higher fence (never [`FencedWriteError::ConditionFailed`], which says the
-//! write is not in the table). The item keeps only its last write's token, so a write whose
-//! earlier attempt was applied and then overwritten by another request's or resource's write
-//! before the next attempt looks not applied; only items several requests or resources write at
-//! once (fenced-only writes, [`WriteRules::fenced`]) can meet that.
+//! **A write that stands is never reported failed, and a write of a request is applied once.**
+//! A write can time out, be answered with a 5xx, or lose its reply after the table applied it;
+//! and the provider can run again (after an unknown outcome, a lost lease, a transient error)
+//! and make the same write again. So each write ([`Write::put`], [`Write::update`],
+//! [`Write::delete`] with a tombstone) carries a token made from the request's step (its run, or
+//! one of its polls), what the write writes where, and how many identical writes the step made
+//! before it: the same in every attempt, and in every rerun of the step that makes the same
+//! write, in either region. The write adds it to the item's tokens ([`WRITES_ATTRIBUTE`], a
+//! string set: an update keeps the tokens it finds, a put replaces them with its own) and holds
+//! only where the item does not carry it already. So an `ADD` is added once per request,
+//! whatever reruns, and whatever other requests or resources write between the attempts; a
+//! second identical `ADD` in the same run is a second write and is added too. [`FencedTable`]
+//! makes its own client, one attempt per call ended by explicit connect, attempt and operation
+//! timeouts (the lease store's), so no attempt is repeated unseen inside the SDK. After an
+//! attempt whose outcome is unknown, the write is sent again with the same token, at most
+//! [`WRITE_ATTEMPTS_MAX`] attempts in all, and the first attempt that reaches the table settles
+//! it: applied (the earlier one was not), or refused by an item that carries the token (the
+//! write was applied and stands: a put says [`Written::Stands`], an update returns the item, a
+//! delete that left a tombstone says [`Deleted::Deleted`]), or refused by an item that does not
+//! (the fence, the owner or your own condition refused a write that is not in the table). A
+//! delete that removes the item leaves no token: after an unknown outcome, an item gone is
+//! success ([`Deleted::Absent`]), whether this delete or an earlier one removed it. Only when no
+//! later attempt reaches the table does the outcome stay unknown: [`FencedWriteError::Unknown`],
+//! which `?` makes `ProviderError::Unknown`, so the provider runs again only under a higher
+//! fence, and its same write, with the same token, is then settled. Expired credentials that
+//! nothing refreshes are [`FencedWriteError::Deferred`]: not sent again in this invocation.
+//!
+//! What "once" rests on, and where it ends: the rules must come from the provider's context
+//! (`ctx.owned()`, `ctx.fenced()`), which knows the step; rules made from a bare fence
+//! (`WriteRules::fenced`, [`FencedTable::put_item`]) know only the request, so every identical
+//! write of the request is one. A put replaces the item and the tokens on it: another writer's
+//! update whose reply was lost before the put may apply once more, onto the item the put left
+//! (never twice onto one version of the item). Tokens name the week they were made in and are
+//! looked for in that week and the next ([`cfn_once_core::fenced::WRITE_TOKEN_PERIOD_S`]), far
+//! longer than any request runs; an update that finds [`STALE_TOKENS_PRUNED_AT`] older ones
+//! removes them with a second update, so a counter written every day keeps about two weeks of
+//! tokens (some 25 bytes each) and stays far below DynamoDB's 400 KB item limit up to a few
+//! thousand writes a day.
 //!
 //! **A delete deletes.** [`Write::delete`] is one conditional `DeleteItem`: the item goes, and
 //! nothing of cfn-once's is left for the table's other readers (the application, a `Scan`, a
@@ -89,7 +105,6 @@
 
 mod attempts;
 mod expression;
-mod stored;
 
 use std::collections::HashMap;
 
@@ -97,16 +112,21 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::clock::Clock;
-pub use cfn_once_core::ownership::{Deleted, Found, Owner, WriteRefused, WriteRules, Written};
-use cfn_once_core::ownership::{Fence, Refusal};
-use cfn_once_core::provider::ProviderError;
+use cfn_once_core::fenced::{
+    BACKOFF_MS_BASE, Expression, Kind, Sent, carries, found, identity, send, stale_tokens, stamp,
+};
+pub use cfn_once_core::fenced::{
+    DELETED_ATTRIBUTE, EXPIRES_ATTRIBUTE, FENCE_ATTRIBUTE, FencedWriteError, OWNER_ATTRIBUTE, SCOPE_ATTRIBUTE,
+    STALE_TOKENS_PRUNED_AT, TOMBSTONE_RETENTION_S, WRITE_ATTEMPTS_MAX, WRITES_ATTRIBUTE,
+};
+use cfn_once_core::ownership::Fence;
+pub use cfn_once_core::ownership::{Deleted, Found, Owner, WriteRules, Written};
 
-pub use self::attempts::WRITE_ATTEMPTS_MAX;
-use self::attempts::{BACKOFF_MS_BASE, Sent, attempt, send};
+use self::attempts::attempt;
+use self::expression::Sdk;
 pub use self::expression::{Condition, Update};
-use self::expression::{Expression, Kind};
-use self::stored::{found, new_token, stamp, token_of};
 pub use crate::aws::{Failure, classify};
+use crate::clock::SystemClock;
 
 /// A DynamoDB item or key: attribute names to values.
 pub type Item = HashMap<String, AttributeValue>;
@@ -116,21 +136,6 @@ pub fn item<const N: usize>(attributes: [(&str, AttributeValue); N]) -> Item {
     attributes.into_iter().map(|(name, value)| (name.to_owned(), value)).collect()
 }
 
-/// The attribute holding the fence value of the last accepted write.
-pub const FENCE_ATTRIBUTE: &str = "cfn_once_fence";
-/// The attribute holding the scope (request) of that fence.
-pub const SCOPE_ATTRIBUTE: &str = "cfn_once_fence_scope";
-/// The attribute holding the item's owner (`<StackId>/<LogicalResourceId>`), on owned writes.
-pub const OWNER_ATTRIBUTE: &str = "cfn_once_owner";
-/// The attribute holding the token of the last accepted write: unique to that write, the same
-/// in all its attempts, so that an attempt whose outcome was unknown is told from another's.
-pub const WRITE_ATTRIBUTE: &str = "cfn_once_write";
-/// On a tombstone ([`Write::leaving_tombstone`]): when the item was deleted, epoch ms.
-pub const DELETED_ATTRIBUTE: &str = "cfn_once_deleted_ms";
-/// On a tombstone: when it may go, epoch seconds (DynamoDB TTL's unit).
-pub const EXPIRES_ATTRIBUTE: &str = "cfn_once_expires_at";
-/// How long a tombstone is kept, in seconds: a day.
-pub const TOMBSTONE_RETENTION_S: u64 = 86_400;
 /// How long one call of a [`FencedTable`] may take by default (connecting included), in
 /// milliseconds: the lease store's default (`CFN_ONCE_STORE_TIMEOUT_MS`).
 pub const CALL_TIMEOUT_MS_DEFAULT: u64 = cfn_once_core::config::STORE_TIMEOUT_MS_DEFAULT;
@@ -154,84 +159,6 @@ pub const CALL_TIMEOUT_MS_DEFAULT: u64 = cfn_once_core::config::STORE_TIMEOUT_MS
 pub struct FencedTable {
     client: Client,
     table_name: String,
-}
-
-/// Why a fenced write did not happen, or may not have.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FencedWriteError {
-    /// A newer execution of the same request already wrote this item.
-    #[error("a newer execution of this request already wrote the item; this stale write (fence {fence}) was refused")]
-    FencedOut {
-        /// The refused write's fence.
-        fence: u64,
-    },
-    /// An owned write found an item of another resource, or one cfn-once did not write.
-    #[error("{}", WriteRefused::OwnedByAnother { owner: owner.clone() })]
-    OwnedByAnother {
-        /// The item's owner; `None` if cfn-once did not write it.
-        owner: Option<Owner>,
-    },
-    /// The condition of your own ([`Write::condition`]) did not hold, and the write is not in
-    /// the table.
-    #[error("the write's condition did not hold")]
-    ConditionFailed,
-    /// The table does not exist (in the client's region).
-    #[error("table {table} does not exist")]
-    NoSuchTable {
-        /// The table named.
-        table: String,
-    },
-    /// Certainly not applied (throttled, a write conflict) by any attempt: the write may be
-    /// made again under the same fence.
-    #[error("DynamoDB is unavailable: {0}")]
-    Transient(String),
-    /// An attempt's outcome is unknown (a timeout, a 5xx, a lost reply) and no later attempt
-    /// reached the table to settle it: the write may stand. As a `ProviderError` it is
-    /// `Unknown`: the provider runs again only under a higher fence.
-    #[error("whether the write was applied is unknown ({0}); it may stand")]
-    Unknown(String),
-    /// Refused for good (access denied, invalid item).
-    #[error("DynamoDB refused the write: {0}")]
-    Permanent(String),
-}
-
-impl From<FencedWriteError> for ProviderError {
-    fn from(error: FencedWriteError) -> Self {
-        match error {
-            FencedWriteError::Transient(_) => ProviderError::Transient(error.to_string()),
-            FencedWriteError::Unknown(_) => ProviderError::Unknown(error.to_string()),
-            _ => ProviderError::Failed(error.to_string()),
-        }
-    }
-}
-
-impl From<WriteRefused> for FencedWriteError {
-    fn from(refused: WriteRefused) -> Self {
-        match refused {
-            WriteRefused::FencedOut { fence, .. } => Self::FencedOut { fence },
-            WriteRefused::OwnedByAnother { owner } => Self::OwnedByAnother { owner },
-        }
-    }
-}
-
-impl From<Refusal> for FencedWriteError {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::Rules(refused) => refused.into(),
-            Refusal::Condition => Self::ConditionFailed,
-        }
-    }
-}
-
-impl From<Failure> for ProviderError {
-    /// A DynamoDB failure of a provider's own call: retried if it may clear, FAILED if not.
-    fn from(failure: Failure) -> Self {
-        match failure {
-            Failure::NotApplied(text) | Failure::Deferred(text) => ProviderError::Transient(text),
-            Failure::Unknown(text) => ProviderError::Unknown(text),
-            Failure::Permanent(text) => ProviderError::Failed(text),
-        }
-    }
 }
 
 /// One write being put together: its rules, and a condition of your own.
@@ -283,7 +210,8 @@ impl FencedTable {
         Write { table: self, rules, condition: None, tombstone: false }
     }
 
-    /// Puts `item` (replacing any previous version), stamped with `fence`: fenced only.
+    /// Puts `item` (replacing any previous version), stamped with `fence`: fenced only, and
+    /// knowing only the request (see the [module](self)): prefer `write(ctx.fenced()).put(..)`.
     pub async fn put_item(&self, fence: &Fence, mut item: Item) -> Result<(), FencedWriteError> {
         // A fenced-only put names no key attribute; the fence condition needs none.
         let key: Item = Item::new();
@@ -306,7 +234,7 @@ impl FencedTable {
                 self.client.get_item().table_name(&self.table_name).set_key(Some(key.clone())).consistent_read(true);
             async move { attempt(call.send().await) }
         };
-        let item = match send(&self.table_name, BACKOFF_MS_BASE, read).await {
+        let item = match send(&self.table_name, &SystemClock, BACKOFF_MS_BASE, read).await {
             Ok(Sent::Applied(output)) => output.item,
             // A read is never refused by a condition.
             Ok(Sent::Refused(item)) => item,
@@ -314,6 +242,23 @@ impl FencedTable {
             Err(error) => return Err(error),
         };
         Ok(item.filter(|item| !item.contains_key(DELETED_ATTRIBUTE)))
+    }
+
+    /// Removes `stale` tokens from the item at `key`, if it is still there: housekeeping, which
+    /// a later update does again if this one fails.
+    async fn prune(&self, key: Item, stale: Vec<String>) {
+        let call = self
+            .client
+            .update_item()
+            .table_name(&self.table_name)
+            .set_key(Some(key))
+            .update_expression("DELETE #cfn_once_writes :cfn_once_stale")
+            .condition_expression("attribute_exists(#cfn_once_writes)")
+            .expression_attribute_names("#cfn_once_writes", WRITES_ATTRIBUTE)
+            .expression_attribute_values(":cfn_once_stale", AttributeValue::Ss(stale));
+        if let Err(error) = call.send().await {
+            tracing::debug!(why = crate::aws::brief(&error), "stale write tokens left for a later update");
+        }
     }
 }
 
@@ -326,15 +271,18 @@ impl Write<'_> {
 
     /// Puts the item `key` + `attributes` (replacing any previous version), stamped with the
     /// fence, the write's token and, for an owned write, the owner. Says whether the item is
-    /// new, was the resource's, or was adopted; or, when an attempt whose reply was lost is
-    /// found applied, that the write stands ([`Written::Stands`]).
+    /// new, was the resource's, or was adopted; or, when the write is found applied before (an
+    /// attempt whose reply was lost, an earlier run of the request), that it stands
+    /// ([`Written::Stands`]).
     pub async fn put(self, key: Item, attributes: Item) -> Result<Written, FencedWriteError> {
         let (rules, table) = (&self.rules, self.table);
-        let token = new_token(&rules.fence);
-        let expression = Expression::for_write(rules, &key, Kind::Write, &token, self.condition.as_ref());
+        let attributes: Item = attributes.into_iter().filter(|(name, _)| !name.starts_with("cfn_once_")).collect();
+        let content = identity::<Sdk>("put", &key, Some(&attributes), None, self.condition.as_ref());
+        let token = rules.token(&content, SystemClock.now_ms());
+        let expression = Expression::for_write::<Sdk>(rules, &key, Kind::Write, &token, self.condition.as_ref());
         let mut item = key;
-        item.extend(attributes.into_iter().filter(|(name, _)| !name.starts_with("cfn_once_")));
-        stamp(&mut item, rules, &token);
+        item.extend(attributes);
+        stamp::<Sdk>(&mut item, rules, &token);
         let put = || {
             let call = table
                 .client
@@ -348,20 +296,24 @@ impl Write<'_> {
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
             async move { attempt(call.send().await) }
         };
-        match send(&table.table_name, BACKOFF_MS_BASE, put).await? {
+        match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, put).await? {
             Sent::Applied(output) => Ok(self.written(output.attributes.as_ref())),
-            Sent::Refused(old) => Ok(rules.refused_write(&token, &found(old.as_ref()), token_of(old.as_ref()))?),
+            Sent::Refused(old) => {
+                Ok(rules.refused_write(carries::<Sdk>(old.as_ref(), &token), &found::<Sdk>(old.as_ref()))?)
+            }
         }
     }
 
     /// Updates the item at `key` with `update` (creating it if absent), under the rules and
-    /// stamped as a put is. Returns the item as it is now (with this update in it, also when an
-    /// attempt whose reply was lost is found applied).
+    /// stamped as a put is. Returns the item as it is now (with this update in it, also when the
+    /// update is found applied before).
     pub async fn update(self, key: Item, update: Update) -> Result<Item, FencedWriteError> {
         let (rules, table) = (&self.rules, self.table);
-        let token = new_token(&rules.fence);
-        let mut expression = Expression::for_write(rules, &key, Kind::Write, &token, self.condition.as_ref());
-        let text = expression.update_text(rules, update);
+        let content = identity::<Sdk>("update", &key, None, Some(&update), self.condition.as_ref());
+        let now_ms = SystemClock.now_ms();
+        let token = rules.token(&content, now_ms);
+        let mut expression = Expression::for_write::<Sdk>(rules, &key, Kind::Write, &token, self.condition.as_ref());
+        let text = expression.update_text::<Sdk>(rules, update, &token);
         let update = || {
             let call = table
                 .client
@@ -376,10 +328,17 @@ impl Write<'_> {
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
             async move { attempt(call.send().await) }
         };
-        match send(&table.table_name, BACKOFF_MS_BASE, update).await? {
-            Sent::Applied(output) => Ok(output.attributes.unwrap_or_default()),
+        match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, update).await? {
+            Sent::Applied(output) => {
+                let now = output.attributes.unwrap_or_default();
+                let stale = stale_tokens::<Sdk>(&now, now_ms);
+                if stale.len() >= STALE_TOKENS_PRUNED_AT {
+                    table.prune(key, stale).await;
+                }
+                Ok(now)
+            }
             Sent::Refused(now) => {
-                rules.refused_write(&token, &found(now.as_ref()), token_of(now.as_ref()))?;
+                rules.refused_write(carries::<Sdk>(now.as_ref(), &token), &found::<Sdk>(now.as_ref()))?;
                 // The item carries this update's token: it is the item as the update left it
                 // (and as any write since left it).
                 Ok(now.unwrap_or_default())
@@ -403,12 +362,13 @@ impl Write<'_> {
     /// a refusal by the fence (or your own condition) is a success. After an attempt whose
     /// outcome was unknown, [`Deleted::Absent`] may be this delete's own work.
     pub async fn delete(self, key: Item) -> Result<Deleted, FencedWriteError> {
-        let token = new_token(&self.rules.fence);
         if self.tombstone {
-            return self.delete_to_tombstone(key, &token).await;
+            return self.delete_to_tombstone(key).await;
         }
         let (rules, table) = (&self.rules, self.table);
-        let expression = Expression::for_write(rules, &key, Kind::Delete, &token, self.condition.as_ref());
+        let content = identity::<Sdk>("delete", &key, None, None, self.condition.as_ref());
+        let token = rules.token(&content, SystemClock.now_ms());
+        let expression = Expression::for_write::<Sdk>(rules, &key, Kind::Delete, &token, self.condition.as_ref());
         let delete = || {
             let call = table
                 .client
@@ -422,24 +382,27 @@ impl Write<'_> {
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
             async move { attempt(call.send().await) }
         };
-        match send(&table.table_name, BACKOFF_MS_BASE, delete).await? {
+        match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, delete).await? {
             // A fenced-only delete of a key with no item (or a tombstone) succeeds: say so.
-            Sent::Applied(output) => Ok(match found(output.attributes.as_ref()) {
+            Sent::Applied(output) => Ok(match found::<Sdk>(output.attributes.as_ref()) {
                 Found::Item { .. } => Deleted::Deleted,
                 Found::Absent | Found::Tombstone { .. } => Deleted::Absent,
             }),
-            Sent::Refused(old) => Ok(rules.refused_delete(&token, &found(old.as_ref()), token_of(old.as_ref()))?),
+            // A removed item carries no token.
+            Sent::Refused(old) => Ok(rules.refused_delete(false, &found::<Sdk>(old.as_ref()))?),
         }
     }
 
-    /// [`Write::delete`] with a tombstone: a put of the key, the fence, owner and `token`, and
-    /// when it was deleted, under the delete's condition (and the token's).
-    async fn delete_to_tombstone(self, key: Item, token: &str) -> Result<Deleted, FencedWriteError> {
+    /// [`Write::delete`] with a tombstone: a put of the key, the fence, owner and the write's
+    /// token, and when it was deleted, under the delete's condition (and the token's).
+    async fn delete_to_tombstone(self, key: Item) -> Result<Deleted, FencedWriteError> {
         let (rules, table) = (&self.rules, self.table);
-        let expression = Expression::for_write(rules, &key, Kind::Tombstone, token, self.condition.as_ref());
-        let now_ms = crate::clock::SystemClock.now_ms();
+        let content = identity::<Sdk>("tombstone", &key, None, None, self.condition.as_ref());
+        let now_ms = SystemClock.now_ms();
+        let token = rules.token(&content, now_ms);
+        let expression = Expression::for_write::<Sdk>(rules, &key, Kind::Tombstone, &token, self.condition.as_ref());
         let mut tombstone = key;
-        stamp(&mut tombstone, rules, token);
+        stamp::<Sdk>(&mut tombstone, rules, &token);
         tombstone.insert(DELETED_ATTRIBUTE.into(), AttributeValue::N(now_ms.to_string()));
         tombstone
             .insert(EXPIRES_ATTRIBUTE.into(), AttributeValue::N((now_ms / 1000 + TOMBSTONE_RETENTION_S).to_string()));
@@ -455,15 +418,17 @@ impl Write<'_> {
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
             async move { attempt(call.send().await) }
         };
-        match send(&table.table_name, BACKOFF_MS_BASE, put).await? {
+        match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, put).await? {
             Sent::Applied(_) => Ok(Deleted::Deleted),
-            Sent::Refused(old) => Ok(rules.refused_delete(token, &found(old.as_ref()), token_of(old.as_ref()))?),
+            Sent::Refused(old) => {
+                Ok(rules.refused_delete(carries::<Sdk>(old.as_ref(), &token), &found::<Sdk>(old.as_ref()))?)
+            }
         }
     }
 
     /// What a put applied by its attempt did, from the item it replaced.
     fn written(&self, old: Option<&Item>) -> Written {
-        match (found(old), &self.rules.owner) {
+        match (found::<Sdk>(old), &self.rules.owner) {
             (Found::Absent | Found::Tombstone { .. }, _) => Written::Created,
             (Found::Item { owner: stored, .. }, Some(owner)) if stored.as_ref() != Some(owner) => {
                 Written::Adopted { previous_owner: stored }
