@@ -218,7 +218,9 @@ fn failed_body(request: &Request, physical_resource_id: String, reason: String) 
     }
 }
 
-fn validate_physical_id(id: String) -> Result<String, String> {
+/// `id` if a response can carry it as its PhysicalResourceId: not empty, no control characters,
+/// at most [`PHYSICAL_ID_BYTES_MAX`] bytes as JSON; otherwise why not, for a Reason.
+pub(crate) fn validate_physical_id(id: String) -> Result<String, String> {
     if id.is_empty() {
         return Err("the provider returned an empty PhysicalResourceId".into());
     }

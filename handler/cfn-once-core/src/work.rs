@@ -76,7 +76,9 @@ pub fn is_handed_over(bytes: &[u8]) -> bool {
 /// [`SIGNAL_BYTES_MAX`]: SUCCESS with the provider's Data and the resource's PhysicalResourceId
 /// (the provider's, or the one the answer gave: the request's own, or a Create's default) as
 /// JSON text, or FAILURE with the Reason. `origin` is CloudFormation's request the work
-/// belongs to. Data too large to send is cut to the PhysicalResourceId alone, never without
+/// belongs to. A provider's PhysicalResourceId that an answer could not carry (empty, with
+/// control characters, over 1,024 bytes as JSON) is signalled FAILURE saying so, as an answer
+/// would be FAILED. Data too large to send is cut to the PhysicalResourceId alone, never without
 /// it, and the Reason says so; the signal stays SUCCESS, since the work itself succeeded. A
 /// Reason is cut by bytes, as an answer's is, so a multibyte Reason beside the longest UniqueId
 /// still fits.
@@ -84,15 +86,18 @@ pub fn signal_body(origin: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatus
     let unique_id = origin.logical_resource_id.clone();
     let signal = match outcome {
         Outcome::Success { physical_resource_id, data, .. } => {
-            let id = physical_resource_id.unwrap_or_else(|| crate::response::kept_physical_id(origin));
-            success(unique_id, id, data)
+            // A provider's id is held to an answer's rules, so that however much Data is cut,
+            // the id always fits whole.
+            let id = match physical_resource_id {
+                Some(id) => crate::response::validate_physical_id(id),
+                None => Ok(crate::response::kept_physical_id(origin)),
+            };
+            match id {
+                Ok(id) => success(unique_id, id, data),
+                Err(reason) => failure(unique_id, &reason),
+            }
         }
-        Outcome::Failed { reason } | Outcome::Refused { reason } => Signal {
-            status: SignalStatus::Failure,
-            reason: foreign_text(&reason, SIGNAL_REASON_CHARS_MAX),
-            unique_id,
-            data: "{}".into(),
-        },
+        Outcome::Failed { reason } | Outcome::Refused { reason } => failure(unique_id, &reason),
     };
     let status = signal.status;
     (fitted(signal), status)
@@ -122,14 +127,29 @@ fn success(unique_id: String, id: String, data: BTreeMap<String, Value>) -> Sign
     Signal { data, reason, ..whole }
 }
 
-/// The signal's bytes, its Reason cut until they fit in [`SIGNAL_BYTES_MAX`].
+/// A FAILURE signal with `reason`, made fit for the stack's events.
+fn failure(unique_id: String, reason: &str) -> Signal {
+    Signal {
+        status: SignalStatus::Failure,
+        reason: foreign_text(reason, SIGNAL_REASON_CHARS_MAX),
+        unique_id,
+        data: "{}".into(),
+    }
+}
+
+/// The signal's bytes, its Reason cut until they fit in [`SIGNAL_BYTES_MAX`]. Identifiers are
+/// bounded (a LogicalResourceId and a request's PhysicalResourceId at decode time, a provider's
+/// PhysicalResourceId as an answer's is: 1,024 bytes as JSON), so a signal whose Data is at most
+/// the id always fits, with room for its Reason.
 fn fitted(mut signal: Signal) -> Vec<u8> {
     let reason = std::mem::take(&mut signal.reason);
     signal.reason = crate::response::longest_fitting(&reason, |cut| {
         signal.reason = cut.to_owned();
         to_bytes(&signal).len() <= SIGNAL_BYTES_MAX
     });
-    to_bytes(&signal)
+    let bytes = to_bytes(&signal);
+    debug_assert!(bytes.len() <= SIGNAL_BYTES_MAX, "identifiers are bounded");
+    bytes
 }
 
 fn to_bytes(signal: &Signal) -> Vec<u8> {
@@ -265,7 +285,7 @@ mod tests {
     fn a_cut_keeps_the_longest_ids_whole_beside_the_longest_unique_id() {
         // An Update sent the longest PhysicalResourceId decode accepts (1,024 bytes as JSON, each
         // quote escaped once in Data's text and again in the signal's), by the longest
-        // LogicalResourceId decode accepts.
+        // LogicalResourceId decode accepts; a provider's id is held to the same 1,024 bytes.
         let id = "\"".repeat(512);
         let request = decoded(json!({
             "RequestType": "Update",
@@ -278,8 +298,36 @@ mod tests {
             "ResourceProperties": {"A": "2"},
             "OldResourceProperties": {"A": "1"},
         }));
-        let (data, reason) = cut(&request, None);
-        assert_eq!(data, json!({"PhysicalResourceId": id}));
-        assert!(!reason.ends_with(" [truncated]"), "the Reason fits whole beside them: {reason}");
+        // The request's own id, and a provider's of the same length.
+        for chosen in [None, Some(id.as_str())] {
+            let (data, reason) = cut(&request, chosen);
+            assert_eq!(data, json!({"PhysicalResourceId": id}));
+            assert!(!reason.ends_with(" [truncated]"), "the Reason fits whole beside them: {reason}");
+        }
+    }
+
+    #[test]
+    fn a_providers_id_an_answer_could_not_carry_is_signalled_failure() {
+        let request = request();
+        let cases = [
+            ("x".repeat(1_025), "of 1025 bytes"),
+            ("\"".repeat(600), "of 1200 bytes"),
+            ("db\u{1}".to_owned(), "control characters"),
+            (String::new(), "an empty PhysicalResourceId"),
+        ];
+        for (id, expected) in cases {
+            for data in [json!("small"), json!("x".repeat(10_000))] {
+                let success = Outcome::Success {
+                    physical_resource_id: Some(id.clone()),
+                    data: [("Blob".to_owned(), data)].into_iter().collect(),
+                    no_echo: false,
+                };
+                let (bytes, status) = signal_body(&request, success);
+                assert!(bytes.len() <= SIGNAL_BYTES_MAX, "{} bytes", bytes.len());
+                assert_eq!(status, SignalStatus::Failure, "{id:?}");
+                let signal = Signal::parse(&bytes).expect("a signal");
+                assert!(signal.reason.contains(expected), "{id:?}: {}", signal.reason);
+            }
+        }
     }
 }
