@@ -2,9 +2,11 @@
 //!
 //! Built once, committed as exact bytes, and replayed byte for byte (invariant S1). The rules:
 //! the body is at most 4096 bytes (a long Reason is shortened; Data that cannot fit turns the
-//! answer into FAILED saying so); a FAILED answer always has a Reason; PhysicalResourceId is never
-//! empty and at most 1024 bytes; and its defaults never replace a resource by accident: Update and
-//! Delete echo the id CloudFormation sent unless a provider explicitly returns a new one on Update.
+//! answer into FAILED saying so, with the id a FAILED answer needs: a Create's the provider chose,
+//! an Update's or Delete's the one it was sent); a FAILED answer always has a Reason;
+//! PhysicalResourceId is never empty and at most 1024 bytes; and its defaults never replace a
+//! resource by accident: Update and Delete echo the id CloudFormation sent unless a provider
+//! explicitly returns a new one on Update.
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,9 @@ use serde_json::Value;
 use crate::fingerprint::short_digest;
 use crate::request::{PHYSICAL_ID_BYTES_MAX, Request, RequestKind};
 
-/// CloudFormation's limit on the whole response body.
+/// CloudFormation's limit on the whole response body ("The total size of the response body can't
+/// exceed 4096 bytes",
+/// <https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/crpg-ref-responses.html>).
 pub const BODY_BYTES_MAX: usize = 4096;
 
 /// Prefix of the PhysicalResourceId given to a Create refused before any provider ran, so the
@@ -218,7 +222,9 @@ fn failed_body(request: &Request, physical_resource_id: String, reason: String) 
     }
 }
 
-fn validate_physical_id(id: String) -> Result<String, String> {
+/// `id` if a response can carry it as its PhysicalResourceId: not empty, no control characters,
+/// at most [`PHYSICAL_ID_BYTES_MAX`] bytes as JSON; otherwise why not, for a Reason.
+pub(crate) fn validate_physical_id(id: String) -> Result<String, String> {
     if id.is_empty() {
         return Err("the provider returned an empty PhysicalResourceId".into());
     }
@@ -454,6 +460,16 @@ mod tests {
             default_physical_id(&request("Create", None)),
             "rollback must reach the provider"
         );
+        // The cut never drops the id the answer needs: a Create keeps the one its provider
+        // chose, so the rollback Delete names what was made; an Update keeps the one it was sent,
+        // so a FAILED answer replaces nothing.
+        let big: BTreeMap<String, Value> = [("big".to_owned(), json!("x".repeat(5000)))].into();
+        let check = |request: Request, chosen: &str, expected: &str| {
+            let body = parsed(&build(&request, success(Some(chosen), big.clone())));
+            assert_eq!((body.status, body.physical_resource_id.as_str()), (Status::Failed, expected));
+        };
+        check(request("Create", None), "made-1", "made-1");
+        check(request("Update", Some("old")), "new", "old");
     }
 
     #[test]

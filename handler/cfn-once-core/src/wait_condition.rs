@@ -63,7 +63,13 @@ pub const WORK_ID_PREFIX: &str = "cfn-once-work:";
 /// The answer's Data attribute that says the work continues.
 pub const WORK_DATA_NAME: &str = "CfnOnceWork";
 
-/// The longest signal CloudFormation is sent, in bytes: like an answer.
+/// The longest signal CloudFormation is sent, in bytes: an answer's limit, held to by choice.
+/// The signal's format ("Wait condition signal JSON format",
+/// <https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-waitcondition.html>)
+/// names `Status`, `UniqueId`, `Data` and `Reason` and states no size limit; a custom resource's
+/// response is documented as at most 4096 bytes
+/// (<https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/crpg-ref-responses.html>), and
+/// nothing says a signal may be larger, so a signal keeps to the same bound.
 pub const SIGNAL_BYTES_MAX: usize = 4096;
 
 /// A resource's wait condition: where its work's signal goes, and when the wait ends.

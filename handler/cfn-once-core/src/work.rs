@@ -1,6 +1,8 @@
 //! A resource's work past its answer (see [`crate::wait_condition`]): its key, the answer its
 //! request gets at once, and the signal its outcome becomes.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use crate::fingerprint::short_digest;
@@ -10,6 +12,9 @@ use crate::wait_condition::{SIGNAL_BYTES_MAX, Signal, SignalStatus, WORK_DATA_NA
 
 /// The longest Reason in a signal, in characters.
 const SIGNAL_REASON_CHARS_MAX: usize = 1024;
+
+/// The key of a SUCCESS signal's Data that names the resource's PhysicalResourceId.
+const PHYSICAL_ID_KEY: &str = "PhysicalResourceId";
 
 /// The key of the work of `request`'s resource on `spec`'s handle: one per stack, resource and
 /// handle, so a Delete (sent the properties that named the handle) finds it, and a new handle
@@ -71,48 +76,80 @@ pub fn is_handed_over(bytes: &[u8]) -> bool {
 /// [`SIGNAL_BYTES_MAX`]: SUCCESS with the provider's Data and the resource's PhysicalResourceId
 /// (the provider's, or the one the answer gave: the request's own, or a Create's default) as
 /// JSON text, or FAILURE with the Reason. `origin` is CloudFormation's request the work
-/// belongs to. Data too large to send is left out and the Reason says so; the signal stays
-/// SUCCESS, since the work itself succeeded. A Reason is cut by bytes, as an answer's is, so a
-/// multibyte Reason beside the longest UniqueId still fits.
+/// belongs to. A provider's PhysicalResourceId that an answer could not carry (empty, with
+/// control characters, over 1,024 bytes as JSON) is signalled FAILURE saying so, as an answer
+/// would be FAILED. Data too large to send is cut to the PhysicalResourceId alone, never without
+/// it, and the Reason says so; the signal stays SUCCESS, since the work itself succeeded. A
+/// Reason is cut by bytes, as an answer's is, so a multibyte Reason beside the longest UniqueId
+/// still fits.
 pub fn signal_body(origin: &Request, outcome: Outcome) -> (Vec<u8>, SignalStatus) {
     let unique_id = origin.logical_resource_id.clone();
     let signal = match outcome {
         Outcome::Success { physical_resource_id, data, .. } => {
-            let mut result: Map<String, Value> = data.into_iter().collect();
-            let id = physical_resource_id.unwrap_or_else(|| crate::response::kept_physical_id(origin));
-            result.insert("PhysicalResourceId".into(), Value::String(id));
-            let data = Value::Object(result).to_string();
-            let reason = "the work completed".to_owned();
-            let signal = Signal { status: SignalStatus::Success, reason, unique_id, data };
-            if to_bytes(&signal).len() <= SIGNAL_BYTES_MAX {
-                signal
-            } else {
-                let reason = format!(
-                    "the work completed; its Data ({} bytes of JSON) was left out: a signal carries at most {SIGNAL_BYTES_MAX} bytes",
-                    signal.data.len()
-                );
-                Signal { data: "{}".into(), reason, ..signal }
+            // A provider's id is held to an answer's rules, so that however much Data is cut,
+            // the id always fits whole.
+            let id = match physical_resource_id {
+                Some(id) => crate::response::validate_physical_id(id),
+                None => Ok(crate::response::kept_physical_id(origin)),
+            };
+            match id {
+                Ok(id) => success(unique_id, id, data),
+                Err(reason) => failure(unique_id, &reason),
             }
         }
-        Outcome::Failed { reason } | Outcome::Refused { reason } => Signal {
-            status: SignalStatus::Failure,
-            reason: foreign_text(&reason, SIGNAL_REASON_CHARS_MAX),
-            unique_id,
-            data: "{}".into(),
-        },
+        Outcome::Failed { reason } | Outcome::Refused { reason } => failure(unique_id, &reason),
     };
     let status = signal.status;
     (fitted(signal), status)
 }
 
-/// The signal's bytes, its Reason cut until they fit in [`SIGNAL_BYTES_MAX`].
+/// A SUCCESS signal whose Data is `data` with the resource's `id` under [`PHYSICAL_ID_KEY`], as
+/// JSON text; when that does not fit in [`SIGNAL_BYTES_MAX`], Data is cut to the id alone and
+/// the Reason says how much was cut. The id is what the stack reads to know which resource
+/// the work made, so it is never what a cut drops.
+fn success(unique_id: String, id: String, data: BTreeMap<String, Value>) -> Signal {
+    let mut result: Map<String, Value> = data.into_iter().collect();
+    result.insert(PHYSICAL_ID_KEY.into(), Value::String(id.clone()));
+    let whole = Signal {
+        status: SignalStatus::Success,
+        reason: "the work completed".to_owned(),
+        unique_id,
+        data: Value::Object(result).to_string(),
+    };
+    if to_bytes(&whole).len() <= SIGNAL_BYTES_MAX {
+        return whole;
+    }
+    let reason = format!(
+        "the work completed; its Data ({} bytes of JSON) was cut to its {PHYSICAL_ID_KEY} alone, the rest left out: a signal carries at most {SIGNAL_BYTES_MAX} bytes",
+        whole.data.len()
+    );
+    let data = Value::Object(std::iter::once((PHYSICAL_ID_KEY.to_owned(), Value::String(id))).collect()).to_string();
+    Signal { data, reason, ..whole }
+}
+
+/// A FAILURE signal with `reason`, made fit for the stack's events.
+fn failure(unique_id: String, reason: &str) -> Signal {
+    Signal {
+        status: SignalStatus::Failure,
+        reason: foreign_text(reason, SIGNAL_REASON_CHARS_MAX),
+        unique_id,
+        data: "{}".into(),
+    }
+}
+
+/// The signal's bytes, its Reason cut until they fit in [`SIGNAL_BYTES_MAX`]. Identifiers are
+/// bounded (a LogicalResourceId and a request's PhysicalResourceId at decode time, a provider's
+/// PhysicalResourceId as an answer's is: 1,024 bytes as JSON), so a signal whose Data is at most
+/// the id always fits, with room for its Reason.
 fn fitted(mut signal: Signal) -> Vec<u8> {
     let reason = std::mem::take(&mut signal.reason);
     signal.reason = crate::response::longest_fitting(&reason, |cut| {
         signal.reason = cut.to_owned();
         to_bytes(&signal).len() <= SIGNAL_BYTES_MAX
     });
-    to_bytes(&signal)
+    let bytes = to_bytes(&signal);
+    debug_assert!(bytes.len() <= SIGNAL_BYTES_MAX, "identifiers are bounded");
+    bytes
 }
 
 fn to_bytes(signal: &Signal) -> Vec<u8> {
@@ -127,7 +164,7 @@ mod tests {
     use serde_json::json;
 
     fn request() -> Request {
-        let body = json!({
+        decoded(json!({
             "RequestType": "Create",
             "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=s",
             "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
@@ -135,7 +172,10 @@ mod tests {
             "LogicalResourceId": "Database",
             "ResourceType": "Custom::Echo",
             "ResourceProperties": {"A": "1"},
-        });
+        }))
+    }
+
+    fn decoded(body: Value) -> Request {
         let policy = crate::request::InputPolicy {
             topic_arns: vec![],
             raw_delivery: true,
@@ -210,5 +250,84 @@ mod tests {
         // The id the answer gave the resource: a Create's default.
         assert_eq!(data["PhysicalResourceId"], json!(crate::response::default_physical_id(&request)));
         assert_eq!(data["InProgressForS"], json!("45"));
+    }
+
+    /// The signal of a SUCCESS whose Data is too large, parsed: its Data as JSON, and its Reason.
+    fn cut(request: &Request, physical_resource_id: Option<&str>) -> (Value, String) {
+        let success = Outcome::Success {
+            physical_resource_id: physical_resource_id.map(str::to_owned),
+            data: [("Blob".to_owned(), json!("x".repeat(10_000))), ("Endpoint".to_owned(), json!("db.example"))]
+                .into_iter()
+                .collect(),
+            no_echo: false,
+        };
+        let (bytes, status) = signal_body(request, success);
+        assert!(bytes.len() <= SIGNAL_BYTES_MAX, "{} bytes", bytes.len());
+        assert_eq!(status, SignalStatus::Success, "the work itself succeeded");
+        let signal = Signal::parse(&bytes).expect("a signal");
+        assert_eq!(signal.unique_id, request.logical_resource_id);
+        (serde_json::from_str(&signal.data).expect("Data is JSON"), signal.reason)
+    }
+
+    #[test]
+    fn data_too_large_is_cut_to_the_resources_id_never_without_it() {
+        let request = request();
+        // The provider's own id, and the resource's when the provider chose none.
+        let (data, reason) = cut(&request, Some("db-1"));
+        assert_eq!(data, json!({"PhysicalResourceId": "db-1"}), "only the id is kept");
+        assert!(reason.contains("bytes of JSON) was cut to its PhysicalResourceId alone"), "{reason}");
+        assert!(reason.contains("at most 4096 bytes"), "{reason}");
+        let (data, _) = cut(&request, None);
+        assert_eq!(data, json!({"PhysicalResourceId": crate::response::default_physical_id(&request)}));
+    }
+
+    #[test]
+    fn a_cut_keeps_the_longest_ids_whole_beside_the_longest_unique_id() {
+        // An Update sent the longest PhysicalResourceId decode accepts (1,024 bytes as JSON, each
+        // quote escaped once in Data's text and again in the signal's), by the longest
+        // LogicalResourceId decode accepts; a provider's id is held to the same 1,024 bytes.
+        let id = "\"".repeat(512);
+        let request = decoded(json!({
+            "RequestType": "Update",
+            "ResponseURL": "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=s",
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/guid",
+            "RequestId": "req-2",
+            "LogicalResourceId": "L".repeat(512),
+            "PhysicalResourceId": id,
+            "ResourceType": "Custom::Echo",
+            "ResourceProperties": {"A": "2"},
+            "OldResourceProperties": {"A": "1"},
+        }));
+        // The request's own id, and a provider's of the same length.
+        for chosen in [None, Some(id.as_str())] {
+            let (data, reason) = cut(&request, chosen);
+            assert_eq!(data, json!({"PhysicalResourceId": id}));
+            assert!(!reason.ends_with(" [truncated]"), "the Reason fits whole beside them: {reason}");
+        }
+    }
+
+    #[test]
+    fn a_providers_id_an_answer_could_not_carry_is_signalled_failure() {
+        let request = request();
+        let cases = [
+            ("x".repeat(1_025), "of 1025 bytes"),
+            ("\"".repeat(600), "of 1200 bytes"),
+            ("db\u{1}".to_owned(), "control characters"),
+            (String::new(), "an empty PhysicalResourceId"),
+        ];
+        for (id, expected) in cases {
+            for data in [json!("small"), json!("x".repeat(10_000))] {
+                let success = Outcome::Success {
+                    physical_resource_id: Some(id.clone()),
+                    data: [("Blob".to_owned(), data)].into_iter().collect(),
+                    no_echo: false,
+                };
+                let (bytes, status) = signal_body(&request, success);
+                assert!(bytes.len() <= SIGNAL_BYTES_MAX, "{} bytes", bytes.len());
+                assert_eq!(status, SignalStatus::Failure, "{id:?}");
+                let signal = Signal::parse(&bytes).expect("a signal");
+                assert!(signal.reason.contains(expected), "{id:?}: {}", signal.reason);
+            }
+        }
     }
 }
