@@ -106,7 +106,7 @@ use self::attempts::{BACKOFF_MS_BASE, Sent, attempt, send};
 pub use self::expression::{Condition, Update};
 use self::expression::{Expression, Kind};
 use self::stored::{found, new_token, stamp, token_of};
-pub use crate::aws::{Failure, classify};
+pub use crate::aws::{Failure, REFRESH_LOOK_KEPT_MS, Refresh, classify, classify_read};
 
 /// A DynamoDB item or key: attribute names to values.
 pub type Item = HashMap<String, AttributeValue>;
@@ -224,11 +224,15 @@ impl From<Refusal> for FencedWriteError {
 }
 
 impl From<Failure> for ProviderError {
-    /// A DynamoDB failure of a provider's own call: retried if it may clear, FAILED if not.
+    /// A failure of a provider's own AWS call: retried under the same fence if certainly not
+    /// applied, run again under a higher fence if it may have been, left to a later invocation
+    /// if deferred (expired credentials: [`Refresh::reconsider`] it first, so that credentials
+    /// the SDK reloads are retried now), FAILED if it never will work.
     fn from(failure: Failure) -> Self {
         match failure {
-            Failure::NotApplied(text) | Failure::Deferred(text) => ProviderError::Transient(text),
+            Failure::NotApplied(text) => ProviderError::Transient(text),
             Failure::Unknown(text) => ProviderError::Unknown(text),
+            Failure::Deferred(text) => ProviderError::Deferred(text),
             Failure::Permanent(text) => ProviderError::Failed(text),
         }
     }
