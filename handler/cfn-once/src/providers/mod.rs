@@ -53,7 +53,3 @@ fn answer_drop(
         .inspect_err(|error| tracing::error!(%error, "the answer bucket is not usable"))?;
     Ok(Arc::new(answers))
 }
-
-#[cfg(test)]
-#[path = "deferred_tests.rs"]
-mod deferred_tests;

@@ -7,12 +7,12 @@
 use std::io::{BufRead, Write};
 use std::time::{Duration, SystemTime};
 
-use aws_credential_types::Credentials;
-use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_sdk_dynamodb::config::Credentials;
+use aws_sdk_dynamodb::config::SharedCredentialsProvider;
 
-use super::answers_itself::{AnswerDrop, AnswerObject, DropError};
-use super::function::{FunctionInvoker, InvokeError, LambdaInvoker};
-use super::s3_answers::S3AnswerDrop;
+use cfn_once::providers::answers_itself::{AnswerDrop, AnswerObject, DropError};
+use cfn_once::providers::function::{FunctionInvoker, InvokeError, LambdaInvoker};
+use cfn_once::providers::s3_answers::S3AnswerDrop;
 
 /// A loopback peer that answers every request with `status`, `headers` and `body`.
 fn refusing(status: u16, headers: &'static str, body: &'static str) -> String {
@@ -45,13 +45,13 @@ fn refusing(status: u16, headers: &'static str, body: &'static str) -> String {
 fn sdk_at(endpoint: &str, expiring: bool) -> aws_config::SdkConfig {
     let expiry = expiring.then(|| SystemTime::now() + Duration::from_secs(3_600));
     let credentials = Credentials::new("AKID", "secret", Some("token".into()), expiry, "test");
-    let tls = crate::adapters::https::client_config_with(&crate::adapters::https::Roots::Compiled).expect("tls");
+    let tls = cfn_once::adapters::https::client_config_with(&cfn_once::adapters::https::Roots::Compiled).expect("tls");
     aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .credentials_provider(SharedCredentialsProvider::new(credentials))
-        .http_client(crate::adapters::https::sdk_http_client(tls))
+        .http_client(cfn_once::adapters::https::sdk_http_client(tls))
         .build()
 }
 
@@ -96,7 +96,7 @@ async fn the_answer_bucket_defers_a_read_refused_for_expired_credentials_unless_
 /// providers' calls are, and retried now once `Refresh` says the credentials reload.
 #[tokio::test]
 async fn an_authors_own_call_refused_for_expired_credentials_is_deferred() {
-    use crate::fenced::{Failure, Refresh};
+    use cfn_once::fenced::{Failure, Refresh};
     use cfn_once_core::provider::ProviderError;
     let expired = || Failure::Deferred("ExpiredTokenException: expired".into());
     assert_eq!(ProviderError::from(expired()), ProviderError::Deferred("ExpiredTokenException: expired".into()));
