@@ -394,4 +394,82 @@ mod end_to_end {
         assert_eq!(text(answered.item.as_ref(), "Seats").as_deref(), Some("1"), "added once for the request");
         assert_eq!(answered.body.data.get("Seats"), Some(&json!("1")));
     }
+
+    /// The shipped `Custom::DynamoDBItem` adopting an item cfn-once did not write, its reply lost
+    /// (`Fault::ForwardThenReset` after moto applied it) or not: the write stands either way, and
+    /// the Data is the same (`!GetAtt Item.Adopted` works after a lost reply too).
+    async fn adopt(lose_reply: bool) -> ResponseBody {
+        let wire = Wire::new().await;
+        // A record from before the stack, at the key the resource names.
+        wire.region
+            .customer_dynamodb
+            .put_item()
+            .table_name(&wire.region.item_table)
+            .set_item(Some(item([("pk", AttributeValue::S("t1".into())), ("Plan", AttributeValue::S("old".into()))])))
+            .send()
+            .await
+            .expect("seed");
+        let allow = format!("{}/{}/", wire.proxy.url(), wire.region.bucket);
+        let config = wire.region.config(&[
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
+            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_LEASE_MS", "3000"),
+            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
+        ]);
+        let sdk = provision::sdk_config(&wire.proxy.url(), CUSTOMER_REGION).await;
+        let provider = cfn_once::providers::dynamodb_item::DynamoDbItem::new(
+            &sdk,
+            1_000,
+            config.item_tables.clone(),
+            config.table_name.clone(),
+        );
+        let router = Router::new().register(cfn_once::providers::dynamodb_item::DYNAMODB_ITEM_TYPE, provider);
+        let app: App = wire.region.app_behind(&wire.proxy, &config, router).await;
+        if lose_reply {
+            wire.proxy.inject(wire.calls("PutItem"), Fault::ForwardThenReset, 1);
+        }
+        let mut sent = wire.region.request("create-echo.json").await;
+        sent.request["ResourceType"] = json!(cfn_once::providers::dynamodb_item::DYNAMODB_ITEM_TYPE);
+        sent.request["ResourceProperties"] = json!({
+            "TableName": wire.region.item_table,
+            "Region": CUSTOMER_REGION,
+            "Key": {"pk": "t1"},
+            "Attributes": {"Plan": "new"},
+            "Adopt": "true",
+        });
+        wire.region.route_response_url(&mut sent, &wire.proxy.url());
+        wire.region.publish(&sent).await;
+        drain(&wire, &app, &sent).await;
+        let body = answered_once(&wire, &sent).await;
+        let stored = wire.stored("t1").await;
+        println!(
+            "adopting, reply lost: {lose_reply}: answered {:?} {}, Data {:?}; item Plan {:?}; calls: {}",
+            body.status,
+            body.reason.as_deref().unwrap_or(""),
+            body.data,
+            text(stored.as_ref(), "Plan"),
+            wire.attempts()
+        );
+        assert_eq!(text(stored.as_ref(), "Plan").as_deref(), Some("new"), "the write stands");
+        if lose_reply {
+            assert_eq!(wire.proxy.injected(), 1, "a reply was lost");
+        }
+        body
+    }
+
+    #[tokio::test]
+    async fn an_adopting_item_whose_reply_is_lost_says_it_adopted_as_when_the_reply_came() {
+        let (kept, lost) = (adopt(false).await, adopt(true).await);
+        assert_eq!(kept.status, Status::Success, "{:?}", kept.reason);
+        assert_eq!(kept.data.get("Adopted"), Some(&json!("true")));
+        assert_eq!(kept.data.get("AdoptedFrom"), Some(&json!("an item cfn-once did not write")));
+        assert_eq!(lost.status, Status::Success, "{:?}", lost.reason);
+        // Each run has a table of its own: the same Data but for its name.
+        fn adoption(body: &ResponseBody) -> (Vec<String>, Option<&serde_json::Value>, Option<&serde_json::Value>) {
+            (body.data.keys().cloned().collect(), body.data.get("Adopted"), body.data.get("AdoptedFrom"))
+        }
+        assert_eq!(adoption(&lost), adoption(&kept));
+    }
 }

@@ -14,6 +14,7 @@ mod duplicates;
 mod e2e;
 mod emf;
 mod esm;
+mod expired_credentials;
 mod fenced;
 mod fenced_unknown;
 mod formats;

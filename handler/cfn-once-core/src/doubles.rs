@@ -274,12 +274,14 @@ impl MetricsSink for RecordedMetrics {
 /// `Custom::Echo` that counts every run (clones share the counts), records the fence of each
 /// (and the fence it was told it took over from), and fails with [`ProviderError::Transient`]
 /// as many times as [`CountingEcho::fail_transiently`] says first, then with
-/// [`ProviderError::Unknown`] as many times as [`CountingEcho::lose_answers`] says.
+/// [`ProviderError::Unknown`] as many times as [`CountingEcho::lose_answers`] says, then with
+/// [`ProviderError::Deferred`] as many times as [`CountingEcho::defer`] says.
 #[derive(Debug, Clone, Default)]
 pub struct CountingEcho {
     calls: Arc<AtomicU32>,
     transient_failures: Arc<AtomicU32>,
     lost_answers: Arc<AtomicU32>,
+    deferrals: Arc<AtomicU32>,
     runs: Arc<Mutex<Vec<Run>>>,
 }
 
@@ -307,6 +309,12 @@ impl CountingEcho {
         self.lost_answers.store(times, Ordering::SeqCst);
     }
 
+    /// The next `times` runs are refused for credentials that expired: nothing done, to be
+    /// tried by a later invocation.
+    pub fn defer(&self, times: u32) {
+        self.deferrals.store(times, Ordering::SeqCst);
+    }
+
     fn run(&self, ctx: &ProviderContext) -> Result<(), ProviderError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         lock(&self.runs).push((ctx.fence.value, ctx.took_over_from));
@@ -318,6 +326,11 @@ impl CountingEcho {
         }
         if take(&self.lost_answers) {
             return Err(ProviderError::Unknown("the downstream call timed out after it was sent".into()));
+        }
+        if take(&self.deferrals) {
+            return Err(ProviderError::Deferred(
+                "ExpiredTokenException: The security token included in the request is expired".into(),
+            ));
         }
         Ok(())
     }

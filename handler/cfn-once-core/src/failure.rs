@@ -32,4 +32,15 @@ impl Failure {
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Self::Permanent(_))
     }
+
+    /// The failure of a call that changes nothing (a read: `GetItem`, `GetObject`, a
+    /// `Describe*`): an unknown outcome is not applied, since whatever the service did with a
+    /// read, nothing changed, and reading again is safe under the same fence
+    /// (`ProviderError::Transient`, not a rerun under a higher fence). The rest as it is.
+    pub fn of_read(self) -> Self {
+        match self {
+            Self::Unknown(text) => Self::NotApplied(text),
+            other => other,
+        }
+    }
 }

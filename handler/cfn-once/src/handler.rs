@@ -68,6 +68,16 @@ impl<'a> ProviderSetup<'a> {
         self.sdk
     }
 
+    /// Whether the SDK's credentials are loaded anew after they expire, for a provider's own
+    /// AWS calls: with `let refresh = setup.refresh()` kept in the provider,
+    /// `ProviderError::from(refresh.reconsider(classify(&error)).await)` retries a refusal for
+    /// expired credentials now where the SDK reloads them, and leaves it to a later invocation
+    /// (`ProviderError::Deferred`) where nothing does, as inside Lambda. It looks at the
+    /// credentials provider at most once a minute (`fenced::REFRESH_LOOK_KEPT_MS`).
+    pub fn refresh(&self) -> crate::fenced::Refresh {
+        crate::fenced::Refresh::of(self.sdk.credentials_provider())
+    }
+
     /// A provider setting the deployment gave, e.g. `setup.var("POLICY_TABLE")`.
     pub fn var(&self, name: &str) -> Option<&'a str> {
         self.environment.get(name).map(String::as_str)

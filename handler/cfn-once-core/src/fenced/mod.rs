@@ -91,9 +91,8 @@ pub enum FencedWriteError {
 impl From<FencedWriteError> for ProviderError {
     fn from(error: FencedWriteError) -> Self {
         match error {
-            FencedWriteError::Transient(_) | FencedWriteError::Deferred(_) => {
-                ProviderError::Transient(error.to_string())
-            }
+            FencedWriteError::Transient(_) => ProviderError::Transient(error.to_string()),
+            FencedWriteError::Deferred(_) => ProviderError::Deferred(error.to_string()),
             FencedWriteError::Unknown(_) => ProviderError::Unknown(error.to_string()),
             _ => ProviderError::Failed(error.to_string()),
         }
@@ -119,10 +118,14 @@ impl From<Refusal> for FencedWriteError {
 }
 
 impl From<Failure> for ProviderError {
-    /// A failure of a provider's own call: retried if it may clear, FAILED if not.
+    /// A failure of a provider's own AWS call: retried under the same fence if certainly not
+    /// applied, run again under a higher fence if it may have been, left to a later invocation
+    /// if deferred (expired credentials: `cfn_once::aws::Refresh::reconsider` it first, so that
+    /// credentials the SDK reloads are retried now), FAILED if it never will work.
     fn from(failure: Failure) -> Self {
         match failure {
-            Failure::NotApplied(text) | Failure::Deferred(text) => ProviderError::Transient(text),
+            Failure::NotApplied(text) => ProviderError::Transient(text),
+            Failure::Deferred(text) => ProviderError::Deferred(text),
             Failure::Unknown(text) => ProviderError::Unknown(text),
             Failure::Permanent(text) => ProviderError::Failed(text),
         }

@@ -334,6 +334,16 @@ pub enum ProviderError {
     /// with a higher fence: make its side effects fenced or idempotent.
     #[error("{0}")]
     Unknown(String),
+    /// Certainly not applied, and nothing this invocation can do changes that now: credentials
+    /// that expired and that nothing in this process can refresh (inside Lambda they come from
+    /// the sandbox's environment, which a reload reads unchanged). The run ends without an
+    /// answer, as for [`StoreError::Deferred`](crate::lease::StoreError::Deferred): the lease
+    /// is ended and the message comes back on a later receive (with the lease store's retry
+    /// backoff), when a later invocation, or the other region, runs the provider again under a
+    /// higher fence. Where the deadline leaves no time for that run, the request is answered
+    /// FAILED saying the credentials expired, never left to CloudFormation's timeout.
+    #[error("{0}")]
+    Deferred(String),
 }
 
 impl From<PropertyError> for ProviderError {

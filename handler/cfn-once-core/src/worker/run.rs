@@ -24,7 +24,7 @@ use futures_util::future::BoxFuture;
 use super::job::{Acted, Job, Phase, describe, fence_scope};
 use super::wait::still_in_progress;
 use super::{Worker, panic_message};
-use crate::budget::RunBound;
+use crate::budget::{RETRY_BACKOFF_BASE_MS, RunBound};
 use crate::clock::within;
 use crate::lease::{Conditional, PollRecord, StoreError};
 use crate::metrics::MetricEvent;
@@ -45,16 +45,27 @@ enum Run {
     Finished(Outcome),
     InProgress(Waiting),
     LeaseLost,
-    /// The provider's last call may have had effects nobody saw: it runs again only under a
-    /// higher fence.
-    OutcomeUnknown(String),
+    /// The provider's last call may have had effects nobody saw (`Again::Unknown`), or was
+    /// deferred to a later invocation (`Again::Deferred`): it runs again only under a higher
+    /// fence.
+    Again(Again),
+}
+
+/// Why a run ends without an answer, for the provider to run again under a higher fence; the
+/// reason already bounded.
+enum Again {
+    /// `ProviderError::Unknown`: its last call may have had effects nobody saw.
+    Unknown(String),
+    /// `ProviderError::Deferred`: its last call was refused for credentials that expired and
+    /// that nothing in this process refreshes.
+    Deferred(String),
 }
 
 /// What one run of the provider (its transient errors retried) came to.
 enum Ran {
     Progress(Progress),
-    /// `ProviderError::Unknown`, its reason already bounded.
-    Unknown(String),
+    /// `ProviderError::Unknown` or `ProviderError::Deferred`.
+    Again(Again),
 }
 
 impl Worker {
@@ -209,37 +220,44 @@ impl Worker {
                 self.metrics.record(MetricEvent::FenceConflict);
                 return self.retry(job, "the lease was taken over while the provider ran; nothing committed".into());
             }
-            Run::OutcomeUnknown(unknown) => return self.run_again_under_a_higher_fence(job, fence, unknown).await,
+            Run::Again(again) => return self.run_again_under_a_higher_fence(job, fence, again).await,
         };
         self.commit_and_send(job, fence, outcome).await
     }
 
-    /// After a provider call whose outcome is unknown: the provider never runs again under
-    /// `fence` (a Lambda Invoke whose answer was lost keeps running, and two runs under one
-    /// fence cannot be told apart by fenced writes). This delivery ends its lease and comes
-    /// back, and the next delivery takes the lease under a higher fence (a takeover, which the
-    /// provider is told of) and runs it again. Where the deadline leaves no time for that run,
-    /// the answer is FAILED saying the outcome is unknown.
-    async fn run_again_under_a_higher_fence(&self, job: &Job<'_>, fence: u64, unknown: String) -> Disposition {
+    /// After a provider call whose outcome is unknown, or that was deferred: the provider never
+    /// runs again under `fence` (a Lambda Invoke whose answer was lost keeps running, and two
+    /// runs under one fence cannot be told apart by fenced writes; a deferred run may have done
+    /// part of its work before the call that was refused). This delivery ends its lease and
+    /// comes back, and the next delivery takes the lease under a higher fence (a takeover,
+    /// which the provider is told of) and runs it again: at once after an unknown outcome, and
+    /// after a deferral with the backoff of a retry (as the lease store's deferral), never later
+    /// than a run still fits before the lease cap, so that the Reason of a last FAILED is the
+    /// deferral's. Where the deadline leaves no time for that run, the answer is FAILED saying
+    /// the outcome is unknown, or that the credentials expired.
+    async fn run_again_under_a_higher_fence(&self, job: &Job<'_>, fence: u64, again: Again) -> Disposition {
         let now_ms = self.clock.now_ms();
         // The next run takes the lease after the backoff floor; a run needs at least a minimum
         // before the lease cap. Without that, answer now.
-        let next_run_ms = now_ms + self.settings.skew_ms + u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        let floor_ms = u64::from(self.settings.applied_backoff_floor_s()) * 1000;
+        let next_run_ms = now_ms + self.settings.skew_ms + floor_ms;
         if job.budget.deadline_near(next_run_ms) || job.budget.run_window().closed(next_run_ms) {
+            let what = match &again {
+                Again::Unknown(unknown) => format!("the outcome of its last call is unknown ({unknown})"),
+                Again::Deferred(deferred) => format!(
+                    "its last call was refused for credentials that expired ({deferred}), which nothing in this invocation can refresh"
+                ),
+            };
             let reason = format!(
-                "{}: the outcome of its last call is unknown ({unknown}), and no time is left before {}, set by {}, to run it again under a higher fence",
+                "{}: {what}, and no time is left before {}, set by {}, to run it again under a higher fence",
                 describe(job.request),
                 job.phase.deadline_name(),
                 job.budget.deadline.describe()
             );
-            tracing::error!(reason, "provider outcome unknown near the deadline; answering FAILED");
+            tracing::error!(reason, "provider to run again near the deadline; answering FAILED");
             return self.commit_and_send(job, fence, Outcome::failed(reason)).await;
         }
-        tracing::warn!(
-            fence,
-            unknown,
-            "the provider's outcome is unknown: it runs again only under a higher fence; ending this lease"
-        );
+        tracing::warn!(fence, "the provider runs again only under a higher fence; ending this lease");
         // A lease that ends now is taken over at once; if this write fails, the lease ends
         // by itself at its time, and the takeover waits for that.
         let end_ms = job.budget.decide_end_ms();
@@ -252,18 +270,43 @@ impl Worker {
                 |record| (record.lease_until_ms == 0).then_some(()),
             )
             .await;
-        let until_ms = match ended {
+        let free_ms = match ended {
             Ok(_) => now_ms,
             Err(error) => {
                 tracing::warn!(fence, %error, "could not end the lease; it ends by itself");
                 job.budget.lease_until_ms(now_ms) + self.settings.skew_ms
             }
         };
-        self.come_back(
-            job,
-            until_ms + self.jitter_ms(),
-            &format!("the provider's outcome is unknown ({unknown}); it runs again under a higher fence"),
-        )
+        match again {
+            Again::Unknown(unknown) => self.come_back(
+                job,
+                free_ms + self.jitter_ms(),
+                &format!("the provider's outcome is unknown ({unknown}); it runs again under a higher fence"),
+            ),
+            Again::Deferred(deferred) => {
+                let delay_ms = full_jitter_ms(
+                    self.random.as_ref(),
+                    job.receive_count.saturating_sub(1),
+                    RETRY_BACKOFF_BASE_MS,
+                    self.settings.retry_backoff_max_ms(),
+                );
+                // Back while a run still fits: before the lease cap, less the skew margin the
+                // takeover waits and a second the backoff's rounding to whole seconds may add.
+                let latest_ms = job
+                    .budget
+                    .lease_cap_ms()
+                    .min(job.budget.deadline.latest_wake_ms(self.settings.deadline_margin_for_ms(&job.budget.deadline)))
+                    .saturating_sub(self.settings.skew_ms + 1_000);
+                let until_ms = free_ms.max(now_ms + delay_ms).min(latest_ms.max(free_ms));
+                self.come_back(
+                    job,
+                    until_ms,
+                    &format!(
+                        "the provider's call was refused for credentials that expired ({deferred}); a later invocation runs it again under a higher fence"
+                    ),
+                )
+            }
+        }
     }
 
     /// Commits and PUTs FAILED without running the provider: the request's deadline leaves no
@@ -383,7 +426,7 @@ impl Worker {
         match ended {
             Some(Ok(Ran::Progress(Progress::Finished(outcome)))) => Run::Finished(outcome),
             Some(Ok(Ran::Progress(Progress::InProgress(waiting)))) => Run::InProgress(waiting),
-            Some(Ok(Ran::Unknown(unknown))) => Run::OutcomeUnknown(unknown),
+            Some(Ok(Ran::Again(again))) => Run::Again(again),
             Some(Err(())) => {
                 tracing::warn!("heartbeat found the lease taken over; provider abandoned");
                 Run::LeaseLost
@@ -437,7 +480,12 @@ impl Worker {
                 Err(ProviderError::Unknown(reason)) => {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
                     tracing::warn!(attempt, reason, "the provider's outcome is unknown");
-                    return Ok(Ran::Unknown(reason));
+                    return Ok(Ran::Again(Again::Unknown(reason)));
+                }
+                Err(ProviderError::Deferred(reason)) => {
+                    let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);
+                    tracing::warn!(attempt, reason, "the provider's call was deferred to a later invocation");
+                    return Ok(Ran::Again(Again::Deferred(reason)));
                 }
                 Err(ProviderError::Failed(reason)) => {
                     let reason = foreign_text(&reason, PROVIDER_REASON_CHARS_MAX);

@@ -51,6 +51,9 @@ mod short_deadlines;
 #[path = "privilege_tests.rs"]
 mod privilege;
 
+#[path = "deferred_tests.rs"]
+mod deferred;
+
 const START_MS: u64 = 1_800_000_000_000;
 const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:cfn-once";
 const URL: &str = "https://cloudformation-custom-resource-response-useast1.s3.amazonaws.com/k?X-Amz-Signature=one";

@@ -12,3 +12,7 @@ pub mod sqs_queue;
 /// The answer bucket lives with the providers, beside the port it implements
 /// (`providers::answers_itself::AnswerDrop`); this path stays for the repository's tests.
 pub use crate::providers::s3_answers;
+
+#[cfg(test)]
+#[path = "classify_tests.rs"]
+mod classify_tests;

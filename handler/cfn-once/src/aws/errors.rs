@@ -24,14 +24,21 @@
 //!   ones; where the credentials carry an expiry, the identity cache does load new ones, and
 //!   [`Refresh::reconsider`] makes the refusal not applied. Everything else (a missing table,
 //!   access denied, a bad request): permanent.
-//! - **No answer after sending**: a timeout, a reset, an unreadable answer: unknown.
+//! - **No answer after sending**: a timeout, a reset, an unreadable answer: unknown. For a
+//!   read, which changes nothing, not applied ([`classify_read`], [`Failure::of_read`]).
+//!
+//! Deferred is deferred on every surface alike: the lease store leaves the message to a later
+//! invocation (`StoreError::Deferred`), and a provider's call (a Lambda Invoke, the answer
+//! bucket, a fenced write, an author's own call) ends its run unanswered
+//! (`ProviderError::Deferred`), to run again under a higher fence on a later receive, or to be
+//! answered FAILED saying the credentials expired where the deadline leaves no time for that.
 //!
 //! The worker retries within the invocation's time whatever is retryable now; the SDK clients
 //! make one attempt per call, so the decision is the worker's, deadline-aware.
 
 use std::error::Error;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use aws_runtime::retries::classifiers::{THROTTLING_ERRORS, TRANSIENT_ERRORS};
@@ -40,6 +47,16 @@ use aws_smithy_runtime_api::client::result::{ConnectorError, SdkError};
 use aws_smithy_types::date_time::{DateTime, Format};
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 pub use cfn_once_core::failure::Failure;
+
+/// What a failed read means ([`classify`], then [`Failure::of_read`]): a timeout, a 5xx or a
+/// reset of a call that changes nothing is only not applied, retried under the same fence, as
+/// `FencedTable::get_item` treats its own. Never for a write, whose unknown outcome may stand.
+pub fn classify_read<E>(error: &SdkError<E, HttpResponse>) -> Failure
+where
+    E: ProvideErrorMetadata + Error + 'static,
+{
+    classify(error).of_read()
+}
 
 /// How far, in ms, a request's signing time must be from its refusal's `Date` for the refusal to
 /// count as a clock skew: the AWS SDK's own threshold (`SKEW_DETECTION_THRESHOLD` in aws-runtime's
@@ -197,13 +214,24 @@ pub fn of_answer(status: u16, code: &str, signature_off_ms: Option<u64>, text: S
 /// without an expiry, and a reload reads the same ones: nothing here refreshes them, and the
 /// refusal is deferred to a later invocation. Credentials that carry an expiry (a container's,
 /// an instance's, an assumed role's) are loaded anew once it passes, so a retry within the
-/// invocation can succeed. Which kind the provider hands out is asked once, on the first
-/// refusal that needs it, and kept.
+/// invocation can succeed. Which kind the provider hands out is asked on the first refusal that
+/// needs it, and asked again on a refusal more than [`REFRESH_LOOK_KEPT_MS`] after the last look:
+/// a provider chain may hand out another kind later (a container's credentials that stop
+/// coming, a profile rewritten), and a look kept for the process's life would then retry, or
+/// defer, every refusal wrongly for as long as the sandbox lives. Clones share the look.
 #[derive(Debug, Clone)]
 pub struct Refresh {
     provider: Option<SharedCredentialsProvider>,
-    refreshes: Arc<tokio::sync::OnceCell<bool>>,
+    /// The last look: when it was taken, and what it found.
+    looked: Arc<tokio::sync::Mutex<Option<(Instant, bool)>>>,
 }
+
+/// How long a look at the credentials provider ([`Refresh`]) is kept, in ms: a minute. A wrong
+/// answer then costs at most one minute of refusals misread, the order of one provider run's
+/// retries of transient errors (the worker's retry budget) and far below the SDK identity cache's
+/// 15 minutes for credentials without an expiry; a look costs at most [`PROVIDER_LOOK_MS_MAX`],
+/// and only on a refusal of expired credentials, so once a minute is nothing.
+pub const REFRESH_LOOK_KEPT_MS: u64 = 60_000;
 
 /// The longest the provider is given to say which credentials it hands out. One that reads the
 /// environment answers at once; one that has to ask the network hands out expiring ones.
@@ -213,7 +241,7 @@ impl Refresh {
     /// For calls signed with `provider`'s credentials (`SdkConfig::credentials_provider`); `None`
     /// (unknown) refreshes nothing.
     pub fn of(provider: Option<SharedCredentialsProvider>) -> Self {
-        Self { provider, refreshes: Arc::default() }
+        Self { provider, looked: Arc::default() }
     }
 
     /// `failure` as the caller should act on it: a deferred refusal (expired credentials) is
@@ -225,20 +253,31 @@ impl Refresh {
         }
     }
 
-    async fn refreshes(&self) -> bool {
+    /// Whether the provider hands out credentials that the identity cache loads anew: the last
+    /// look's answer while it is fresh, or a new look.
+    pub async fn refreshes(&self) -> bool {
+        self.refreshes_at(Instant::now()).await
+    }
+
+    /// [`Refresh::refreshes`] at `now`.
+    async fn refreshes_at(&self, now: Instant) -> bool {
         let Some(provider) = &self.provider else { return false };
-        *self
-            .refreshes
-            .get_or_init(|| async {
-                let look = provider.provide_credentials();
-                match tokio::time::timeout(Duration::from_millis(PROVIDER_LOOK_MS_MAX), look).await {
-                    Ok(Ok(credentials)) => credentials.expiry().is_some(),
-                    // Nothing to load: no reload will bring new ones either.
-                    Ok(Err(_)) => false,
-                    Err(_) => true,
-                }
-            })
-            .await
+        // Held across the look, so concurrent refusals share one.
+        let mut looked = self.looked.lock().await;
+        if let Some((at, refreshes)) = *looked
+            && now.duration_since(at) < Duration::from_millis(REFRESH_LOOK_KEPT_MS)
+        {
+            return refreshes;
+        }
+        let look = provider.provide_credentials();
+        let refreshes = match tokio::time::timeout(Duration::from_millis(PROVIDER_LOOK_MS_MAX), look).await {
+            Ok(Ok(credentials)) => credentials.expiry().is_some(),
+            // Nothing to load: no reload will bring new ones either.
+            Ok(Err(_)) => false,
+            Err(_) => true,
+        };
+        *looked = Some((now, refreshes));
+        refreshes
     }
 }
 
@@ -269,272 +308,5 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use aws_smithy_types::body::SdkBody;
-    use aws_smithy_types::error::ErrorMetadata;
-
-    fn named(failure: &Failure) -> &'static str {
-        match failure {
-            Failure::NotApplied(_) => "not applied",
-            Failure::Unknown(_) => "unknown",
-            Failure::Deferred(_) => "deferred",
-            Failure::Permanent(_) => "permanent",
-        }
-    }
-
-    /// (status, code, expected): "not applied", "unknown", "deferred" or "permanent", for an
-    /// answer that measured no skew.
-    #[test]
-    fn answers_are_classified_by_status_and_code_as_the_sdk_retries_them() {
-        let cases = [
-            (500, "InternalServerError", "unknown"),
-            (500, "InternalFailure", "unknown"),
-            (500, "SomethingNobodyNamed", "unknown"),
-            (502, "", "unknown"),
-            (503, "", "unknown"),
-            (503, "ServiceUnavailable", "unknown"),
-            (504, "", "unknown"),
-            (599, "", "unknown"),
-            (400, "RequestTimeoutException", "unknown"),
-            (400, "RequestTimeout", "unknown"),
-            (400, "TransactionInProgressException", "unknown"),
-            (400, "PriorRequestNotComplete", "unknown"),
-            (400, "ThrottlingException", "not applied"),
-            (400, "ProvisionedThroughputExceededException", "not applied"),
-            (400, "RequestLimitExceeded", "not applied"),
-            (400, "LimitExceededException", "not applied"),
-            (503, "SlowDown", "not applied"),
-            (409, "ReplicatedWriteConflictException", "not applied"),
-            (400, "TransactionConflictException", "not applied"),
-            (429, "", "not applied"),
-            (400, "ExpiredTokenException", "deferred"),
-            (403, "ExpiredToken", "deferred"),
-            (400, "TokenRefreshRequired", "deferred"),
-            (400, "InvalidSignatureException", "permanent"),
-            (403, "SignatureDoesNotMatch", "permanent"),
-            (403, "RequestTimeTooSkewed", "permanent"),
-            (400, "RequestExpired", "permanent"),
-            (400, "ConditionalCheckFailedException", "permanent"),
-            (400, "ResourceNotFoundException", "permanent"),
-            (400, "AccessDeniedException", "permanent"),
-            (400, "ValidationException", "permanent"),
-            (403, "", "permanent"),
-            (404, "", "permanent"),
-        ];
-        for (status, code, expected) in cases {
-            assert_eq!(named(&of_answer(status, code, None, String::new())), expected, "HTTP {status} {code:?}");
-        }
-    }
-
-    #[test]
-    fn a_signature_refused_for_its_time_is_retried_only_when_a_skew_was_measured() {
-        for code in SKEW_CODES {
-            for (off_ms, expected) in [
-                (None, "permanent"),
-                (Some(0), "permanent"),
-                (Some(SKEW_MEASURED_MS_MIN), "permanent"),
-                (Some(SKEW_MEASURED_MS_MIN + 1), "not applied"),
-                (Some(20 * 60_000), "not applied"),
-            ] {
-                assert_eq!(named(&of_answer(403, code, off_ms, String::new())), expected, "{code} off by {off_ms:?} ms");
-            }
-        }
-        // Only the skew codes: a throttled answer from a skewed client is still only throttled.
-        assert_eq!(named(&of_answer(400, "ThrottlingException", Some(20 * 60_000), String::new())), "not applied");
-        assert_eq!(named(&of_answer(400, "ValidationException", Some(20 * 60_000), String::new())), "permanent");
-    }
-
-    fn answer(code: &str, date: Option<&str>, signed_at: Option<&str>) -> SdkError<ErrorMetadata, HttpResponse> {
-        let mut raw = HttpResponse::new(403.try_into().expect("status"), SdkBody::empty());
-        if let Some(date) = date {
-            raw.headers_mut().insert("date", date.to_owned());
-        }
-        if let Some(signed_at) = signed_at {
-            raw.add_extension(SignedAt::parse(signed_at).expect("an X-Amz-Date"));
-        }
-        SdkError::service_error(ErrorMetadata::builder().code(code).message("refused").build(), raw)
-    }
-
-    #[test]
-    fn the_skew_is_the_answers_date_against_the_requests_signing_time() {
-        let date = "Thu, 03 Dec 2026 16:15:00 GMT";
-        let check = |error: SdkError<ErrorMetadata, HttpResponse>, expected: &str| {
-            assert_eq!(named(&classify(&error)), expected, "{error:?}");
-        };
-        // Signed 20 minutes ahead, or behind, of the service's clock.
-        check(answer("InvalidSignatureException", Some(date), Some("20261203T163500Z")), "not applied");
-        check(answer("InvalidSignatureException", Some(date), Some("20261203T155500Z")), "not applied");
-        // Signed on the service's time: the signature is wrong for another reason.
-        check(answer("InvalidSignatureException", Some(date), Some("20261203T161502Z")), "permanent");
-        check(answer("AccessDeniedException", Some(date), Some("20261203T161502Z")), "permanent");
-        // Nothing to measure with: no Date, or no signing time.
-        check(answer("InvalidSignatureException", None, Some("20261203T163500Z")), "permanent");
-        check(answer("InvalidSignatureException", Some(date), None), "permanent");
-        let mut cached = HttpResponse::new(403.try_into().expect("status"), SdkBody::empty());
-        cached.headers_mut().insert("date", date.to_owned());
-        cached.headers_mut().insert("age", "30".to_owned());
-        cached.add_extension(SignedAt::parse("20261203T163500Z").expect("an X-Amz-Date"));
-        assert_eq!(signature_off_ms(&cached), None, "a cached answer's Date measures nothing");
-        assert_eq!(SignedAt::parse("2026-12-03T16:35:00Z"), None);
-        assert_eq!(SignedAt::parse("20261203T1635000"), None);
-    }
-
-    #[tokio::test]
-    async fn expired_credentials_are_retried_only_where_something_refreshes_them() {
-        use aws_credential_types::Credentials;
-        let expired = || Failure::Deferred("ExpiredTokenException: expired".into());
-        // The sandbox's environment, or credentials given in code: no expiry, nothing reloads them.
-        let environment = Credentials::new("AKID", "secret", Some("token".into()), None, "Environment");
-        let refresh = Refresh::of(Some(SharedCredentialsProvider::new(environment)));
-        assert_eq!(named(&refresh.reconsider(expired()).await), "deferred");
-        assert_eq!(named(&Refresh::of(None).reconsider(expired()).await), "deferred");
-        // Credentials that expire are loaded anew by the identity cache.
-        let expiring = Credentials::new(
-            "AKID",
-            "secret",
-            Some("token".into()),
-            Some(SystemTime::now() + Duration::from_secs(3_600)),
-            "Container",
-        );
-        let refresh = Refresh::of(Some(SharedCredentialsProvider::new(expiring)));
-        assert_eq!(named(&refresh.reconsider(expired()).await), "not applied");
-        // Nothing else is reconsidered.
-        for other in [
-            Failure::Unknown(String::new()),
-            Failure::Permanent(String::new()),
-            Failure::NotApplied(String::new()),
-        ] {
-            assert_eq!(refresh.reconsider(other.clone()).await, other);
-        }
-    }
-
-    /// A DynamoDB client as the function builds it (its HTTP client, one attempt, explicit
-    /// timeouts) for `endpoint` (`None`: none, and no region either), signing with `credentials`.
-    fn dynamodb_at(endpoint: Option<&str>, credentials: SharedCredentialsProvider) -> aws_sdk_dynamodb::Client {
-        let tls = crate::adapters::https::client_config_with(&crate::adapters::https::Roots::Compiled).expect("tls");
-        let mut config = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-            .credentials_provider(credentials)
-            .http_client(crate::adapters::https::sdk_http_client(tls))
-            .timeout_config(crate::aws::call_timeouts(2_000))
-            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::standard().with_max_attempts(1));
-        if let Some(endpoint) = endpoint {
-            config = config.endpoint_url(endpoint).region(aws_sdk_dynamodb::config::Region::new("us-east-1"));
-        }
-        aws_sdk_dynamodb::Client::from_conf(config.build())
-    }
-
-    fn test_credentials() -> SharedCredentialsProvider {
-        SharedCredentialsProvider::new(aws_credential_types::Credentials::new("AKID", "secret", None, None, "test"))
-    }
-
-    /// What one GetItem at `endpoint` fails with, classified.
-    async fn get_item_at(endpoint: Option<&str>, credentials: SharedCredentialsProvider) -> Failure {
-        let error = dynamodb_at(endpoint, credentials)
-            .get_item()
-            .table_name("leases")
-            .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("k".into()))
-            .send()
-            .await
-            .expect_err("nothing answers");
-        classify(&error)
-    }
-
-    /// A loopback listener that hands each connection to `serve` on its own thread, and counts
-    /// the connections.
-    fn listener(
-        serve: impl Fn(std::net::TcpStream) + Send + Sync + 'static,
-    ) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("address").port();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (counted, serve) = (Arc::clone(&accepted), Arc::new(serve));
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let serve = Arc::clone(&serve);
-                std::thread::spawn(move || serve(stream));
-            }
-        });
-        (port, accepted)
-    }
-
-    /// Reads a request's head (up to its blank line), so the peer has certainly sent it.
-    fn read_head(stream: &std::net::TcpStream) {
-        use std::io::BufRead;
-        let mut reader = std::io::BufReader::new(stream);
-        let mut line = String::new();
-        while reader.read_line(&mut line).is_ok_and(|read| read > 0) && line != "\r\n" {
-            line.clear();
-        }
-    }
-
-    #[tokio::test]
-    async fn a_refused_connection_sent_nothing() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
-        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
-        assert_eq!(named(&failure), "not applied", "{failure:?}");
-    }
-
-    #[tokio::test]
-    async fn a_name_that_does_not_resolve_sent_nothing() {
-        let failure = get_item_at(Some("http://cfn-once-nowhere.invalid"), test_credentials()).await;
-        assert_eq!(named(&failure), "not applied", "{failure:?}");
-    }
-
-    #[tokio::test]
-    async fn a_failed_tls_handshake_sent_nothing() {
-        // A peer that answers the ClientHello in plain HTTP.
-        let (port, _) = listener(|mut stream| {
-            use std::io::Write;
-            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
-        });
-        let failure = get_item_at(Some(&format!("https://127.0.0.1:{port}")), test_credentials()).await;
-        assert_eq!(named(&failure), "not applied", "{failure:?}");
-    }
-
-    #[tokio::test]
-    async fn credentials_that_cannot_be_loaded_sent_nothing() {
-        #[derive(Debug)]
-        struct Missing;
-        impl ProvideCredentials for Missing {
-            fn provide_credentials<'a>(&'a self) -> aws_credential_types::provider::future::ProvideCredentials<'a>
-            where
-                Self: 'a,
-            {
-                aws_credential_types::provider::future::ProvideCredentials::ready(Err(
-                    aws_credential_types::provider::error::CredentialsError::not_loaded("no credentials in this test"),
-                ))
-            }
-        }
-        let (port, accepted) = listener(|_| {});
-        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), SharedCredentialsProvider::new(Missing)).await;
-        assert_eq!(named(&failure), "not applied", "{failure:?}");
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing connected");
-    }
-
-    #[tokio::test]
-    async fn an_endpoint_that_cannot_be_resolved_sent_nothing() {
-        // No endpoint and no region: the SDK's endpoint rules have nowhere to send it.
-        let failure = get_item_at(None, test_credentials()).await;
-        assert_eq!(named(&failure), "not applied", "{failure:?}");
-    }
-
-    #[tokio::test]
-    async fn a_connection_closed_after_the_request_was_sent_is_unknown() {
-        let (port, _) = listener(|stream| read_head(&stream));
-        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
-        assert_eq!(named(&failure), "unknown", "{failure:?}");
-    }
-
-    #[tokio::test]
-    async fn no_answer_after_the_request_was_sent_is_unknown() {
-        let (port, _) = listener(|stream| {
-            read_head(&stream);
-            std::thread::sleep(Duration::from_secs(5));
-        });
-        let failure = get_item_at(Some(&format!("http://127.0.0.1:{port}")), test_credentials()).await;
-        assert_eq!(named(&failure), "unknown", "{failure:?}");
-    }
-}
+#[path = "errors_tests.rs"]
+mod tests;

@@ -7,4 +7,7 @@ mod clients;
 mod errors;
 
 pub use clients::{call_timeouts, dynamodb_client, dynamodb_config};
-pub use errors::{Failure, Refresh, SKEW_MEASURED_MS_MIN, SignedAt, brief, classify, of_answer, signature_off_ms};
+pub use errors::{
+    Failure, REFRESH_LOOK_KEPT_MS, Refresh, SKEW_MEASURED_MS_MIN, SignedAt, brief, classify, classify_read, of_answer,
+    signature_off_ms,
+};

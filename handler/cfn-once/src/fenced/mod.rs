@@ -113,7 +113,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::clock::Clock;
 use cfn_once_core::fenced::{
-    BACKOFF_MS_BASE, Expression, Kind, Sent, carries, found, identity, send, stale_tokens, stamp,
+    Attempt, BACKOFF_MS_BASE, Expression, Failed, Kind, Sent, carries, found, identity, send, stale_tokens, stamp,
 };
 pub use cfn_once_core::fenced::{
     DELETED_ATTRIBUTE, EXPIRES_ATTRIBUTE, FENCE_ATTRIBUTE, FencedWriteError, OWNER_ATTRIBUTE, SCOPE_ATTRIBUTE,
@@ -125,7 +125,7 @@ pub use cfn_once_core::ownership::{Deleted, Found, Owner, WriteRules, Written};
 use self::attempts::attempt;
 use self::expression::Sdk;
 pub use self::expression::{Condition, Update};
-pub use crate::aws::{Failure, classify};
+pub use crate::aws::{Failure, REFRESH_LOOK_KEPT_MS, Refresh, classify, classify_read};
 use crate::clock::SystemClock;
 
 /// A DynamoDB item or key: attribute names to values.
@@ -159,6 +159,8 @@ pub const CALL_TIMEOUT_MS_DEFAULT: u64 = cfn_once_core::config::STORE_TIMEOUT_MS
 pub struct FencedTable {
     client: Client,
     table_name: String,
+    /// Whether expired credentials are reloaded here (sent again now) or not (deferred).
+    refresh: Refresh,
 }
 
 /// One write being put together: its rules, and a condition of your own.
@@ -176,7 +178,10 @@ impl FencedTable {
     /// [`CALL_TIMEOUT_MS_DEFAULT`] (connecting after at most 2 s of it).
     pub fn new(sdk: &SdkConfig, table_name: impl Into<String>) -> Self {
         let config = crate::aws::dynamodb_config(sdk, CALL_TIMEOUT_MS_DEFAULT).build();
-        Self::with_client(Client::from_conf(config), table_name)
+        Self {
+            refresh: Refresh::of(sdk.credentials_provider()),
+            ..Self::with_client(Client::from_conf(config), table_name)
+        }
     }
 
     /// The same table in `region` (an AWS region name, e.g. `eu-west-1`).
@@ -195,8 +200,9 @@ impl FencedTable {
     /// Fenced writes to `table_name` through `client`, which must make one attempt per call with
     /// explicit timeouts (`aws::dynamodb_client` makes one): a retry inside the SDK after an
     /// unknown outcome is what the table's own attempts exist to see.
+    /// Expired credentials are deferred (`Refresh::of(None)`: nothing known to reload them).
     pub(crate) fn with_client(client: Client, table_name: impl Into<String>) -> Self {
-        Self { client, table_name: table_name.into() }
+        Self { client, table_name: table_name.into(), refresh: Refresh::of(None) }
     }
 
     /// The table's name.
@@ -232,7 +238,7 @@ impl FencedTable {
         let read = || {
             let call =
                 self.client.get_item().table_name(&self.table_name).set_key(Some(key.clone())).consistent_read(true);
-            async move { attempt(call.send().await) }
+            async move { self.reconsidered(attempt(call.send().await)).await }
         };
         let item = match send(&self.table_name, &SystemClock, BACKOFF_MS_BASE, read).await {
             Ok(Sent::Applied(output)) => output.item,
@@ -242,6 +248,17 @@ impl FencedTable {
             Err(error) => return Err(error),
         };
         Ok(item.filter(|item| !item.contains_key(DELETED_ATTRIBUTE)))
+    }
+
+    /// An attempt as the table acts on it: expired credentials that the SDK reloads here are
+    /// not applied (sent again now), others deferred to a later invocation.
+    async fn reconsidered<T>(&self, attempt: Attempt<T, Item>) -> Attempt<T, Item> {
+        match attempt {
+            Attempt::Failed(Failed::Other(failure @ Failure::Deferred(_))) => {
+                Attempt::Failed(Failed::Other(self.refresh.reconsider(failure).await))
+            }
+            other => other,
+        }
     }
 
     /// Removes `stale` tokens from the item at `key`, if it is still there: housekeeping, which
@@ -294,7 +311,7 @@ impl Write<'_> {
                 .set_expression_attribute_values(Some(expression.values.clone()))
                 .return_values(ReturnValue::AllOld)
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-            async move { attempt(call.send().await) }
+            async move { table.reconsidered(attempt(call.send().await)).await }
         };
         match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, put).await? {
             Sent::Applied(output) => Ok(self.written(output.attributes.as_ref())),
@@ -326,7 +343,7 @@ impl Write<'_> {
                 .set_expression_attribute_values(Some(expression.values.clone()))
                 .return_values(ReturnValue::AllNew)
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-            async move { attempt(call.send().await) }
+            async move { table.reconsidered(attempt(call.send().await)).await }
         };
         match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, update).await? {
             Sent::Applied(output) => {
@@ -380,7 +397,7 @@ impl Write<'_> {
                 .set_expression_attribute_values(Some(expression.values.clone()))
                 .return_values(ReturnValue::AllOld)
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-            async move { attempt(call.send().await) }
+            async move { table.reconsidered(attempt(call.send().await)).await }
         };
         match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, delete).await? {
             // A fenced-only delete of a key with no item (or a tombstone) succeeds: say so.
@@ -416,7 +433,7 @@ impl Write<'_> {
                 .set_expression_attribute_names(Some(expression.names.clone()))
                 .set_expression_attribute_values(Some(expression.values.clone()))
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-            async move { attempt(call.send().await) }
+            async move { table.reconsidered(attempt(call.send().await)).await }
         };
         match send(&table.table_name, &SystemClock, BACKOFF_MS_BASE, put).await? {
             Sent::Applied(_) => Ok(Deleted::Deleted),

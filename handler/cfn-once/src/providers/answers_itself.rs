@@ -58,6 +58,10 @@ pub enum DropError {
     /// Worth trying again: a 5xx, throttling, a network failure, a timeout.
     #[error("{0}")]
     Transient(String),
+    /// Refused for credentials that expired and that nothing in this process refreshes
+    /// (`aws::Refresh`): a later invocation tries again (`ProviderError::Deferred`).
+    #[error("{0}")]
+    Deferred(String),
     /// Will not work by trying again: access denied, no such bucket, credentials missing.
     #[error("{0}")]
     Permanent(String),

@@ -54,7 +54,9 @@ use cfn_once_core::request::PHYSICAL_ID_BYTES_MAX;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::fenced::{Deleted, FENCE_ATTRIBUTE, FencedTable, FencedWriteError, SCOPE_ATTRIBUTE, Written};
+use crate::fenced::{
+    Deleted, FENCE_ATTRIBUTE, FencedTable, FencedWriteError, Owner, SCOPE_ATTRIBUTE, WriteRules, Written,
+};
 use cfn_once_core::aws_names::{ItemTables, TableRef, is_region};
 
 /// The ResourceType this provider is registered under.
@@ -181,8 +183,16 @@ impl DynamoDbItem {
         }
         // Only a privileged request takes over what is not its own (CFN_ONCE_PRIVILEGED_TOPIC_ARNS):
         // any other writes as without Adopt, so a free key or its own item is written as ever.
-        let rules = ctx.owned().adopting(properties.adopt && ctx.privileged);
-        let written = match self.table(&region, &properties.table_name).write(rules).put(key, attributes).await {
+        let adopting = properties.adopt && ctx.privileged;
+        let rules = ctx.owned().adopting(adopting);
+        let table = self.table(&region, &properties.table_name);
+        // Whose item an adopting write would take over, read before it: a write whose reply was
+        // lost answers only that it stands (`Written::Stands`), and the item then carries this
+        // resource's owner, so the Data would otherwise say `Adopted` only when the reply came
+        // back. The read decides nothing (the write's one condition does); only the Data of a
+        // write that stands is taken from it.
+        let before = if adopting { Some(previous_owner(&table, &key, &rules).await?) } else { None };
+        let written = match table.write(rules).put(key, attributes).await {
             Ok(written) => written,
             Err(FencedWriteError::OwnedByAnother { owner }) => {
                 let whose = match owner {
@@ -207,13 +217,35 @@ impl DynamoDbItem {
             .data("TableName", properties.table_name.as_str())
             .data("Region", region.as_str())
             .data("Key", key_json.as_str());
-        if let Written::Adopted { previous_owner } = written {
+        let adopted_from = match (written, before) {
+            (Written::Adopted { previous_owner }, _) | (Written::Stands, Some(Some(previous_owner))) => {
+                Some(previous_owner)
+            }
+            _ => None,
+        };
+        if let Some(previous_owner) = adopted_from {
             let from =
                 previous_owner.map_or_else(|| "an item cfn-once did not write".to_owned(), |owner| owner.to_string());
             output = output.data("Adopted", "true").data("AdoptedFrom", from);
         }
         Ok(output)
     }
+}
+
+/// Whether a write under `rules` would take over the item at `key` as it is now, read
+/// consistently: `Some(owner)` (its owner, `None` for an item cfn-once did not write) if it would,
+/// `None` if there is no item or it is this resource's own.
+async fn previous_owner(
+    table: &FencedTable,
+    key: &HashMap<String, AttributeValue>,
+    rules: &WriteRules,
+) -> Result<Option<Option<Owner>>, ProviderError> {
+    let Some(item) = table.get_item(key.clone()).await? else { return Ok(None) };
+    let owner = match item.get(crate::fenced::OWNER_ATTRIBUTE) {
+        Some(AttributeValue::S(owner)) => Some(Owner::from_stored(owner.clone())),
+        _ => None,
+    };
+    Ok((owner != rules.owner).then_some(owner))
 }
 
 #[async_trait]

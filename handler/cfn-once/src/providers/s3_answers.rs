@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::presigning::PresigningConfig;
 
-use crate::aws::{Failure, classify};
+use crate::aws::{Failure, Refresh, classify, classify_read};
 use crate::providers::answers_itself::{AnswerDrop, AnswerObject, DropError, UploadUrl};
 
 /// The answer bucket of this region, and reads of the other region's.
@@ -33,6 +33,8 @@ pub struct S3AnswerDrop {
     configs: HashMap<String, aws_config::SdkConfig>,
     /// Clients of other regions, made at their first read.
     others: Mutex<HashMap<String, aws_sdk_s3::Client>>,
+    /// Whether expired credentials are loaded anew (else a refusal for them is deferred).
+    refresh: Refresh,
 }
 
 impl S3AnswerDrop {
@@ -51,6 +53,7 @@ impl S3AnswerDrop {
             timeout_ms,
             configs: HashMap::new(),
             others: Mutex::default(),
+            refresh: Refresh::of(sdk.credentials_provider()),
         })
     }
 
@@ -93,6 +96,7 @@ fn client(sdk: &aws_config::SdkConfig, timeout_ms: u64) -> aws_sdk_s3::Client {
 /// A failed S3 call as the port's error.
 fn drop_error(failure: Failure) -> DropError {
     match failure {
+        Failure::Deferred(text) => DropError::Deferred(text),
         Failure::Permanent(text) => DropError::Permanent(format!(
             "{text} (the function's role needs s3:GetObject on both regions' answer buckets' answers/ and s3:ListBucket on them, which the regional template grants)"
         )),
@@ -120,7 +124,11 @@ impl AnswerDrop for S3AnswerDrop {
             .key(key)
             .presigned(presigning)
             .await
-            .map_err(|error| drop_error(classify(&error)))?;
+            .map_err(|error| classify(&error));
+        let presigned = match presigned {
+            Ok(presigned) => presigned,
+            Err(failure) => return Err(drop_error(self.refresh.reconsider(failure).await)),
+        };
         Ok(UploadUrl::new(presigned.uri().to_owned()))
     }
 
@@ -130,7 +138,8 @@ impl AnswerDrop for S3AnswerDrop {
             let object = match client.get_object().bucket(&object.bucket).key(&object.key).send().await {
                 Ok(object) => object,
                 Err(error) if error.as_service_error().is_some_and(GetObjectError::is_no_such_key) => return Ok(None),
-                Err(error) => return Err(drop_error(classify(&error))),
+                // A read: whatever its outcome, nothing changed.
+                Err(error) => return Err(drop_error(self.refresh.reconsider(classify_read(&error)).await)),
             };
             // Past the limit: answer with as much as shows it is too long, without reading it.
             if object.content_length().is_some_and(|length| usize::try_from(length).map_or(true, |n| n > limit)) {

@@ -182,6 +182,7 @@ pub const UNREADABLE_POLLS_MAX: u64 = 2;
 fn drop_error(error: DropError) -> ProviderError {
     match error {
         DropError::Transient(why) => ProviderError::Transient(why),
+        DropError::Deferred(why) => ProviderError::Deferred(why),
         DropError::Permanent(why) => ProviderError::Failed(why),
     }
 }

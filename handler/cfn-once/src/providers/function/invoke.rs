@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::payload::{function_error, kind_of, with_cfn_once};
 use super::timeouts::{Plan, fits, plan};
-use crate::aws::{Failure, classify};
+use crate::aws::{Failure, Refresh, classify, classify_read};
 
 /// How long reading a function's configuration may take.
 const CONFIGURATION_TIMEOUT_MS: u64 = 5_000;
@@ -40,6 +40,12 @@ pub enum InvokeError {
     /// it is never invoked again under the same fence (see `ProviderError::Unknown`).
     #[error("{0}")]
     Unknown(String),
+    /// The function certainly did not run, and nothing this invocation can do changes that
+    /// now: the Invoke was refused for credentials that expired and that nothing in this
+    /// process refreshes (`aws::Refresh`). A later invocation tries again
+    /// (`ProviderError::Deferred`).
+    #[error("{0}")]
+    Deferred(String),
     /// Will not work by trying again: no such function, access denied, a payload refused.
     #[error("{0}")]
     Permanent(String),
@@ -58,11 +64,13 @@ pub trait FunctionInvoker: Send + Sync + std::fmt::Debug {
 /// The AWS Lambda Invoke API through `aws-sdk-lambda`, one attempt per call (the worker retries),
 /// and each function's timeout from `GetFunctionConfiguration`, read once per function and kept
 /// for the life of the process (a function whose timeout changes is served with the new one by
-/// the next execution environment).
+/// the next execution environment). A call refused for expired credentials is deferred unless
+/// the SDK's credentials refresh (`aws::Refresh`).
 #[derive(Debug, Clone)]
 pub struct LambdaInvoker {
     client: aws_sdk_lambda::Client,
     timeouts_ms: Arc<Mutex<BTreeMap<String, u64>>>,
+    refresh: Refresh,
 }
 
 impl LambdaInvoker {
@@ -71,7 +79,11 @@ impl LambdaInvoker {
         let config = aws_sdk_lambda::config::Builder::from(sdk)
             .retry_config(aws_sdk_lambda::config::retry::RetryConfig::standard().with_max_attempts(1))
             .build();
-        Self { client: aws_sdk_lambda::Client::from_conf(config), timeouts_ms: Arc::default() }
+        Self {
+            client: aws_sdk_lambda::Client::from_conf(config),
+            timeouts_ms: Arc::default(),
+            refresh: Refresh::of(sdk.credentials_provider()),
+        }
     }
 }
 
@@ -90,7 +102,7 @@ impl FunctionInvoker for LambdaInvoker {
             }
             Ok(Ok(output)) => output,
             Ok(Err(error)) => {
-                let failure = classify(&error);
+                let failure = self.refresh.reconsider(classify(&error)).await;
                 // A function being updated or not ready yet refused the Invoke unrun, and will
                 // take one shortly.
                 let busy = matches!(
@@ -100,7 +112,8 @@ impl FunctionInvoker for LambdaInvoker {
                 let why = |text: String| format!("the Invoke of {function} failed: {text}");
                 return Err(match failure {
                     _ if busy => InvokeError::Transient(why(failure.into_text())),
-                    Failure::NotApplied(text) | Failure::Deferred(text) => InvokeError::Transient(why(text)),
+                    Failure::NotApplied(text) => InvokeError::Transient(why(text)),
+                    Failure::Deferred(text) => InvokeError::Deferred(why(text)),
                     Failure::Unknown(text) => InvokeError::Unknown(why(text)),
                     Failure::Permanent(text) => InvokeError::Permanent(why(text)),
                 });
@@ -123,7 +136,9 @@ impl FunctionInvoker for LambdaInvoker {
             }
             Ok(Ok(output)) => output,
             Ok(Err(error)) => {
-                return Err(match classify(&error) {
+                // A read: whatever its outcome, nothing ran.
+                return Err(match self.refresh.reconsider(classify_read(&error)).await {
+                    Failure::Deferred(text) => InvokeError::Deferred(why(text)),
                     Failure::Permanent(text) => InvokeError::Permanent(why(format!(
                         "{text} (the handler needs lambda:GetFunctionConfiguration on the function, next to lambda:InvokeFunction)"
                     ))),
@@ -163,6 +178,8 @@ impl Caller<'_> {
             InvokeError::Transient(why) => ProviderError::Transient(why),
             // Invoked again only under a higher fence: the function may be running still.
             InvokeError::Unknown(why) => ProviderError::Unknown(why),
+            // Nothing ran: a later invocation, whose credentials may be new, invokes it.
+            InvokeError::Deferred(why) => ProviderError::Deferred(why),
             InvokeError::Permanent(why) => ProviderError::Failed(why),
         };
         let function_timeout_ms = self.invoker.timeout_ms(function).await.map_err(|error| match error {
@@ -220,7 +237,12 @@ pub async fn check_at_start<'a>(
                     problems.push(why);
                 }
             }
-            Err(InvokeError::Permanent(why) | InvokeError::Transient(why) | InvokeError::Unknown(why)) => {
+            Err(
+                InvokeError::Permanent(why)
+                | InvokeError::Transient(why)
+                | InvokeError::Unknown(why)
+                | InvokeError::Deferred(why),
+            ) => {
                 tracing::warn!(function, why, "could not learn the function's timeout at start: its first Invoke will");
             }
         }

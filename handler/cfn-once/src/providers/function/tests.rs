@@ -254,6 +254,26 @@ fn an_invoke_whose_outcome_is_unknown_runs_again_only_under_a_higher_fence() {
 }
 
 #[test]
+fn an_invoke_refused_for_expired_credentials_is_left_to_a_later_invocation_under_a_higher_fence() {
+    let script = Arc::new(Script::default());
+    script.then(
+        "on-event",
+        Err(InvokeError::Deferred("the Invoke of on-event failed: ExpiredTokenException: expired".into())),
+    );
+    script.then("on-event", ok(json!({"PhysicalResourceId": "r-ex"})));
+    let created = kit(&script, false).create("Custom::Reservation", json!({"Name": "ex"}));
+    assert_eq!((created.status(), created.physical_resource_id()), (Some(Status::Success), "r-ex"));
+    let fences: Vec<(Value, Value)> = script
+        .events()
+        .iter()
+        .map(|(_, event)| (event["CfnOnce"]["Fence"]["Value"].clone(), event["CfnOnce"]["TookOverFrom"].clone()))
+        .collect();
+    // Not retried under the same fence within the invocation (a transient error would be): the
+    // run ended unanswered and a later delivery took it over.
+    assert_eq!(fences, vec![(json!(1), Value::Null), (json!(2), json!(1))]);
+}
+
+#[test]
 fn an_is_complete_whose_outcome_is_unknown_is_polled_again_under_a_higher_fence() {
     let script = Arc::new(Script::default());
     script.then("on-event", ok(json!({"PhysicalResourceId": "r-hu"})));
