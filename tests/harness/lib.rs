@@ -281,6 +281,23 @@ impl LocalRegion {
         Config::from_lookup(|name| vars.get(name).cloned()).expect("valid test configuration")
     }
 
+    /// The configuration of a handler whose AWS calls go through the fault proxy at `proxy_url`:
+    /// responses allowed there, every call given up after 1 s, a 3 s lease heartbeated every
+    /// second, so that injected faults settle within a test; then `overrides`.
+    pub fn config_behind(&self, proxy_url: &str, overrides: &[(&str, &str)]) -> Config {
+        let allow = format!("{proxy_url}/{}/", self.bucket);
+        let mut settings = vec![
+            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
+            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
+            ("CFN_ONCE_LEASE_MS", "3000"),
+            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
+        ];
+        settings.extend_from_slice(overrides);
+        self.config(&settings)
+    }
+
     /// The production wiring on this region's resources (counting DynamoDB calls).
     pub fn app(&self, config: &Config) -> App {
         self.app_with(

@@ -285,15 +285,7 @@ mod end_to_end {
     /// and checks it was answered once.
     async fn create(write: &str, inject: impl FnOnce(&Wire)) -> Answered {
         let wire = Wire::new().await;
-        let allow = format!("{}/{}/", wire.proxy.url(), wire.region.bucket);
-        let config = wire.region.config(&[
-            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
-            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_LEASE_MS", "3000"),
-            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
-        ]);
+        let config = wire.region.config_behind(&wire.proxy.url(), &[]);
         let runs = Arc::new(Mutex::new(Vec::new()));
         let seats = Seats { table: wire.table.clone(), runs: Arc::clone(&runs) };
         let app: App = wire.region.app_behind(&wire.proxy, &config, Router::new().register(SEATS_TYPE, seats)).await;
@@ -409,15 +401,7 @@ mod end_to_end {
             .send()
             .await
             .expect("seed");
-        let allow = format!("{}/{}/", wire.proxy.url(), wire.region.bucket);
-        let config = wire.region.config(&[
-            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
-            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_LEASE_MS", "3000"),
-            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
-        ]);
+        let config = wire.region.config_behind(&wire.proxy.url(), &[]);
         let sdk = provision::sdk_config(&wire.proxy.url(), CUSTOMER_REGION).await;
         let provider = cfn_once::providers::dynamodb_item::DynamoDbItem::new(
             &sdk,

@@ -66,17 +66,7 @@ impl Faulty {
     ) -> Self {
         let region = LocalRegion::new(Options { visibility_timeout_s: 3, ..Options::default() }).await;
         let proxy = FaultProxy::start(&region.endpoint);
-        let allow = format!("{}/{}/", proxy.url(), region.bucket);
-        let mut settings = vec![
-            ("CFN_ONCE_RESPONSE_URL_ALLOW", allow.as_str()),
-            ("CFN_ONCE_STORE_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_PUT_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_SQS_TIMEOUT_MS", "1000"),
-            ("CFN_ONCE_LEASE_MS", "3000"),
-            ("CFN_ONCE_HEARTBEAT_MS", "1000"),
-        ];
-        settings.extend_from_slice(overrides);
-        let config = region.config(&settings);
+        let config = region.config_behind(&proxy.url(), overrides);
         let counting = CountingEcho::default();
         let router = Router::new().register(ECHO_TYPE, Echo).register(COUNTING_TYPE, counting.clone());
         let tls = cfn_once::adapters::https::client_config().expect("the function's TLS configuration");

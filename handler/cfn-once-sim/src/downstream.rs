@@ -34,15 +34,21 @@ pub enum Op {
     PutIfAbsent,
 }
 
-/// One write of `item` by `writer` under `rules`, as `FencedTable` makes it.
-pub async fn write(
-    shared: &Shared,
-    region: Region,
-    rules: &WriteRules,
-    writer: &Writer,
-    item: &str,
-    op: Op,
-) -> Result<(), ProviderError> {
+/// One write to the downstream table: of `item`, doing `op`, by `writer` in `region`, under
+/// `rules`.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    pub shared: &'a Shared,
+    pub region: Region,
+    pub rules: &'a WriteRules,
+    pub writer: &'a Writer,
+    pub item: &'a str,
+    pub op: Op,
+}
+
+/// Makes `write` as `FencedTable` makes it.
+pub async fn write(write: Write<'_>) -> Result<(), ProviderError> {
+    let Write { shared, rules, item, op, .. } = write;
     let key = Item::from([("pk".to_owned(), Literal::S(item.to_owned()))]);
     let condition = (op == Op::PutIfAbsent).then(|| Condition::new("attribute_not_exists(#pk)").name("#pk", "pk"));
     let update = (op == Op::Add)
@@ -92,8 +98,7 @@ pub async fn write(
                 used.all_of(&given)?;
                 Ok(if holds { next } else { Item::new() })
             };
-            let (result, applied) =
-                apply_attempt(shared, region, rules, writer, item, op, next, &mut versions_seen, ours.is_some());
+            let (result, applied) = apply_attempt(write, next, &mut versions_seen, ours.is_some());
             ours = applied.or(ours);
             // A reply that never comes is given up at the call's timeout, as `FencedTable`'s
             // client gives it up: other writers go on meanwhile.
@@ -147,18 +152,13 @@ pub async fn write(
 /// One attempt on the table: `next` says what the item becomes (empty: the condition refused
 /// it), and the attempt is checked, applied, and its reply maybe lost. With the attempt's
 /// result, the item's version it left if it applied.
-#[allow(clippy::too_many_arguments)]
 fn apply_attempt(
-    shared: &Shared,
-    region: Region,
-    rules: &WriteRules,
-    writer: &Writer,
-    item: &str,
-    op: Op,
+    write: Write<'_>,
     next: impl FnOnce(Option<&Item>) -> Result<Item, String>,
     versions_seen: &mut Option<u64>,
     ours_applied: bool,
 ) -> (Attempt<(), Item>, Option<u64>) {
+    let Write { shared, region, rules, writer, item, op } = write;
     let mut observed = shared.observed();
     let stored = observed.fenced.get(item).cloned();
     let version = observed.fenced_versions.get(item).copied().unwrap_or(0);

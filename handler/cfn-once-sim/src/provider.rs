@@ -21,7 +21,7 @@ use cfn_once_core::provider::{Provider, ProviderContext, ProviderError, Provider
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::downstream::{self, Op};
+use crate::downstream::{self, Op, Write};
 use crate::scenario::Region;
 use crate::shared::{LateWrite, Shared, Writer};
 
@@ -82,7 +82,9 @@ impl SimProvider {
     /// A fenced write of `item` by this step of the request, through the downstream table.
     async fn fenced_write(&self, ctx: &ProviderContext, step: u32, item: &str, op: Op) -> Result<(), ProviderError> {
         let writer = Writer { scope: ctx.fence.scope.clone(), attempt: ctx.attempt().to_owned(), step };
-        downstream::write(&self.shared, self.region, &ctx.fenced(), &writer, item, op).await
+        let rules = ctx.fenced();
+        downstream::write(Write { shared: &self.shared, region: self.region, rules: &rules, writer: &writer, item, op })
+            .await
     }
 
     /// A run (or poll) under `ctx`'s fence begins: no other run of the request under the same

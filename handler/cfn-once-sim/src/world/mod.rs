@@ -282,14 +282,14 @@ impl World {
                 continue;
             }
             self.shared.trace(Some(late.region), || format!("a run whose answer was lost writes {} late", late.item));
-            let write = crate::downstream::write(
-                &self.shared,
-                late.region,
-                &late.rules,
-                &late.writer,
-                &late.item,
-                crate::downstream::Op::Put,
-            );
+            let write = crate::downstream::write(crate::downstream::Write {
+                shared: &self.shared,
+                region: late.region,
+                rules: &late.rules,
+                writer: &late.writer,
+                item: &late.item,
+                op: crate::downstream::Op::Put,
+            });
             match write.now_or_never() {
                 Some(Ok(())) => self.shared.cover("a late write of a run whose answer was lost applied"),
                 Some(Err(cfn_once_core::provider::ProviderError::Failed(why)))

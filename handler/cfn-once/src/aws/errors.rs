@@ -229,7 +229,7 @@ pub struct Refresh {
 /// How long a look at the credentials provider ([`Refresh`]) is kept, in ms: a minute. A wrong
 /// answer then costs at most one minute of refusals misread, the order of one provider run's
 /// retries of transient errors (the worker's retry budget) and far below the SDK identity cache's
-/// 15 minutes for credentials without an expiry; a look costs at most [`PROVIDER_LOOK_MS_MAX`],
+/// 15 minutes for credentials without an expiry; a look costs at most a second (`PROVIDER_LOOK_MS_MAX`),
 /// and only on a refusal of expired credentials, so once a minute is nothing.
 pub const REFRESH_LOOK_KEPT_MS: u64 = 60_000;
 
