@@ -265,11 +265,8 @@ fn modified(
     entry.replacement = Some("Conditional".into());
     let dynamic_only = entry.details.iter().all(|d| d.evaluation == "Dynamic");
     entry.requests.push(if dynamic_only {
-        let entities: Vec<&str> = entry.details.iter().filter_map(|d| d.causing_entity.as_deref()).collect();
-        format!(
-            "Update (forward phase) only if {} changes when the update runs; otherwise nothing",
-            entities.join(" or ")
-        )
+        let entities: Vec<String> = entry.details.iter().map(reads).collect();
+        format!("Update (forward phase) only if {} when the update runs; otherwise nothing", entities.join(" or "))
     } else {
         "Update, with the old properties as OldResourceProperties (forward phase)".into()
     });
@@ -433,6 +430,15 @@ pub fn masked(preview: &Preview, secrets: &Secrets) -> Preview {
     shown
 }
 
+/// What a Dynamic detail waits on, in words.
+fn reads(detail: &Detail) -> String {
+    let entity = detail.causing_entity.as_deref().unwrap_or_default();
+    match detail.change_source.as_str() {
+        "ResourceReference" => format!("!Ref {entity} changes (if {entity} is replaced)"),
+        _ => format!("!GetAtt {entity} changes"),
+    }
+}
+
 /// The preview as a person reads it.
 pub fn text(preview: &Preview) -> String {
     use std::fmt::Write;
@@ -454,7 +460,7 @@ pub fn text(preview: &Preview) -> String {
                         d.before.as_ref().map(compact).unwrap_or_else(|| "(absent)".into()),
                         d.after.as_ref().map(compact).unwrap_or_else(|| "(absent)".into())
                     ),
-                    _ => format!("reads {}, which may change", entity.trim()),
+                    _ => format!("may change, if {}", reads(d)),
                 };
                 let _ = writeln!(out, "      {}: {change} ({}, {}{entity})", d.name, d.evaluation, d.change_source);
             }

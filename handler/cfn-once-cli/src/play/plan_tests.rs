@@ -170,7 +170,7 @@ fn the_preview_says_what_a_change_set_says_of_each_custom_resource_and_why() {
     assert_eq!(database.resource_properties.as_ref().unwrap()["NetworkId"], "{{Ref Network}}");
     let report = entry(&preview, "Report");
     assert_eq!(detail(report), ["Engine Dynamic ResourceAttribute Database.Size"]);
-    assert!(report.requests[0].contains("only if Database.Size changes"), "{:?}", report.requests);
+    assert!(report.requests[0].contains("only if !GetAtt Database.Size changes"), "{:?}", report.requests);
     assert_eq!((entry(&preview, "Stay").action.as_str(), entry(&preview, "Stay").requests.len()), ("None", 0));
     assert_eq!(entry(&preview, "Gone").action, "Remove");
     assert_eq!(entry(&preview, "Fresh").action, "Add");
