@@ -8,7 +8,8 @@ use clap::Args;
 use crate::local::environment::EnvFile;
 use crate::play::engine::Notice;
 use crate::play::faults::RegionFaults;
-use crate::play::render;
+use crate::play::mask::{Secrets, Watching};
+use crate::play::render::{Columns, Printer};
 use crate::play::run::{self, Place, PlayOptions};
 use crate::play::wire::{LocalCloud, LocalRegionFaults};
 
@@ -59,6 +60,12 @@ pub struct PlayArgs {
     /// Print the whole report as JSON (events, steps, each resource's requests) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Send nothing: preview, as CloudFormation's change set would, what each --update (or,
+    /// without one, the create) would send each custom resource (Add, Modify with its
+    /// Replacement and the properties that change or may, Remove) and print it (--json too).
+    /// Reads --env's file for the local topic if it is there; connects to nothing.
+    #[arg(long)]
+    pub plan: bool,
 }
 
 impl PlayArgs {
@@ -105,6 +112,9 @@ impl PlayArgs {
 
 /// Runs `cfn-once play`; true when every operation ended `*_COMPLETE` without a rollback.
 pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
+    if args.plan {
+        return plan(&args);
+    }
     let options = args.options()?;
     let file = EnvFile::read(&args.env)?;
     let place = Place {
@@ -119,11 +129,14 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     for warning in run::warnings(&targets) {
         eprintln!("warning: {warning}");
     }
-    let cloud = LocalCloud::connect(&file).await?;
+    let secrets = Secrets::of_parameters(&targets);
+    let local = LocalCloud::connect(&file).await?;
+    let cloud = Watching { inner: &local, secrets: secrets.clone() };
     let region_faults = LocalRegionFaults::connect(&file).await;
     let faults: Option<&dyn RegionFaults> =
         (options.drill_after.is_some() || options.kill_primary_after.is_some()).then_some(&region_faults);
     let stack = run::identity(&options, &place, (cfn_once::clock::random_seed(), cfn_once::clock::random_seed()));
+    let printer = Printer { columns: Columns::for_stack(&stack.name, &targets), secrets };
     let json = args.json;
     if !json {
         println!(
@@ -132,19 +145,60 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
             place.region,
             args.env.display()
         );
-        println!("{}", render::event_heading());
+        println!("{}", printer.heading());
     }
-    let notify = move |notice: Notice| match notice {
-        Notice::Event(event) if !json => println!("{}", render::event_line(&event)),
+    let notify = |notice: Notice| match notice {
+        Notice::Event(event) if !json => println!("{}", printer.event(&event)),
         Notice::Event(_) => {}
-        Notice::Progress(line) => eprintln!(".. {line}"),
+        Notice::Progress(line) => eprintln!("{}", printer.progress(&line)),
     };
     let report = run::play(&cloud, faults, &place, stack, targets, &options, &notify).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", printer.json(&report)?);
     } else {
         println!();
-        print!("{}", render::summary(&report));
+        print!("{}", printer.summary(&report));
     }
     Ok(report.passed)
+}
+
+/// `--plan`: the preview of every step, printed; nothing is sent and nothing is connected to.
+fn plan(args: &PlayArgs) -> anyhow::Result<bool> {
+    let options = args.options()?;
+    let place = match EnvFile::read(&args.env) {
+        Ok(file) => Place {
+            region: file.customer_region.clone(),
+            account_id: file.topic_arn.split(':').nth(4).unwrap_or("123456789012").to_owned(),
+            topic_arn: file.topic_arn.clone(),
+            topics: file.topic_arns(),
+        },
+        Err(_) => {
+            let topic = "arn:aws:sns:us-east-2:123456789012:the-local-service-token-topic".to_owned();
+            eprintln!(
+                "cfn-once play --plan: no environment at {}: the ServiceToken parameter stands for {topic}",
+                args.env.display()
+            );
+            Place {
+                region: "us-east-2".into(),
+                account_id: "123456789012".into(),
+                topic_arn: topic.clone(),
+                topics: vec![topic],
+            }
+        }
+    };
+    let targets = run::prepare(&options, &place)?;
+    for warning in run::warnings(&targets) {
+        eprintln!("warning: {warning}");
+    }
+    let stack = run::identity(&options, &place, (0, 0));
+    let pseudo = run::pseudo(&place, &stack);
+    let steps = run::step_names(options.updates.len());
+    let preview = crate::play::plan::preview(&targets, &steps, &pseudo, &options.stubs).map_err(anyhow::Error::msg)?;
+    let shown = crate::play::plan::masked(&preview, &Secrets::of_parameters(&targets));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&shown)?);
+    } else {
+        print!("{}", crate::play::plan::text(&shown));
+    }
+    Ok(true)
 }

@@ -3,7 +3,8 @@
 //! ([`intrinsics`]); the [`engine`] plays CloudFormation's rules for create, update, rollback
 //! and delete; [`jobs`] wait for answers and signals; [`wire`] sends the requests through the
 //! local environment's ServiceToken topic and reads the answers back; [`run`] is the whole
-//! life, as the command line asks for it.
+//! life, as the command line asks for it; [`plan`] previews an update as a change set would,
+//! sending nothing; [`mask`] keeps NoEcho values out of everything play prints or writes.
 
 pub mod cli;
 pub mod cloud;
@@ -11,6 +12,8 @@ pub mod engine;
 pub mod faults;
 pub mod intrinsics;
 pub mod jobs;
+pub mod mask;
+pub mod plan;
 pub mod render;
 pub mod run;
 pub mod state;
