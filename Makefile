@@ -4,7 +4,7 @@
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
 # Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), golden-records (REV=<git rev> FORMAT=<n>), package,
-# simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
+# cdk-synth, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
 # unit, clean.
 
 SHELL := /bin/bash
@@ -20,7 +20,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local play drill soak soak-short upgrade-check golden-records package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local play cdk-synth drill soak soak-short upgrade-check golden-records package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -105,6 +105,23 @@ play:
 	@test -n "$(TEMPLATE)" || { echo "usage: make play TEMPLATE=path/to/template.yaml [UPDATE=\"next.yaml ...\"] [PLAY_ARGS=...]"; exit 2; }
 	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
 	./target/debug/cfn-once play $(TEMPLATE) $(foreach u,$(UPDATE),--update $(u)) $(PLAY_ARGS)
+
+## cdk-synth: the CDK app of examples/play/cdk/app synthesized into the templates checked in beside
+## it (docs/play.md, "A CDK app, as synthesized"): `npm ci` installs the aws-cdk-lib and aws-cdk
+## that package-lock.json pins (from the npm registry), then `cdk synth` runs twice, the second
+## with the context greeting=v2 for an update. Only the templates are kept, not cdk.out.
+CDK_APP := examples/play/cdk/app
+CDK_TEMPLATES := examples/play/cdk
+cdk-synth:
+	cd $(CDK_APP) && npm ci --no-audit --no-fund
+	rm -rf $(CDK_APP)/cdk.out $(CDK_APP)/cdk.out.v2
+	cd $(CDK_APP) && npx cdk synth --quiet --output cdk.out
+	cd $(CDK_APP) && npx cdk synth --quiet --context greeting=v2 --output cdk.out.v2
+	cp $(CDK_APP)/cdk.out/CdkPlayStack.template.json $(CDK_TEMPLATES)/CdkPlayStack.template.json
+	cp $(CDK_APP)/cdk.out.v2/CdkPlayStack.template.json $(CDK_TEMPLATES)/CdkPlayStack-v2.template.json
+	cp $(CDK_APP)/cdk.out/CdkProviderStack.template.json $(CDK_TEMPLATES)/CdkProviderStack.template.json
+	cp $(CDK_APP)/cdk.out/CdkProviderStack*.nested.template.json $(CDK_TEMPLATES)/CdkProviderStack-provider.nested.template.json
+	rm -rf $(CDK_APP)/cdk.out $(CDK_APP)/cdk.out.v2
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:

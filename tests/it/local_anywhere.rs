@@ -225,15 +225,15 @@ Resources:
     Type: Custom::Echo
     Properties:
       ServiceToken: !Ref ServiceToken
-      Zones: !GetAZs \"\"
+      Zones: !Length [a, b]
 ";
     std::fs::write(local.dir.join("bad.yaml"), template).expect("the template");
-    let line = template.lines().position(|l| l.contains("!GetAZs")).expect("the GetAZs line") + 1;
+    let line = template.lines().position(|l| l.contains("!Length")).expect("the Length line") + 1;
 
     let played = play(&local.dir, &["bad.yaml"]);
     assert!(!played.success, "a template play cannot play is refused:\n{}", played.stdout);
     assert!(played.stderr.contains(&format!("bad.yaml:{line}:")), "the file and line named: {}", played.stderr);
-    assert!(played.stderr.contains("Fn::GetAZs"), "the construct named: {}", played.stderr);
+    assert!(played.stderr.contains("Fn::Length"), "the construct named: {}", played.stderr);
     assert!(played.stdout.trim().is_empty(), "no stack, no event printed:\n{}", played.stdout);
     // A request sent would be answered by the primary within the grace: none was.
     std::thread::sleep(ANSWER_GRACE);

@@ -26,6 +26,10 @@ pub struct PlayArgs {
     /// A parameter's value, NAME=VALUE; repeat. Each template takes those it declares.
     #[arg(long, value_name = "NAME=VALUE")]
     pub parameter: Vec<String>,
+    /// An export's value for `Fn::ImportValue`, NAME=VALUE; repeat. An import of a name written
+    /// out in the template and not given is refused before anything is sent.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub import: Vec<String>,
     /// What `Fn::GetAtt` of a resource play does not provision gives, LOGICAL.ATTRIBUTE=VALUE;
     /// without it such a GetAtt is refused before anything is sent.
     #[arg(long, value_name = "LOGICAL.ATTRIBUTE=VALUE")]
@@ -69,6 +73,17 @@ pub struct PlayArgs {
 }
 
 impl PlayArgs {
+    /// The exports `--import` gives, by name.
+    pub fn imports(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut imports = BTreeMap::new();
+        for entry in &self.import {
+            let (name, value) =
+                entry.split_once('=').ok_or_else(|| anyhow::anyhow!("--import {entry:?}: expected NAME=VALUE"))?;
+            imports.insert(name.trim().to_owned(), value.to_owned());
+        }
+        Ok(imports)
+    }
+
     /// The options these flags ask for, or what is wrong with them.
     pub fn options(&self) -> anyhow::Result<PlayOptions> {
         let mut parameters = BTreeMap::new();
@@ -124,7 +139,11 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         topics: file.topic_arns(),
     };
     // Every template is read and checked before anything is sent.
-    let targets = run::prepare(&options, &place)?;
+    let mut targets = run::prepare(&options, &place)?;
+    let imports = args.imports()?;
+    for target in &mut targets {
+        target.template.bind_imports(&imports).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
+    }
     // Warnings go to stderr, with `--json` too: the report on stdout stays one document.
     for warning in run::warnings(&targets) {
         eprintln!("warning: {warning}");

@@ -14,8 +14,15 @@ use serde_json::Value;
 
 use super::yaml::{Node, NodeValue};
 
+mod cidr;
+mod functions;
+mod rules;
 mod scan;
 
+pub use functions::availability_zones;
+pub(crate) use functions::{IMPORT_EXPORTS, IMPORT_NAME, MAP_ARGUMENTS, MAP_MAPPINGS};
+pub use rules::evaluate_rule;
+pub(crate) use rules::scan_rule;
 pub(crate) use scan::{Mention, Place, scan};
 
 /// What only the played stack knows, answered by the engine.
@@ -248,6 +255,9 @@ fn function(name: &str, argument: &Node, line: usize, scope: &Scope) -> Result<O
         "Fn::If" => {
             let [name, then, otherwise] = arguments::<3>(argument, "Fn::If takes [condition, value, value]")?;
             if condition(name, scope)? { evaluate(then, scope) } else { evaluate(otherwise, scope) }
+        }
+        "Fn::FindInMap" | "Fn::Base64" | "Fn::Cidr" | "Fn::GetAZs" | "Fn::ImportValue" => {
+            functions::function(name, argument, line, scope)
         }
         other => fail(format!("{other} is not evaluated by cfn-once play")),
     }

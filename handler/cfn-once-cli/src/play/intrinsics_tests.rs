@@ -166,7 +166,7 @@ fn if_picks_a_branch_by_condition() {
 
 #[test]
 fn functions_outside_the_list_do_not_evaluate() {
-    assert!(error("!GetAZs ''").message.contains("Fn::GetAZs is not evaluated"));
+    assert!(error("!Length [a]").message.contains("Fn::Length is not evaluated"));
     assert!(error("!Equals [a, a]").message.contains("not evaluated"));
 }
 
@@ -210,4 +210,52 @@ fn scan_reports_what_a_value_names() {
             Mention::GetAtt { logical_id: "W", attribute: "Data", line: 3 },
         ]
     );
+}
+
+#[test]
+fn base64_get_azs_and_cidr_evaluate() {
+    assert_eq!(value("!Base64 'hello world'"), Some(json!("aGVsbG8gd29ybGQ=")));
+    assert_eq!(value("!Base64 {'Fn::Sub': '${Name}'}"), Some(json!("d2Vi")));
+    // "Specifying an empty string is equivalent to specifying AWS::Region" (the User Guide).
+    assert_eq!(value("!GetAZs ''"), Some(json!(["eu-west-1a", "eu-west-1b", "eu-west-1c"])));
+    assert_eq!(value("!GetAZs us-east-1"), Some(json!(["us-east-1a", "us-east-1b", "us-east-1c"])));
+    assert_eq!(value("!Select [1, !GetAZs {Ref: AWS::Region}]"), Some(json!("eu-west-1b")));
+    // The User Guide's example: "6 CIDRs with a subnet mask /27 inside from a CIDR with a mask of /24".
+    assert_eq!(
+        value("!Cidr ['192.168.0.0/24', 6, 5]"),
+        Some(json!([
+            "192.168.0.0/27",
+            "192.168.0.32/27",
+            "192.168.0.64/27",
+            "192.168.0.96/27",
+            "192.168.0.128/27",
+            "192.168.0.160/27"
+        ]))
+    );
+    // "specifying a value 8 for this parameter will create a CIDR with a mask of /24".
+    assert_eq!(value("!Cidr ['10.0.0.0/16', '2', '8']"), Some(json!(["10.0.0.0/24", "10.0.1.0/24"])));
+    // IPv6, as the Guide's second example splits a VPC's block into /64s.
+    assert_eq!(
+        value("!Cidr ['2001:db8:1234:1a00::/56', 2, 64]"),
+        Some(json!(["2001:db8:1234:1a00::/64", "2001:db8:1234:1a01::/64"]))
+    );
+    // Host bits in the block start from its network address.
+    assert_eq!(value("!Cidr ['10.0.3.7/16', 1, 8]"), Some(json!(["10.0.0.0/24"])));
+    for (text, says) in [
+        ("!Cidr ['10.0.0.0/24', 9, 5]", "holds 8 blocks of /27, fewer than the count 9"),
+        ("!Cidr ['10.0.0.0/24', 0, 5]", "count \"0\" is not a whole number from 1 to 256"),
+        ("!Cidr ['10.0.0.0/24', 257, 1]", "from 1 to 256"),
+        ("!Cidr ['10.0.0.0/24', 1, 9]", "more than the 8 host bits"),
+        ("!Cidr ['10.0.0.0', 1, 8]", "not a CIDR block"),
+        ("!Cidr ['nope/8', 1, 8]", "not an IPv4 or IPv6 address"),
+    ] {
+        let message = error(text).message;
+        assert!(message.contains(says), "{text}: {message}");
+    }
+}
+
+#[test]
+fn an_import_without_exports_names_the_flag() {
+    let message = error("!ImportValue shared").message;
+    assert_eq!(message, "No export named shared found: give its value with --import shared=VALUE");
 }

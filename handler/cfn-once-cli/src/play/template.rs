@@ -2,8 +2,8 @@
 //! resources and outputs, read from YAML or JSON, with every construct outside what a play
 //! supports refused before anything is sent, naming the construct, the file and the line.
 //!
-//! [`Template::parse`] refuses what a play cannot do whatever the values (a Mappings section,
-//! `Fn::GetAZs`, a `CreationPolicy`); [`Template::check`] refuses what cannot resolve (a `Ref`
+//! [`Template::parse`] refuses what a play cannot do whatever the values (a transform, a null,
+//! a `CreationPolicy`); [`Template::check`] refuses what cannot resolve (a `Ref`
 //! to nothing, a dependency cycle, a `GetAtt` of a resource nobody provisions and the user gave
 //! no stub for). Neither does any I/O but [`Template::load`]'s one read of the file.
 
@@ -15,6 +15,7 @@ use super::yaml::{self, Key, Node, NodeValue};
 
 mod checks;
 mod parameters;
+mod sections;
 mod warnings;
 
 pub use super::yaml::Refusal;
@@ -28,6 +29,19 @@ pub struct Template {
     pub conditions: Vec<(String, Node)>,
     pub resources: Vec<ResourceDecl>,
     pub outputs: Vec<OutputDecl>,
+    /// The Mappings section as written, which every `Fn::FindInMap` is bound to when parsed.
+    pub mappings: Option<Node>,
+    pub rules: Vec<RuleDecl>,
+}
+
+/// A rule of the Rules section: its assertions apply when its condition holds (or it has none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleDecl {
+    pub name: String,
+    pub line: usize,
+    pub condition: Option<Node>,
+    /// Each `Assert` and its `AssertDescription`.
+    pub assertions: Vec<(Node, Option<String>)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,6 +115,7 @@ impl Template {
     /// Parses a template and refuses any construct a play does not support.
     pub fn parse(path: &Path, text: &str) -> Result<Template, Refusal> {
         let root = yaml::parse(path, text)?;
+        sections::refuse_nulls(path, &root, "")?;
         let refuse = |line, construct: &str, why: &str| Refusal::new(path, line, construct, why.to_string());
         let Some(sections) = root.as_map() else {
             return Err(refuse(root.line, "template", "a template is a map of sections (Parameters, Resources, ...)"));
@@ -112,6 +127,8 @@ impl Template {
             conditions: Vec::new(),
             resources: Vec::new(),
             outputs: Vec::new(),
+            mappings: None,
+            rules: Vec::new(),
         };
         for (key, value) in sections {
             let line = key.line;
@@ -155,13 +172,7 @@ impl Template {
                         template.outputs.push(output(path, name, body)?);
                     }
                 }
-                "Mappings" => {
-                    return Err(refuse(
-                        line,
-                        "Mappings",
-                        "Fn::FindInMap is outside what cfn-once play evaluates: play a copy with the values written in",
-                    ));
-                }
+                "Mappings" => template.mappings = Some(sections::mappings(path, key, value)?),
                 "Transform" => {
                     return Err(refuse(
                         line,
@@ -169,13 +180,7 @@ impl Template {
                         "a transform (a macro, AWS::Serverless, AWS::LanguageExtensions) runs inside CloudFormation: play the processed template instead",
                     ));
                 }
-                "Rules" => {
-                    return Err(refuse(
-                        line,
-                        "Rules",
-                        "parameter rules are outside what cfn-once play checks: play a copy without them",
-                    ));
-                }
+                "Rules" => template.rules = sections::rules(path, key, value)?,
                 "Hooks" => {
                     return Err(refuse(line, "Hooks", "hooks run inside CloudFormation: play a copy without them"));
                 }
@@ -185,6 +190,7 @@ impl Template {
         if template.resources.is_empty() {
             return Err(refuse(root.line, "Resources", "a template declares at least one resource"));
         }
+        template.bind_mappings()?;
         Ok(template)
     }
 
@@ -213,8 +219,12 @@ impl Template {
         found
     }
 
-    /// Evaluates every condition, each after the conditions it names.
+    /// Evaluates the Rules ([`Template::check_rules`]: a failing assertion refuses the
+    /// operation, as CloudFormation refuses it before any resource is touched), then every
+    /// condition, each after the conditions it names. Both read only parameters and pseudo
+    /// parameters, and both are evaluated before a create or update sends anything.
     pub fn resolve_conditions(&self, scope: &Scope) -> Result<BTreeMap<String, bool>, Refusal> {
+        self.check_rules(scope)?;
         let mut resolved = BTreeMap::new();
         for index in self.condition_order()? {
             let (name, body) = &self.conditions[index];

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{
-    CONDITION_SHAPE, GET_ATT_SHAPE, PSEUDO_PARAMETERS, SUB_SHAPE, SubPart, arguments, get_att_target, is_function,
-    sub_parts,
+    CONDITION_SHAPE, GET_ATT_SHAPE, IMPORT_EXPORTS, IMPORT_NAME, MAP_ARGUMENTS, MAP_MAPPINGS, PSEUDO_PARAMETERS,
+    SUB_SHAPE, SubPart, arguments, get_att_target, is_function, sub_parts,
 };
 use crate::play::yaml::Refusal;
 use crate::play::yaml::{Node, NodeValue};
@@ -124,6 +124,22 @@ pub(crate) fn scan<'a>(
             }
             Ok(())
         }
+        "Fn::FindInMap" => find_in_map(path, argument, line, found),
+        "Fn::Cidr" => {
+            let items = shape::<3>(path, argument, "Fn::Cidr", "[ipBlock, count, cidrBits]")?;
+            items.iter().try_for_each(|item| scan(path, item, Place::Value, found))
+        }
+        "Fn::Base64" | "Fn::GetAZs" => scan(path, argument, Place::Value, found),
+        "Fn::ImportValue" => match argument.get(IMPORT_NAME) {
+            // Bound by Template::bind_imports: only the name is an expression.
+            Some(name) if argument.get(IMPORT_EXPORTS).is_some() => scan(path, name, Place::Value, found),
+            _ => scan(path, argument, Place::Value, found),
+        },
+        "Fn::Length" | "Fn::ToJsonString" | "Fn::ForEach" => refuse(
+            line,
+            &short_form(&key.name),
+            "needs the AWS::LanguageExtensions transform, which runs inside CloudFormation: play the processed template",
+        ),
         "Fn::Join" | "Fn::Select" | "Fn::Split" => {
             let [first, second] = shape::<2>(path, argument, &key.name, "a list of two")?;
             scan(path, first, Place::Value, found)?;
@@ -140,15 +156,41 @@ pub(crate) fn scan<'a>(
 }
 
 const UNSUPPORTED: &str = "outside the intrinsic functions cfn-once play evaluates (Ref, Fn::GetAtt, \
-     Fn::Sub, Fn::Join, Fn::Select, Fn::Split, Fn::If, condition functions): play a copy of the \
-     template without it";
+     Fn::Sub, Fn::Join, Fn::Select, Fn::Split, Fn::If, Fn::FindInMap, Fn::Base64, Fn::Cidr, Fn::GetAZs, \
+     Fn::ImportValue, condition functions): play a copy of the template without it";
+
+/// `Fn::FindInMap`: `[MapName, TopLevelKey, SecondLevelKey]` as written, or bound to the template's
+/// Mappings by `Template::parse` (`{Arguments, Mappings}`). The fourth, `{DefaultValue: ...}`,
+/// item exists only with the AWS::LanguageExtensions transform
+/// (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/intrinsic-function-reference-findinmap-enhancements.html),
+/// which play does not run.
+fn find_in_map<'a>(
+    path: &Path,
+    argument: &'a Node,
+    line: usize,
+    found: &mut dyn FnMut(Mention<'a>),
+) -> Result<(), Refusal> {
+    let arguments = argument.get(MAP_ARGUMENTS).filter(|_| argument.get(MAP_MAPPINGS).is_some()).unwrap_or(argument);
+    if let Some([_, _, _, fourth]) = arguments.as_seq()
+        && fourth.get("DefaultValue").is_some()
+    {
+        return Err(Refusal::new(
+            path,
+            line,
+            "Fn::FindInMap DefaultValue",
+            "a default value needs the AWS::LanguageExtensions transform, which runs inside CloudFormation: play the processed template".to_string(),
+        ));
+    }
+    let items = shape::<3>(path, arguments, "Fn::FindInMap", "[MapName, TopLevelKey, SecondLevelKey]")?;
+    items.iter().try_for_each(|item| scan(path, item, Place::Value, found))
+}
 
 /// `Fn::GetAZs (!GetAZs)`: the name as it may have been written, long or short.
 fn short_form(name: &str) -> String {
     format!("{name} (!{})", name.trim_start_matches("Fn::"))
 }
 
-fn mention_name<'a>(
+pub(super) fn mention_name<'a>(
     path: &Path,
     name: &'a str,
     line: usize,

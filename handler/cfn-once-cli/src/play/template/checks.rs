@@ -14,6 +14,25 @@ impl Template {
     pub fn check(&self, stubs: &BTreeMap<(String, String), String>) -> Result<(), Refusal> {
         let refuse = |line, construct: String, why: String| Err(Refusal::new(&self.path, line, &construct, why));
         self.condition_order()?;
+        for rule in &self.rules {
+            let nodes = rule.condition.iter().chain(rule.assertions.iter().map(|(assert, _)| assert));
+            for node in nodes {
+                let mut found = Vec::new();
+                // Scanned when parsed; a scan cannot fail here.
+                let _ = intrinsics::scan_rule(&self.path, node, &mut |mention| found.push(mention));
+                for mention in found {
+                    if let Mention::Ref { name, line } = mention
+                        && self.parameter(name).is_none()
+                    {
+                        return refuse(
+                            line,
+                            format!("Ref {name}"),
+                            format!("rule {}: a rule reads parameters and pseudo parameters only", rule.name),
+                        );
+                    }
+                }
+            }
+        }
         for (_, body) in &self.conditions {
             for mention in self.mentions(body, Place::Condition) {
                 match mention {

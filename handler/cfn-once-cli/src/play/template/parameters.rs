@@ -91,7 +91,29 @@ fn full_match(pattern: &str, value: &str) -> Result<bool, String> {
 }
 
 fn is_list(kind: &str) -> bool {
+    let kind = ssm_value_type(kind).unwrap_or(kind);
     kind == "CommaDelimitedList" || kind.starts_with("List<")
+}
+
+/// The type a Systems Manager parameter type's value has: `String` for
+/// `AWS::SSM::Parameter::Value<String>`, `List<AWS::EC2::Image::Id>` for
+/// `AWS::SSM::Parameter::Value<List<AWS::EC2::Image::Id>>`, `String` for
+/// `AWS::SSM::Parameter::Name` (its value is the name itself); `None` for any other type. The
+/// types are the User Guide's "Supported SSM parameter types"
+/// (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/parameters-section-structure.html#aws-ssm-parameter-types):
+/// CloudFormation reads the named Systems Manager parameter when the stack is created or
+/// updated; play has no Systems Manager, so the value given (--parameter, else the Default) is
+/// taken as the value itself, and `Template::warnings` says so.
+pub(crate) fn ssm_value_type(kind: &str) -> Option<&str> {
+    if kind == "AWS::SSM::Parameter::Name" {
+        return Some("String");
+    }
+    let inner = kind.strip_prefix("AWS::SSM::Parameter::Value<")?.strip_suffix('>')?;
+    let element = inner.strip_prefix("List<").and_then(|rest| rest.strip_suffix('>')).unwrap_or(inner);
+    let known = matches!(inner, "String" | "List<String>" | "CommaDelimitedList")
+        || element.starts_with("AWS::EC2::")
+        || element.starts_with("AWS::Route53::");
+    known.then_some(inner)
 }
 
 pub(super) fn parameter(path: &Path, key: &Key, body: &Node) -> Result<ParameterDecl, Refusal> {
@@ -154,16 +176,17 @@ pub(super) fn parameter(path: &Path, key: &Key, body: &Node) -> Result<Parameter
     if kind.is_empty() {
         return Err(Refusal::new(path, key.line, &format!("parameter {}", decl.name), "declares no Type".to_string()));
     }
-    if kind.starts_with("AWS::SSM::Parameter::") {
+    if kind.starts_with("AWS::SSM::Parameter::") && ssm_value_type(kind).is_none() {
         return Err(Refusal::new(
             path,
             key.line,
             &format!("parameter type {kind}"),
-            "its value is a Systems Manager lookup nobody plays locally: make it a String and pass the value"
+            "not a Systems Manager parameter type (AWS::SSM::Parameter::Name, AWS::SSM::Parameter::Value<...>)"
                 .to_string(),
         ));
     }
-    if !(matches!(kind, "String" | "Number" | "List<Number>" | "CommaDelimitedList") || aws_specific) {
+    let ssm = kind.starts_with("AWS::SSM::Parameter::");
+    if !(matches!(kind, "String" | "Number" | "List<Number>" | "CommaDelimitedList") || aws_specific || ssm) {
         return Err(Refusal::new(path, key.line, &format!("parameter type {kind}"), "not a parameter type cfn-once play knows (String, Number, List<Number>, CommaDelimitedList, AWS::EC2::* types)".to_string()));
     }
     Ok(decl)
