@@ -33,6 +33,9 @@ pub struct PlayOptions {
     pub service_token_parameter: String,
     /// Leave the stack standing: no delete at the end.
     pub keep: bool,
+    /// After an update ends UPDATE_ROLLBACK_FAILED, continue the rollback (ContinueUpdateRollback)
+    /// before the next step; without it, later updates are refused as CloudFormation refuses them.
+    pub continue_update_rollback: bool,
 }
 
 /// Where the stack lives: the region and account its StackId names, and the topics custom
@@ -223,7 +226,13 @@ pub async fn play(
             notify(Notice::Progress(format!("{name}: skipped, the stack does not exist (its create rolled back)")));
             break;
         }
+        if options.continue_update_rollback && engine.status == "UPDATE_ROLLBACK_FAILED" {
+            steps.push(engine.continue_update_rollback(&format!("continue-before-{name}")).await?);
+        }
         steps.push(engine.update(name, target).await?);
+    }
+    if options.continue_update_rollback && engine.status == "UPDATE_ROLLBACK_FAILED" {
+        steps.push(engine.continue_update_rollback("continue-update-rollback").await?);
     }
     if !options.keep && engine.exists() {
         steps.push(engine.delete().await?);
