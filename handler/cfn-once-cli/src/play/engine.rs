@@ -198,7 +198,7 @@ impl<'a> Engine<'a> {
     /// Updates the stack to `target`: new resources created, changed ones updated, then in the
     /// cleanup phase the replaced and removed ones deleted. If a resource fails, rolls back:
     /// Updates back to the old properties, then deletes of what this update created. An update
-    /// CloudFormation would refuse before starting it ([`Engine::refusal`]) sends nothing, adds
+    /// CloudFormation would refuse before starting it (`Engine::refusal`) sends nothing, adds
     /// no event and leaves the stack's status: its report says why in `refused`.
     pub async fn update(&mut self, step: &str, target: Target) -> anyhow::Result<StepReport> {
         if self.current.is_none() {
