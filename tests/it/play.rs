@@ -495,3 +495,41 @@ async fn a_publish_whose_reply_is_lost_is_answered_once_all_the_same() {
     assert!(report.resources.values().flatten().all(|r| r.puts == 1), "each copy answered once");
     local.stop().await;
 }
+
+/// Seconds of the day an event's timestamp (`2026-01-02T03:04:05.678Z`) names.
+fn seconds_of_day(timestamp: &str) -> f64 {
+    let time = &timestamp[11..timestamp.len() - 1];
+    time.split(':').zip([3600.0, 60.0, 1.0]).map(|(part, unit)| part.parse::<f64>().expect("a number") * unit).sum()
+}
+
+#[tokio::test]
+async fn a_second_stack_of_the_same_name_waits_for_its_own_signal() {
+    let local = Local::start(None, 5).await;
+    let mut long_work = options(root().join("infra/long-work.yaml"));
+    long_work.stack_name = Some("same-name".into());
+    for (name, value) in [("WorkTimeout", "60"), ("WorkSeconds", "6"), ("PollSeconds", "2")] {
+        long_work.parameters.insert(name.into(), value.into());
+    }
+    let (place, cloud) = (local.place(), LocalCloud::connect(&local.env.file).await.expect("clients"));
+    let notify = |notice: Notice| match notice {
+        Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
+        Notice::Progress(line) => println!(".. {line}"),
+    };
+    let mut waits = Vec::new();
+    for seed in [(1, 2), (3, 4)] {
+        // A new StackId each play, as cfn-once play makes one and CloudFormation gives every stack.
+        let stack = run::identity(&long_work, &place, seed);
+        let targets = run::prepare(&long_work, &place).expect("the template");
+        let report = run::play(&cloud, None, &place, stack, targets, &long_work, &notify).await.expect("the play");
+        assert!(report.passed, "{:?}", statuses(&report));
+        let at = |status: &str| {
+            let event =
+                report.events.iter().find(|e| e.logical_resource_id == "BackfillDone" && e.resource_status == status);
+            seconds_of_day(&event.expect("the wait's event").timestamp)
+        };
+        waits.push(at("CREATE_COMPLETE") - at("CREATE_IN_PROGRESS"));
+    }
+    println!("BackfillDone waited {waits:?} s");
+    assert!(waits.iter().all(|&waited| waited >= 4.0), "each stack waits for its own work's signal: {waits:?}");
+    local.stop().await;
+}

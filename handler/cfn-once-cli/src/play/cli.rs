@@ -41,12 +41,12 @@ pub struct PlayArgs {
     #[arg(long, value_name = "LOGICAL[@STEP]")]
     pub fail: Vec<String>,
     /// Drain the primary region (the active region becomes the secondary, as `cfn-once drill`
-    /// does) after this many answers; undone at the end.
-    #[arg(long, value_name = "N")]
+    /// does) after this many answers (at least 1); undone at the end.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub drill_after: Option<usize>,
     /// Crash the primary region's handler of the running `cfn-once local` after this many
-    /// answers (the secondary takes over what it held); started again at the end.
-    #[arg(long, value_name = "N")]
+    /// answers (at least 1; the secondary takes over what it held); started again at the end.
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub kill_primary_after: Option<usize>,
     /// The environment `cfn-once local` (`make local`) serves.
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
@@ -61,6 +61,12 @@ pub struct PlayArgs {
     /// Leave the stack standing: no delete at the end.
     #[arg(long)]
     pub keep: bool,
+    /// When an update ends UPDATE_ROLLBACK_FAILED, continue its rollback before the next step
+    /// (and before the delete), as CloudFormation's ContinueUpdateRollback does: the Updates
+    /// back that failed are sent again, then the cleanup. Without it, later updates are refused
+    /// as CloudFormation refuses them.
+    #[arg(long)]
+    pub continue_update_rollback: bool,
     /// Print the whole report as JSON (events, steps, each resource's requests) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +127,7 @@ impl PlayArgs {
             stack_name: self.stack_name.clone(),
             service_token_parameter: self.service_token_parameter.clone(),
             keep: self.keep,
+            continue_update_rollback: self.continue_update_rollback,
         })
     }
 }
@@ -220,4 +227,25 @@ fn plan(args: &PlayArgs) -> anyhow::Result<bool> {
         print!("{}", crate::play::plan::text(&shown));
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Play {
+        #[command(flatten)]
+        args: super::PlayArgs,
+    }
+
+    #[test]
+    fn a_fault_after_zero_answers_is_refused_as_a_flag_value() {
+        for flag in ["--kill-primary-after", "--drill-after"] {
+            let error = Play::try_parse_from(["play", "t.yaml", flag, "0"]).expect_err(flag).to_string();
+            assert!(error.contains(flag) && error.contains("0"), "{error}");
+            let parsed = Play::try_parse_from(["play", "t.yaml", flag, "1"]).expect(flag).args.options().unwrap();
+            assert_eq!(parsed.kill_primary_after.or(parsed.drill_after), Some(1));
+        }
+    }
 }

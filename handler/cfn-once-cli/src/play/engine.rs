@@ -41,6 +41,10 @@ pub struct StepReport {
     /// Ended `*_COMPLETE` without a rollback.
     pub completed: bool,
     pub outputs: Vec<OutputValue>,
+    /// Why CloudFormation would refuse the operation before starting it (nothing was sent;
+    /// the stack's status is unchanged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// An Output as `describe-stacks` shows it.
@@ -72,6 +76,19 @@ enum Phase {
     Delete,
 }
 
+/// What an update's rollback has still to do when it failed (UPDATE_ROLLBACK_FAILED):
+/// ContinueUpdateRollback does it; a stack delete deletes the new ids.
+#[derive(Debug, Default)]
+struct PendingRollback {
+    /// Resources still to be updated back to their old properties.
+    back: BTreeSet<String>,
+    /// What the failed update made and the rollback's cleanup deletes: replacements' new ids
+    /// and resources the update created, keyed by logical id.
+    discard: BTreeMap<String, Live>,
+    /// The failed update's dependencies, in whose reverse order the cleanup deletes.
+    deps: BTreeMap<String, BTreeSet<String>>,
+}
+
 type Running<'a> = FuturesUnordered<Pin<Box<dyn Future<Output = (String, Job, Done)> + Send + 'a>>>;
 
 /// A stack and the player of its operations.
@@ -97,6 +114,13 @@ pub struct Engine<'a> {
     step: String,
     phase_name: &'static str,
     failed: Vec<String>,
+    /// The ids the last run of turns finished with success.
+    succeeded: BTreeSet<String>,
+    /// The stack's status, as `describe-stacks` would give it (empty before its create).
+    pub status: String,
+    pending: Option<PendingRollback>,
+    /// The type of each resource deleted, for the events that follow its delete.
+    gone: BTreeMap<String, String>,
     pub events: Vec<StackEvent>,
     pub history: BTreeMap<String, Vec<RequestRecord>>,
 }
@@ -133,6 +157,10 @@ impl<'a> Engine<'a> {
             step: String::new(),
             phase_name: "",
             failed: Vec::new(),
+            succeeded: BTreeSet::new(),
+            status: String::new(),
+            pending: None,
+            gone: BTreeMap::new(),
             events: Vec::new(),
             history: BTreeMap::new(),
         }
@@ -152,8 +180,7 @@ impl<'a> Engine<'a> {
         let deps = self.target_deps(&included);
         if self.run(Phase::Forward, included.clone(), &deps, false, true).await {
             self.current = self.target.take();
-            self.stack_event("CREATE_COMPLETE", None);
-            return Ok(self.report("CREATE_COMPLETE", true));
+            return Ok(self.end("CREATE_COMPLETE", true));
         }
         let failed = self.failed.join(", ");
         self.stack_event(
@@ -165,16 +192,24 @@ impl<'a> Engine<'a> {
         let all_deleted = self.run(Phase::Delete, created, &deps, true, false).await;
         self.target = None;
         let status = if all_deleted { "ROLLBACK_COMPLETE" } else { "ROLLBACK_FAILED" };
-        self.stack_event(status, None);
-        Ok(self.report(status, false))
+        Ok(self.end(status, false))
     }
 
     /// Updates the stack to `target`: new resources created, changed ones updated, then in the
     /// cleanup phase the replaced and removed ones deleted. If a resource fails, rolls back:
-    /// Updates back to the old properties, then deletes of what this update created.
+    /// Updates back to the old properties, then deletes of what this update created. An update
+    /// CloudFormation would refuse before starting it (`Engine::refusal`) sends nothing, adds
+    /// no event and leaves the stack's status: its report says why in `refused`.
     pub async fn update(&mut self, step: &str, target: Target) -> anyhow::Result<StepReport> {
         if self.current.is_none() {
             anyhow::bail!("{step}: the stack does not exist (its create rolled back), so there is nothing to update");
+        }
+        if let Some(refusal) = self.refusal(&target)? {
+            self.step = step.to_owned();
+            (self.notify)(Notice::Progress(format!("{step}: refused, nothing sent: {refusal}")));
+            let mut report = self.report(&self.status.clone(), false);
+            report.refused = Some(refusal);
+            return Ok(report);
         }
         self.begin(step, target)?;
         self.stack_event("UPDATE_IN_PROGRESS", Some("User Initiated".into()));
@@ -214,19 +249,30 @@ impl<'a> Engine<'a> {
                 }
             }
             self.current = self.target.take();
-            self.stack_event("UPDATE_COMPLETE", None);
-            return Ok(self.report("UPDATE_COMPLETE", true));
+            return Ok(self.end("UPDATE_COMPLETE", true));
         }
         let failed = self.failed.join(", ");
         self.stack_event(
             "UPDATE_ROLLBACK_IN_PROGRESS",
             Some(format!("The following resource(s) failed to update: [{failed}].")),
         );
-        let rolled_back = self.roll_back_update(&deps).await;
-        self.target = None;
-        let status = if rolled_back { "UPDATE_ROLLBACK_COMPLETE" } else { "UPDATE_ROLLBACK_FAILED" };
-        self.stack_event(status, None);
-        Ok(self.report(status, false))
+        self.prepare_rollback(deps);
+        Ok(self.finish_rollback().await)
+    }
+
+    /// ContinueUpdateRollback on a stack in UPDATE_ROLLBACK_FAILED: the Updates back that
+    /// failed (or never ran) are sent again, then the rollback's cleanup deletes the failed
+    /// update's new ids, as the API Reference describes
+    /// (<https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html>:
+    /// "continues rolling it back to the UPDATE_ROLLBACK_COMPLETE state").
+    pub async fn continue_update_rollback(&mut self, step: &str) -> anyhow::Result<StepReport> {
+        if self.pending.is_none() || self.status != "UPDATE_ROLLBACK_FAILED" {
+            anyhow::bail!("{step}: the stack is {}, not UPDATE_ROLLBACK_FAILED: nothing to continue", self.status);
+        }
+        self.step = step.to_owned();
+        self.failed.clear();
+        self.stack_event("UPDATE_ROLLBACK_IN_PROGRESS", Some("User Initiated".into()));
+        Ok(self.finish_rollback().await)
     }
 
     /// Deletes the stack: every resource in reverse dependency order, `Retain` ones skipped.
@@ -236,12 +282,16 @@ impl<'a> Engine<'a> {
         self.failed.clear();
         self.stack_event("DELETE_IN_PROGRESS", Some("User Initiated".into()));
         let deps = self.current_deps();
+        // A failed rollback's new ids are the stack's too: deleted first, as its cleanup would.
+        // (The User Guide does not say in which order; play deletes them before the rest.)
+        let leftovers = self.delete_leftovers().await;
         let all: BTreeSet<String> = self.live.keys().cloned().collect();
-        let deleted = self.run(Phase::Delete, all, &deps, true, false).await;
+        let deleted = self.run(Phase::Delete, all, &deps, true, false).await && leftovers;
         let status = if deleted { "DELETE_COMPLETE" } else { "DELETE_FAILED" };
         if deleted {
             self.current = None;
         }
+        self.status = status.into();
         self.stack_event(status, None);
         Ok(StepReport {
             step: "delete".into(),
@@ -249,47 +299,135 @@ impl<'a> Engine<'a> {
             status: status.into(),
             completed: deleted,
             outputs: vec![],
+            refused: None,
         })
     }
 
-    /// The rollback of a failed update: what was updated in place (or failed, or was cancelled
-    /// mid-update) is updated back to its old properties, in the old template's order; what was
-    /// replaced takes its old id back with no request; then, in the cleanup phase, the new ids
-    /// of replacements and the resources this update created are deleted.
-    async fn roll_back_update(&mut self, new_deps: &BTreeMap<String, BTreeSet<String>>) -> bool {
+    /// The rollback of a failed update, planned: what was updated in place (or failed, or was
+    /// cancelled mid-update) is to be updated back to its old properties, in the old
+    /// template's order; what was replaced takes its old id back with no request; the new ids
+    /// of replacements and the resources this update created are kept for the cleanup, and
+    /// stay the stack's until deleted whatever the rollback's outcome.
+    fn prepare_rollback(&mut self, new_deps: BTreeMap<String, BTreeSet<String>>) {
         self.phase_name = "rollback";
-        let mut back = BTreeSet::new();
-        let mut discard: BTreeMap<String, Live> = BTreeMap::new();
+        let mut pending = PendingRollback { deps: new_deps, ..PendingRollback::default() };
         for (id, now) in self.live.clone() {
             match self.before.get(&id) {
                 None => {
-                    discard.insert(id, now);
+                    pending.discard.insert(id.clone(), now);
+                    self.live.remove(&id);
                 }
                 Some(old) if old.physical_id != now.physical_id => {
-                    discard.insert(id.clone(), now);
+                    pending.discard.insert(id.clone(), now);
                     self.live.insert(id, old.clone());
                 }
                 Some(old) => {
                     if self.attempted.contains_key(&id) && old.kind == Kind::Custom {
-                        back.insert(id);
+                        pending.back.insert(id);
                     } else {
                         self.live.insert(id, old.clone());
                     }
                 }
             }
         }
+        self.pending = Some(pending);
+        self.target = None;
+        self.conditions = self.current_conditions();
+    }
+
+    /// Plays what the rollback has still to do: the Updates back, then the cleanup. Ends
+    /// UPDATE_ROLLBACK_COMPLETE, or UPDATE_ROLLBACK_FAILED with the rest still pending.
+    async fn finish_rollback(&mut self) -> StepReport {
+        self.phase_name = "rollback";
+        let pending = self.pending.take().expect("a rollback in progress");
         let old_deps = self.current_deps();
-        if !self.run(Phase::UpdateBack, back, &old_deps, false, true).await {
-            return false;
+        let back_ok = self.run(Phase::UpdateBack, pending.back.clone(), &old_deps, false, true).await;
+        let back: BTreeSet<String> = pending.back.difference(&self.succeeded).cloned().collect();
+        self.pending = Some(PendingRollback { back, ..pending });
+        if !back_ok {
+            return self.end("UPDATE_ROLLBACK_FAILED", false);
         }
         self.stack_event("UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", None);
         self.phase_name = "cleanup";
-        let kept = std::mem::take(&mut self.live);
-        self.live = discard.clone();
-        let ids: BTreeSet<String> = discard.keys().cloned().collect();
-        self.run(Phase::Delete, ids, new_deps, true, false).await;
+        self.delete_leftovers().await;
+        self.end("UPDATE_ROLLBACK_COMPLETE", false)
+    }
+
+    /// Deletes a rollback's pending new ids; what fails to delete is left behind, no longer
+    /// the stack's, as a cleanup leaves it. True when all were deleted (or retained).
+    async fn delete_leftovers(&mut self) -> bool {
+        let Some(pending) = self.pending.take() else { return true };
+        let kept = std::mem::replace(&mut self.live, pending.discard.clone());
+        let ids: BTreeSet<String> = pending.discard.keys().cloned().collect();
+        let deleted = self.run(Phase::Delete, ids, &pending.deps, true, false).await;
         self.live = kept;
-        true
+        deleted
+    }
+
+    /// The stack's event and status at the end of an operation, and its report.
+    fn end(&mut self, status: &str, completed: bool) -> StepReport {
+        self.status = status.to_owned();
+        self.stack_event(status, None);
+        self.report(status, completed)
+    }
+
+    /// Why CloudFormation would refuse to start updating the stack to `target`, if it would.
+    fn refusal(&self, target: &Target) -> anyhow::Result<Option<String>> {
+        if self.status.ends_with("_FAILED") {
+            // "A stack goes into the UPDATE_ROLLBACK_FAILED state when CloudFormation can't roll
+            // back all changes ... By continuing the rollback, you can return your stack to a
+            // working state ... and then try to update the stack again."
+            // <https://docs.aws.amazon.com/AWSCloudFormation/latest/APIReference/API_ContinueUpdateRollback.html>
+            return Ok(Some(format!(
+                "Stack:{} is in {} state and can not be updated (play --continue-update-rollback to continue \
+                 the rollback first, as ContinueUpdateRollback does)",
+                self.stack.id, self.status
+            )));
+        }
+        let current = self.current.as_ref().expect("a stack that exists");
+        let mut same = target.template.clone();
+        same.path.clone_from(&current.template.path);
+        if same == current.template && target.parameters == current.parameters {
+            return Ok(Some("No updates are to be performed.".into()));
+        }
+        let conditions = self.conditions_of(target)?;
+        let retyped: Vec<&str> = target
+            .template
+            .resources
+            .iter()
+            .filter(|r| r.condition.as_ref().is_none_or(|c| conditions.get(c).copied().unwrap_or(false)))
+            .filter(|r| self.live.get(&r.logical_id).is_some_and(|live| live.resource_type != r.resource_type))
+            .map(|r| r.logical_id.as_str())
+            .collect();
+        if !retyped.is_empty() {
+            // The text CloudFormation answers when the change set or update is created (quoted in
+            // <https://github.com/aws/aws-sam-cli/issues/6786>); the User Guide says only that a
+            // template with an unsupported change gets "a message saying that the change is not
+            // permitted" (<https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-cfn-updating-stacks-get-template.html>).
+            return Ok(Some(format!(
+                "Update of resource type is not permitted. The new template modifies resource type of the \
+                 following resources: [{}]",
+                retyped.join(", ")
+            )));
+        }
+        Ok(None)
+    }
+
+    /// The conditions of `target`'s template with its parameters.
+    fn conditions_of(&self, target: &Target) -> anyhow::Result<BTreeMap<String, bool>> {
+        let view = self.view(&target.template, false);
+        let scope = Scope {
+            parameters: &target.parameters,
+            pseudo: &self.pseudo,
+            conditions: &BTreeMap::new(),
+            resources: &view,
+        };
+        target.template.resolve_conditions(&scope).map_err(|refusal| anyhow::anyhow!("{refusal}"))
+    }
+
+    /// The conditions of the template the stack stands on.
+    fn current_conditions(&self) -> BTreeMap<String, bool> {
+        self.current.as_ref().and_then(|current| self.conditions_of(current).ok()).unwrap_or_default()
     }
 
     fn begin(&mut self, step: &str, target: Target) -> anyhow::Result<()> {
@@ -298,17 +436,7 @@ impl<'a> Engine<'a> {
         self.failed.clear();
         self.attempted.clear();
         self.before = self.live.clone();
-        let conditions = {
-            let view = self.view(&target.template, false);
-            let scope = Scope {
-                parameters: &target.parameters,
-                pseudo: &self.pseudo,
-                conditions: &BTreeMap::new(),
-                resources: &view,
-            };
-            target.template.resolve_conditions(&scope).map_err(|refusal| anyhow::anyhow!("{refusal}"))?
-        };
-        self.conditions = conditions;
+        self.conditions = self.conditions_of(&target)?;
         self.target = Some(target);
         Ok(())
     }

@@ -23,9 +23,10 @@ impl Engine<'_> {
 
     pub(super) fn resource_event(&mut self, id: &str, status: &str, reason: Option<String>) {
         let live = self.live.get(id).or_else(|| self.before.get(id));
-        let resource_type = match live {
-            Some(live) => live.resource_type.clone(),
-            None => self.target_decl(id).resource_type,
+        let resource_type = match (live, self.gone.get(id)) {
+            (Some(live), _) => live.resource_type.clone(),
+            (None, Some(gone)) => gone.clone(),
+            (None, None) => self.target_decl(id).resource_type,
         };
         let physical = live.filter(|_| status != "CREATE_IN_PROGRESS").map(shown_id);
         let event = StackEvent {
@@ -55,6 +56,7 @@ impl Engine<'_> {
             status: status.into(),
             completed,
             outputs,
+            refused: None,
         }
     }
 

@@ -121,7 +121,9 @@ impl<'a> Engine<'a> {
                 self.faults.answered(self.notify).await;
             }
         }
-        all_ok && ids.iter().all(|id| succeeded.contains(id))
+        let all = all_ok && ids.iter().all(|id| succeeded.contains(id));
+        self.succeeded = succeeded;
+        all
     }
 
     /// Resolves a resource's turn: what to send, or why nothing is sent.
@@ -315,7 +317,7 @@ impl<'a> Engine<'a> {
                 let reason = (self.live.get(id).map(|l| l.kind) == Some(Kind::Other) && phase == Phase::Forward)
                     .then(|| "not provisioned: cfn-once play sends requests to custom resources only".to_owned());
                 if phase == Phase::Delete {
-                    self.live.remove(id);
+                    self.forget(id);
                 }
                 self.resource_event(id, &format!("{verb}_COMPLETE"), reason);
                 true
@@ -412,7 +414,7 @@ impl<'a> Engine<'a> {
     ) {
         match phase {
             Phase::Delete => {
-                self.live.remove(id);
+                self.forget(id);
             }
             Phase::UpdateBack => {
                 if let Some(old) = self.before.get(id).cloned() {
@@ -491,6 +493,13 @@ impl<'a> Engine<'a> {
             update_replace_policy: decl.update_replace_policy,
             service_timeout_s: 3_600,
             service_token: None,
+        }
+    }
+
+    /// Removes a deleted resource from the stack, remembering its type for its events.
+    fn forget(&mut self, id: &str) {
+        if let Some(live) = self.live.remove(id) {
+            self.gone.insert(id.to_owned(), live.resource_type);
         }
     }
 

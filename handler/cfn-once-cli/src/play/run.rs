@@ -33,6 +33,9 @@ pub struct PlayOptions {
     pub service_token_parameter: String,
     /// Leave the stack standing: no delete at the end.
     pub keep: bool,
+    /// After an update ends UPDATE_ROLLBACK_FAILED, continue the rollback (ContinueUpdateRollback)
+    /// before the next step; without it, later updates are refused as CloudFormation refuses them.
+    pub continue_update_rollback: bool,
 }
 
 /// Where the stack lives: the region and account its StackId names, and the topics custom
@@ -124,7 +127,9 @@ pub fn warnings(targets: &[Target]) -> Vec<String> {
 }
 
 /// Every custom resource whose ServiceToken depends on parameters only must name a topic of
-/// the local environment; one that reads another resource is checked when it is sent.
+/// the local environment; one that reads another resource is checked when it is sent. A nested
+/// stack (`AWS::CloudFormation::Stack`) is refused, naming its TemplateURL: play does not play
+/// nested stacks yet, and would read a nested template only from a local file.
 fn check_service_tokens(
     template: &Template,
     parameters: &BTreeMap<String, Value>,
@@ -163,8 +168,33 @@ fn check_service_tokens(
             );
         }
     }
+    for resource in template.resources.iter().filter(|r| r.resource_type == NESTED_STACK) {
+        let crate::play::yaml::NodeValue::Map(entries) = &resource.properties.value else { continue };
+        let url = entries
+            .iter()
+            .find(|(key, _)| key.name == "TemplateURL")
+            .and_then(|(_, node)| evaluate(node, &scope).ok().flatten())
+            .map(|value| value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string()))
+            .unwrap_or_else(|| "(none that resolves before anything is sent)".into());
+        let remote = ["https://", "http://", "s3://"].iter().any(|scheme| url.to_ascii_lowercase().starts_with(scheme));
+        let why = if remote {
+            "play reads no template from a URL: a nested stack's template would be a local file, relative to the \
+             parent template, and nested stacks are not played yet"
+        } else {
+            "nested stacks are not played yet: the custom resources of the nested template would get no request"
+        };
+        anyhow::bail!(
+            "{}:{}: {}: {NESTED_STACK} with TemplateURL {url:?}: {why}; nothing was sent",
+            template.path.display(),
+            resource.line,
+            resource.logical_id
+        );
+    }
     Ok(())
 }
+
+/// A nested stack's type.
+const NESTED_STACK: &str = "AWS::CloudFormation::Stack";
 
 /// The pseudo parameters of a stack in `place`.
 pub fn pseudo(place: &Place, stack: &StackIdentity) -> Pseudo {
@@ -223,7 +253,13 @@ pub async fn play(
             notify(Notice::Progress(format!("{name}: skipped, the stack does not exist (its create rolled back)")));
             break;
         }
+        if options.continue_update_rollback && engine.status == "UPDATE_ROLLBACK_FAILED" {
+            steps.push(engine.continue_update_rollback(&format!("continue-before-{name}")).await?);
+        }
         steps.push(engine.update(name, target).await?);
+    }
+    if options.continue_update_rollback && engine.status == "UPDATE_ROLLBACK_FAILED" {
+        steps.push(engine.continue_update_rollback("continue-update-rollback").await?);
     }
     if !options.keep && engine.exists() {
         steps.push(engine.delete().await?);
@@ -239,4 +275,48 @@ pub async fn play(
         faults: engine.faults.injected.clone(),
         passed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place() -> Place {
+        let topic = "arn:aws:sns:us-east-2:123456789012:local-topic".to_owned();
+        Place {
+            region: "us-east-2".into(),
+            account_id: "123456789012".into(),
+            topics: vec![topic.clone()],
+            topic_arn: topic,
+        }
+    }
+
+    #[test]
+    fn a_nested_stack_is_refused_by_its_template_url_before_anything_is_sent() {
+        let dir = std::env::temp_dir().join(format!("play-nested-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (url, says) in [
+            ("https://s3.amazonaws.com/bucket/child.yaml", "play reads no template from a URL"),
+            ("s3://bucket/child.yaml", "play reads no template from a URL"),
+            ("child.yaml", "nested stacks are not played yet"),
+        ] {
+            let path = dir.join("parent.yaml");
+            let text = format!(
+                "Resources:\n  Child:\n    Type: AWS::CloudFormation::Stack\n    Properties:\n      TemplateURL: {url}\n"
+            );
+            std::fs::write(&path, text).unwrap();
+            let options = PlayOptions {
+                template: path,
+                service_token_parameter: "ServiceToken".into(),
+                ..PlayOptions::default()
+            };
+            let error = prepare(&options, &place()).expect_err(url).to_string();
+            assert!(
+                error.contains(&format!("parent.yaml:2: Child: AWS::CloudFormation::Stack with TemplateURL \"{url}\"")),
+                "{error}"
+            );
+            assert!(error.contains(says), "{error}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -110,7 +110,7 @@ impl Cloud for LocalCloud {
     ) -> anyhow::Result<Outcome> {
         let region = self.topic_region(&request.service_token)?.to_owned();
         let request_id = uuid_like(random_seed(), random_seed());
-        let key = format!("play/{}/{request_id}", stack.name);
+        let key = format!("{}/{request_id}", stack_prefix(stack));
         let expires_s = RESPONSE_URL_EXPIRES_S.max(request.service_timeout_s + 600);
         let url = provision::presigned_put_url(&self.presigner, &self.file.response_bucket, &key, expires_s).await?;
         let mut body = json!({
@@ -174,7 +174,7 @@ impl Cloud for LocalCloud {
     }
 
     async fn create_handle(&self, stack: &StackIdentity, logical_id: &str) -> anyhow::Result<String> {
-        let key = format!("play/{}/handles/{logical_id}", stack.name);
+        let key = format!("{}/handles/{logical_id}", stack_prefix(stack));
         provision::presigned_put_url(&self.presigner, &self.file.response_bucket, &key, HANDLE_EXPIRES_S).await
     }
 
@@ -191,6 +191,14 @@ fn handle_key(url: &str, bucket: &str) -> Option<String> {
     let path = url.split('?').next()?;
     let after = path.split_once(&format!("/{bucket}/"))?.1;
     after.starts_with("play/").then(|| after.to_owned())
+}
+
+/// Where a stack's answers and handles are kept in the response bucket: under its name and
+/// its StackId's unique suffix, so a second stack of the same name (a new StackId, as
+/// CloudFormation gives every new stack) never reads the first one's answers or signals.
+fn stack_prefix(stack: &StackIdentity) -> String {
+    let unique = stack.id.rsplit('/').next().unwrap_or_default();
+    format!("play/{}/{unique}", stack.name)
 }
 
 /// A RequestId shaped as CloudFormation's (a UUID), from two random words.
@@ -262,6 +270,20 @@ mod tests {
         assert_eq!(handle_key(url, "env-responses").as_deref(), Some("play/s1/handles/Wait"));
         assert_eq!(handle_key("https://127.0.0.1:4443/other/play/x", "env-responses"), None);
         assert_eq!(handle_key("https://127.0.0.1:4443/env-responses/cfn-once-drill/x", "env-responses"), None);
+    }
+
+    #[test]
+    fn two_stacks_of_one_name_keep_their_handles_and_answers_apart() {
+        let stack = |id: &str| StackIdentity {
+            name: "s1".into(),
+            id: format!("arn:aws:cloudformation:us-east-2:123456789012:stack/s1/{id}"),
+        };
+        let (first, second) = (stack("0000-aaaa"), stack("1111-bbbb"));
+        assert_ne!(stack_prefix(&first), stack_prefix(&second), "a new StackId, new keys");
+        assert_eq!(stack_prefix(&first), "play/s1/0000-aaaa");
+        let url =
+            format!("https://127.0.0.1:4443/env-responses/{}/handles/Wait?X-Amz-Signature=ab", stack_prefix(&first));
+        assert_eq!(handle_key(&url, "env-responses"), Some("play/s1/0000-aaaa/handles/Wait".into()));
     }
 
     #[test]
