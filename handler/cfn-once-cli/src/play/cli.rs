@@ -128,6 +128,7 @@ impl PlayArgs {
             service_token_parameter: self.service_token_parameter.clone(),
             keep: self.keep,
             continue_update_rollback: self.continue_update_rollback,
+            imports: self.imports()?,
         })
     }
 }
@@ -146,11 +147,7 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         topics: file.topic_arns(),
     };
     // Every template is read and checked before anything is sent.
-    let mut targets = run::prepare(&options, &place)?;
-    let imports = args.imports()?;
-    for target in &mut targets {
-        target.template.bind_imports(&imports).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
-    }
+    let targets = run::prepare(&options, &place)?;
     // Warnings go to stderr, with `--json` too: the report on stdout stays one document.
     for warning in run::warnings(&targets) {
         eprintln!("warning: {warning}");

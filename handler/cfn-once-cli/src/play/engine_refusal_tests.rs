@@ -49,6 +49,21 @@ async fn an_update_with_no_changes_is_refused() {
     let report = engine.update("update", same).await.unwrap();
     assert_eq!(report.refused.as_deref(), Some("No updates are to be performed."));
     assert_eq!(report.status, "CREATE_COMPLETE");
+    // The summary says so, not only stderr and --json.
+    let played = crate::play::run::PlayReport {
+        stack_name: "s1".into(),
+        stack_id: "id".into(),
+        steps: vec![report.clone()],
+        events: Vec::new(),
+        resources: Default::default(),
+        faults: Vec::new(),
+        passed: false,
+    };
+    let summary = crate::play::render::summary(&played);
+    assert!(
+        summary.contains("update   CREATE_COMPLETE (refused, nothing sent: No updates are to be performed.)"),
+        "{summary}"
+    );
     assert_eq!(stack_statuses(&engine), ["CREATE_IN_PROGRESS", "CREATE_COMPLETE"]);
     // A change of a parameter's value is a change.
     let with_parameter = "Parameters: {P: {Type: String, Default: x}}\n".to_owned() + FOUR;

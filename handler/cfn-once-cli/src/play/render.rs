@@ -146,7 +146,11 @@ pub fn summary(report: &PlayReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "stack {} ({})", report.stack_name, report.stack_id);
     for step in &report.steps {
-        let _ = writeln!(out, "  {:<8} {}", step.step, step.status);
+        let refused = step
+            .refused
+            .as_deref()
+            .map(|why| format!(" (refused, nothing sent: {})", terminal_safe(why, REASON_CHARS_MAX)));
+        let _ = writeln!(out, "  {:<8} {}{}", step.step, step.status, refused.unwrap_or_default());
         for output in &step.outputs {
             let _ = writeln!(
                 out,

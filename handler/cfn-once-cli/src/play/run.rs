@@ -36,6 +36,8 @@ pub struct PlayOptions {
     /// After an update ends UPDATE_ROLLBACK_FAILED, continue the rollback (ContinueUpdateRollback)
     /// before the next step; without it, later updates are refused as CloudFormation refuses them.
     pub continue_update_rollback: bool,
+    /// `--import NAME=VALUE`: the exports `Fn::ImportValue` reads.
+    pub imports: BTreeMap<String, String>,
 }
 
 /// Where the stack lives: the region and account its StackId names, and the topics custom
@@ -96,6 +98,8 @@ pub fn prepare(options: &PlayOptions, place: &Place) -> anyhow::Result<Vec<Targe
     }
     let mut targets = Vec::new();
     for template in templates {
+        let mut template = template;
+        template.bind_imports(&options.imports).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
         let mut given: BTreeMap<String, String> = options
             .parameters
             .iter()
@@ -317,6 +321,25 @@ mod tests {
             );
             assert!(error.contains(says), "{error}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn imports_are_bound_by_prepare_for_every_caller() {
+        let dir = std::env::temp_dir().join(format!("play-imports-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stack.yaml");
+        let text = "Parameters:\n  ServiceToken: {Type: String}\nResources:\n  Thing:\n    Type: Custom::Echo\n    Properties:\n      ServiceToken: !Ref ServiceToken\n      Vpc: !ImportValue shared-vpc\n";
+        std::fs::write(&path, text).unwrap();
+        let options = |imports: &[(&str, &str)]| PlayOptions {
+            template: path.clone(),
+            service_token_parameter: "ServiceToken".into(),
+            imports: imports.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            ..PlayOptions::default()
+        };
+        let refused = prepare(&options(&[]), &place()).expect_err("no export given").to_string();
+        assert!(refused.contains("shared-vpc"), "{refused}");
+        prepare(&options(&[("shared-vpc", "vpc-123")]), &place()).expect("bound by prepare itself");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
