@@ -160,3 +160,25 @@ Outputs:
     engine.delete().await.unwrap();
     assert_eq!(cloud.seen(), ["Delete A A-a1"], "New was deleted in the rollback's cleanup, not again");
 }
+
+#[tokio::test]
+async fn a_snapshot_policy_deletes_after_its_snapshot() {
+    let cloud = Scripted::default();
+    let mut engine = engine(&cloud, Faults::default());
+    let with_volume = FOUR.replace(
+        "Resources:\n",
+        "Resources:\n  Volume:\n    Type: AWS::EC2::Volume\n    DeletionPolicy: Snapshot\n    Properties: {Size: 8}\n",
+    );
+    engine.create(target(&with_volume)).await.unwrap();
+    assert_eq!(engine.delete().await.unwrap().status, "DELETE_COMPLETE");
+    let events: Vec<(String, Option<String>)> = engine
+        .events
+        .iter()
+        .filter(|e| e.logical_resource_id == "Volume")
+        .map(|e| (e.resource_status.clone(), e.resource_status_reason.clone()))
+        .collect();
+    let deleting = &events[events.len() - 2..];
+    assert_eq!(deleting[0].0, "DELETE_IN_PROGRESS", "{events:?}");
+    assert!(deleting[0].1.as_deref().is_some_and(|why| why.contains("snapshot")), "{events:?}");
+    assert_eq!(deleting[1].0, "DELETE_COMPLETE", "deleted after the snapshot, not retained: {events:?}");
+}

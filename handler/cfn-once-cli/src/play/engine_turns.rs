@@ -144,7 +144,10 @@ impl<'a> Engine<'a> {
                 if live.deletion_policy == Policy::Retain {
                     return Prepared::Skipped;
                 }
-                self.resource_event(id, "DELETE_IN_PROGRESS", None);
+                let snapshot = (live.deletion_policy == Policy::Snapshot).then(|| {
+                    "DeletionPolicy Snapshot: CloudFormation takes a snapshot, then deletes the resource (play provisions neither)".to_owned()
+                });
+                self.resource_event(id, "DELETE_IN_PROGRESS", snapshot);
                 if live.kind != Kind::Custom {
                     return Prepared::Job(Job::Nothing);
                 }

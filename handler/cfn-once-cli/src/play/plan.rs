@@ -221,7 +221,10 @@ fn removed(id: &str, was: &Side) -> ResourcePreview {
         Policy::Retain => {
             format!("nothing: DeletionPolicy Retain (DELETE_SKIPPED); {id} is left, no longer the stack's")
         }
-        Policy::Delete => "Delete, with its last properties as ResourceProperties (cleanup phase)".into(),
+        // Snapshot is refused for custom resources, the only ones previewed.
+        Policy::Delete | Policy::Snapshot => {
+            "Delete, with its last properties as ResourceProperties (cleanup phase)".into()
+        }
     });
     entry.resource_properties = was.properties.as_ref().ok().cloned();
     entry
@@ -271,7 +274,7 @@ fn modified(
         "Update, with the old properties as OldResourceProperties (forward phase)".into()
     });
     entry.requests.push(match now.decl.update_replace_policy {
-        Policy::Delete => {
+        Policy::Delete | Policy::Snapshot => {
             "if the provider answers the Update with a new PhysicalResourceId (a replacement): Delete of \
                            the old id, with the old properties (cleanup phase)"
                 .into()

@@ -60,12 +60,14 @@ pub struct ResourceDecl {
 
 /// What a stack Delete (DeletionPolicy) or a replacement's cleanup (UpdateReplacePolicy) does
 /// with the resource. `Snapshot` is refused for custom resources and wait conditions, which
-/// CloudFormation cannot snapshot, and read as `Retain` for other types: a play provisions
-/// none of those, and a snapshot's effect, like Retain's, is that nothing is deleted.
+/// CloudFormation cannot snapshot; on other types (none of which a play provisions) the
+/// resource is deleted after its snapshot, as CloudFormation deletes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     Delete,
     Retain,
+    /// A snapshot, then the delete.
+    Snapshot,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -341,7 +343,7 @@ fn resource(path: &Path, key: &Key, body: &Node) -> Result<ResourceDecl, Refusal
             "Snapshot"
                 if !is_custom(&resource_type) && resource_type != WAIT_CONDITION && resource_type != WAIT_HANDLE =>
             {
-                Policy::Retain
+                Policy::Snapshot
             }
             "Snapshot" => {
                 return Err(Refusal::new(

@@ -90,7 +90,7 @@ fn policies_are_read() {
     let text = "Resources:\n  B:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Snapshot\n    UpdateReplacePolicy: Retain\n  C:\n    Type: Custom::X\n    DeletionPolicy: Retain\n";
     let template = parse(text).unwrap();
     let bucket = template.resource("B").unwrap();
-    assert_eq!((bucket.deletion_policy, bucket.update_replace_policy), (Policy::Retain, Policy::Retain));
+    assert_eq!((bucket.deletion_policy, bucket.update_replace_policy), (Policy::Snapshot, Policy::Retain));
     let custom = template.resource("C").unwrap();
     assert_eq!((custom.deletion_policy, custom.update_replace_policy), (Policy::Retain, Policy::Delete));
     assert_eq!(custom.properties.as_map().map(<[_]>::len), Some(0));
