@@ -140,12 +140,7 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     }
     let options = args.options()?;
     let file = EnvFile::read(&args.env)?;
-    let place = Place {
-        region: file.customer_region.clone(),
-        account_id: file.topic_arn.split(':').nth(4).unwrap_or("123456789012").to_owned(),
-        topic_arn: file.topic_arn.clone(),
-        topics: file.topic_arns(),
-    };
+    let place = place_of(&file);
     // Every template is read and checked before anything is sent.
     let targets = run::prepare(&options, &place)?;
     // Warnings go to stderr, with `--json` too: the report on stdout stays one document.
@@ -185,16 +180,22 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     Ok(report.passed)
 }
 
+/// Where a stack of the local environment `file` lives: its customer region, the account its
+/// topic names, and its topics.
+fn place_of(file: &EnvFile) -> Place {
+    Place {
+        region: file.customer_region.clone(),
+        account_id: file.topic_arn.split(':').nth(4).unwrap_or("123456789012").to_owned(),
+        topic_arn: file.topic_arn.clone(),
+        topics: file.topic_arns(),
+    }
+}
+
 /// `--plan`: the preview of every step, printed; nothing is sent and nothing is connected to.
 fn plan(args: &PlayArgs) -> anyhow::Result<bool> {
     let options = args.options()?;
     let place = match EnvFile::read(&args.env) {
-        Ok(file) => Place {
-            region: file.customer_region.clone(),
-            account_id: file.topic_arn.split(':').nth(4).unwrap_or("123456789012").to_owned(),
-            topic_arn: file.topic_arn.clone(),
-            topics: file.topic_arns(),
-        },
+        Ok(file) => place_of(&file),
         Err(_) => {
             let topic = "arn:aws:sns:us-east-2:123456789012:the-local-service-token-topic".to_owned();
             eprintln!(
