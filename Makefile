@@ -109,7 +109,9 @@ play:
 ## cdk-synth: the CDK app of examples/play/cdk/app synthesized into the templates checked in beside
 ## it (docs/play.md, "A CDK app, as synthesized"): `npm ci` installs the aws-cdk-lib and aws-cdk
 ## that package-lock.json pins (from the npm registry), then `cdk synth` runs twice, the second
-## with the context greeting=v2 for an update. Only the templates are kept, not cdk.out.
+## with the context greeting=v2 for an update. Only the templates are kept, not cdk.out, and the
+## provider stack's asset manifest: its nested template keeps its cdk.out name, so play finds it
+## from the parent's TemplateURL through CdkProviderStack.assets.json (docs/play.md).
 CDK_APP := examples/play/cdk/app
 CDK_TEMPLATES := examples/play/cdk
 cdk-synth:
@@ -120,7 +122,8 @@ cdk-synth:
 	cp $(CDK_APP)/cdk.out/CdkPlayStack.template.json $(CDK_TEMPLATES)/CdkPlayStack.template.json
 	cp $(CDK_APP)/cdk.out.v2/CdkPlayStack.template.json $(CDK_TEMPLATES)/CdkPlayStack-v2.template.json
 	cp $(CDK_APP)/cdk.out/CdkProviderStack.template.json $(CDK_TEMPLATES)/CdkProviderStack.template.json
-	cp $(CDK_APP)/cdk.out/CdkProviderStack*.nested.template.json $(CDK_TEMPLATES)/CdkProviderStack-provider.nested.template.json
+	cp $(CDK_APP)/cdk.out/CdkProviderStack*.nested.template.json $(CDK_TEMPLATES)/
+	cp $(CDK_APP)/cdk.out/CdkProviderStack.assets.json $(CDK_TEMPLATES)/CdkProviderStack.assets.json
 	rm -rf $(CDK_APP)/cdk.out $(CDK_APP)/cdk.out.v2
 
 ## drill: a failover drill against the environment `make local` is running.
