@@ -4,7 +4,8 @@
 //! and delete; [`jobs`] wait for answers and signals; [`wire`] sends the requests through the
 //! local environment's ServiceToken topic and reads the answers back; [`run`] is the whole
 //! life, as the command line asks for it; [`plan`] previews an update as a change set would,
-//! sending nothing; [`mask`] keeps NoEcho values out of everything play prints or writes.
+//! sending nothing; [`mask`] keeps NoEcho values out of everything play prints or writes;
+//! [`nested_source`] finds the local file a nested stack's `TemplateURL` names.
 
 pub mod cli;
 pub mod cloud;
@@ -13,6 +14,7 @@ pub mod faults;
 pub mod intrinsics;
 pub mod jobs;
 pub mod mask;
+pub mod nested_source;
 pub mod plan;
 pub mod render;
 pub mod run;
