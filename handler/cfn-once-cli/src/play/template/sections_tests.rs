@@ -204,8 +204,7 @@ fn the_cdk_nested_provider_stacks_parse_and_check_unedited() {
     let attribute = "Outputs.CdkProviderStackProviderframeworkonEvent69112EECArn";
     let stubs = BTreeMap::from([((nested.to_string(), attribute.to_string()), "arn:aws:lambda:x".to_string())]);
     parent.check(&stubs).unwrap_or_else(|e| panic!("{e}"));
-    let child =
-        Template::load(&cdk("CdkProviderStack51805E60.nested.template.json")).unwrap_or_else(|e| panic!("{e}"));
+    let child = Template::load(&cdk("CdkProviderStack51805E60.nested.template.json")).unwrap_or_else(|e| panic!("{e}"));
     let types: Vec<&str> = child.resources.iter().map(|r| r.resource_type.as_str()).collect();
     assert!(types.contains(&"AWS::Lambda::Function") && types.contains(&"AWS::IAM::Role"), "{types:?}");
     // The child's GetAtt of its Lambda functions' Arn is stubbed as a user would.
