@@ -22,6 +22,8 @@ use cfn_once_cli::play::run::{self, Place, PlayOptions, PlayReport};
 use cfn_once_cli::play::wire::{LocalCloud, LocalRegionFaults};
 use cfn_once_core::vocabulary::Role;
 
+mod nested;
+
 /// A local environment as `make local` runs it, with `functions` served if given.
 struct Local {
     env: LocalEnvironment,
@@ -92,6 +94,7 @@ impl Local {
         let notify = |notice: Notice| match notice {
             Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
             Notice::Progress(line) => println!(".. {line}"),
+            Notice::Secret(_) => {}
         };
         let report = run::play(cloud, region_faults, &place, stack, targets, options, &notify).await.expect("the play");
         println!("{}", cfn_once_cli::play::render::summary(&report));
@@ -514,6 +517,7 @@ async fn a_second_stack_of_the_same_name_waits_for_its_own_signal() {
     let notify = |notice: Notice| match notice {
         Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
         Notice::Progress(line) => println!(".. {line}"),
+        Notice::Secret(_) => {}
     };
     let mut waits = Vec::new();
     for seed in [(1, 2), (3, 4)] {

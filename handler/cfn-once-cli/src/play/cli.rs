@@ -169,6 +169,7 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         Notice::Event(event) if !json => println!("{}", printer.event(&event)),
         Notice::Event(_) => {}
         Notice::Progress(line) => eprintln!("{}", printer.progress(&line)),
+        Notice::Secret(value) => printer.secrets.add_value(&value),
     };
     let report = run::play(&cloud, faults, &place, stack, targets, &options, &notify).await?;
     if json {

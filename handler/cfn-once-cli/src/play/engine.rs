@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
@@ -17,14 +18,18 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::play::cloud::{Cloud, StackIdentity};
-use crate::play::faults::Faults;
+use crate::play::faults::{Faults, Injected};
 use crate::play::intrinsics::{Pseudo, Scope};
 use crate::play::jobs::{Done, Job};
-use crate::play::state::{Kind, Live, RequestRecord, StackEvent};
+use crate::play::state::{Live, RequestRecord, StackEvent};
 use crate::play::template::Template;
 
 #[path = "engine_events.rs"]
 mod events;
+#[path = "engine_nested.rs"]
+mod nested;
+#[path = "engine_rollback.rs"]
+mod rollback;
 #[path = "engine_turns.rs"]
 mod turns;
 
@@ -63,6 +68,19 @@ pub struct OutputValue {
 pub struct Target {
     pub template: Template,
     pub parameters: BTreeMap<String, Value>,
+    /// The template of each nested stack (`AWS::CloudFormation::Stack`) the template declares,
+    /// by logical id: read before anything is sent; its parameters are bound when it is played.
+    pub nested: BTreeMap<String, NestedTemplate>,
+}
+
+/// A nested stack's template, read from where its `TemplateURL` points, with its own nested
+/// stacks' templates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NestedTemplate {
+    pub template: Template,
+    pub nested: BTreeMap<String, NestedTemplate>,
+    /// Where it was read from, as play says it.
+    pub how: String,
 }
 
 /// The phases a resource's turn can be in; each prepares and settles its own way.
@@ -89,7 +107,29 @@ struct PendingRollback {
     deps: BTreeMap<String, BTreeSet<String>>,
 }
 
-type Running<'a> = FuturesUnordered<Pin<Box<dyn Future<Output = (String, Job, Done)> + Send + 'a>>>;
+/// An update whose forward phase completed: its cleanup is still to come (at once for a
+/// stack; for a nested stack, when its parent's cleanup comes, or its parent's rollback instead).
+#[derive(Debug)]
+struct Forwarded {
+    included: BTreeSet<String>,
+    deps: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// How an update's forward phase ended.
+enum Forward {
+    /// Every resource updated: the cleanup (or, nested, the parent's rollback) is to come.
+    Done,
+    /// Refused before anything was sent, or rolled back: the report says which.
+    Ended(StepReport),
+}
+
+/// A turn that finished: a resource's job, or a nested stack's operation.
+enum Finished<'a> {
+    Job(String, Job, Done),
+    Nested(String, Box<Engine<'a>>, nested::NestedEnd),
+}
+
+type Running<'a> = FuturesUnordered<Pin<Box<dyn Future<Output = Finished<'a>> + Send + 'a>>>;
 
 /// A stack and the player of its operations.
 pub struct Engine<'a> {
@@ -98,7 +138,10 @@ pub struct Engine<'a> {
     pub stack: StackIdentity,
     pseudo: Pseudo,
     stubs: BTreeMap<(String, String), String>,
-    pub faults: Faults<'a>,
+    /// The region faults and the answers counted, shared by a stack and its nested stacks.
+    faults: Arc<tokio::sync::Mutex<Faults<'a>>>,
+    /// `--fail`'s (logical id, step) pairs.
+    fail: BTreeSet<(String, String)>,
     /// How often a wait condition's handle is read.
     pub wait_poll: Duration,
     live: BTreeMap<String, Live>,
@@ -123,6 +166,19 @@ pub struct Engine<'a> {
     gone: BTreeMap<String, String>,
     pub events: Vec<StackEvent>,
     pub history: BTreeMap<String, Vec<RequestRecord>>,
+    /// The nested stacks, by the logical id of their `AWS::CloudFormation::Stack`.
+    children: BTreeMap<String, Engine<'a>>,
+    /// Nested stacks deleted, kept for their events and requests.
+    retired: Vec<(String, Engine<'a>)>,
+    forwarded: Option<Forwarded>,
+    /// A ContinueUpdateRollback is in progress: nested stacks whose rollback failed continue
+    /// theirs.
+    continuing: bool,
+    /// The logical ids of the nested stack resources this stack is inside, outermost first
+    /// (empty for the stack a person plays).
+    pub nested_in: Vec<String>,
+    /// Every event of this stack and its nested stacks, in the order they happened.
+    log: Arc<std::sync::Mutex<Vec<StackEvent>>>,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -140,13 +196,15 @@ impl<'a> Engine<'a> {
         faults: Faults<'a>,
         notify: &'a (dyn Fn(Notice) + Send + Sync),
     ) -> Self {
+        let fail = faults.fail.clone();
         Self {
             cloud,
             notify,
             stack,
             pseudo,
             stubs,
-            faults,
+            faults: Arc::new(tokio::sync::Mutex::new(faults)),
+            fail,
             wait_poll: Duration::from_millis(500),
             live: BTreeMap::new(),
             current: None,
@@ -163,7 +221,39 @@ impl<'a> Engine<'a> {
             gone: BTreeMap::new(),
             events: Vec::new(),
             history: BTreeMap::new(),
+            children: BTreeMap::new(),
+            retired: Vec::new(),
+            forwarded: None,
+            continuing: false,
+            nested_in: Vec::new(),
+            log: Arc::default(),
         }
+    }
+
+    /// The region faults injected so far.
+    pub async fn injected(&self) -> Vec<Injected> {
+        self.faults.lock().await.injected.clone()
+    }
+
+    /// Restores the primary if a region fault was injected.
+    pub async fn restore_faults(&self) {
+        self.faults.lock().await.restore(self.notify).await;
+    }
+
+    /// Every event of the stack and its nested stacks, in the order they happened.
+    pub fn all_events(&self) -> Vec<StackEvent> {
+        self.log.lock().map(|log| log.clone()).unwrap_or_default()
+    }
+
+    /// Every resource's requests, the stack's own and, as `Nested/Logical`, its nested stacks'.
+    pub fn all_history(&self) -> BTreeMap<String, Vec<RequestRecord>> {
+        let mut all = self.history.clone();
+        for (id, child) in self.retired.iter().map(|(id, c)| (id, c)).chain(&self.children) {
+            for (key, records) in child.all_history() {
+                all.entry(format!("{id}/{key}")).or_default().extend(records);
+            }
+        }
+        all
     }
 
     /// Whether the stack has resources (it exists).
@@ -201,6 +291,15 @@ impl<'a> Engine<'a> {
     /// CloudFormation would refuse before starting it (`Engine::refusal`) sends nothing, adds
     /// no event and leaves the stack's status: its report says why in `refused`.
     pub async fn update(&mut self, step: &str, target: Target) -> anyhow::Result<StepReport> {
+        match self.update_forward(step, target).await? {
+            Forward::Done => Ok(self.update_cleanup().await),
+            Forward::Ended(report) => Ok(report),
+        }
+    }
+
+    /// An update's forward phase: new resources created and changed ones updated; on a
+    /// failure, the rollback. `Forward::Done` leaves the cleanup to [`Engine::update_cleanup`].
+    async fn update_forward(&mut self, step: &str, target: Target) -> anyhow::Result<Forward> {
         if self.current.is_none() {
             anyhow::bail!("{step}: the stack does not exist (its create rolled back), so there is nothing to update");
         }
@@ -209,47 +308,15 @@ impl<'a> Engine<'a> {
             (self.notify)(Notice::Progress(format!("{step}: refused, nothing sent: {refusal}")));
             let mut report = self.report(&self.status.clone(), false);
             report.refused = Some(refusal);
-            return Ok(report);
+            return Ok(Forward::Ended(report));
         }
         self.begin(step, target)?;
         self.stack_event("UPDATE_IN_PROGRESS", Some("User Initiated".into()));
         let included = self.included();
         let deps = self.target_deps(&included);
         if self.run(Phase::Forward, included.clone(), &deps, false, true).await {
-            self.stack_event("UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", None);
-            self.phase_name = "cleanup";
-            let old_deps = self.current_deps();
-            let mut cleanup = BTreeSet::new();
-            for (id, old) in &self.before {
-                let replaced = self.live.get(id).is_some_and(|now| now.physical_id != old.physical_id);
-                if replaced || !included.contains(id) {
-                    cleanup.insert(id.clone());
-                }
-            }
-            // The old resources go; the stack keeps the new ones (of replacements).
-            let kept: BTreeMap<String, Live> =
-                cleanup.iter().filter_map(|id| self.live.get(id).map(|l| (id.clone(), l.clone()))).collect();
-            for id in &cleanup {
-                let mut old = self.before[id].clone();
-                if included.contains(id) {
-                    // A replacement: UpdateReplacePolicy decides whether its old id is deleted.
-                    old.deletion_policy = kept[id].update_replace_policy;
-                }
-                self.live.insert(id.clone(), old);
-            }
-            // Failed cleanup deletes are reported; the update stays complete, as in CloudFormation.
-            self.run(Phase::Delete, cleanup.clone(), &old_deps, true, false).await;
-            // A removed resource whose delete failed is left behind, no longer the stack's.
-            for id in &cleanup {
-                self.live.remove(id);
-            }
-            for (id, live) in kept {
-                if included.contains(&id) {
-                    self.live.insert(id, live);
-                }
-            }
-            self.current = self.target.take();
-            return Ok(self.end("UPDATE_COMPLETE", true));
+            self.forwarded = Some(Forwarded { included, deps });
+            return Ok(Forward::Done);
         }
         let failed = self.failed.join(", ");
         self.stack_event(
@@ -257,7 +324,59 @@ impl<'a> Engine<'a> {
             Some(format!("The following resource(s) failed to update: [{failed}].")),
         );
         self.prepare_rollback(deps);
-        Ok(self.finish_rollback().await)
+        if self.nested_in.is_empty() {
+            return Ok(Forward::Ended(self.finish_rollback().await));
+        }
+        // A nested stack's rollback cleanup comes with its parent's.
+        let report = match self.roll_back_updates().await {
+            Some(failed) => failed,
+            None => {
+                self.status = "UPDATE_ROLLBACK_IN_PROGRESS".into();
+                self.report("UPDATE_ROLLBACK_IN_PROGRESS", false)
+            }
+        };
+        Ok(Forward::Ended(report))
+    }
+
+    /// An update's cleanup phase, after its forward phase: nested stacks' cleanups first, then
+    /// the replaced and removed resources deleted.
+    async fn update_cleanup(&mut self) -> StepReport {
+        let Forwarded { included, .. } = self.forwarded.take().expect("an update whose forward phase completed");
+        self.stack_event("UPDATE_COMPLETE_CLEANUP_IN_PROGRESS", None);
+        self.phase_name = "cleanup";
+        self.clean_up_children().await;
+        let old_deps = self.current_deps();
+        let mut cleanup = BTreeSet::new();
+        for (id, old) in &self.before {
+            let replaced = self.live.get(id).is_some_and(|now| now.physical_id != old.physical_id);
+            if replaced || !included.contains(id) {
+                cleanup.insert(id.clone());
+            }
+        }
+        // The old resources go; the stack keeps the new ones (of replacements).
+        let kept: BTreeMap<String, Live> =
+            cleanup.iter().filter_map(|id| self.live.get(id).map(|l| (id.clone(), l.clone()))).collect();
+        for id in &cleanup {
+            let mut old = self.before[id].clone();
+            if included.contains(id) {
+                // A replacement: UpdateReplacePolicy decides whether its old id is deleted.
+                old.deletion_policy = kept[id].update_replace_policy;
+            }
+            self.live.insert(id.clone(), old);
+        }
+        // Failed cleanup deletes are reported; the update stays complete, as in CloudFormation.
+        self.run(Phase::Delete, cleanup.clone(), &old_deps, true, false).await;
+        // A removed resource whose delete failed is left behind, no longer the stack's.
+        for id in &cleanup {
+            self.live.remove(id);
+        }
+        for (id, live) in kept {
+            if included.contains(&id) {
+                self.live.insert(id, live);
+            }
+        }
+        self.current = self.target.take();
+        self.end("UPDATE_COMPLETE", true)
     }
 
     /// ContinueUpdateRollback on a stack in UPDATE_ROLLBACK_FAILED: the Updates back that
@@ -271,14 +390,22 @@ impl<'a> Engine<'a> {
         }
         self.step = step.to_owned();
         self.failed.clear();
+        self.continuing = true;
         self.stack_event("UPDATE_ROLLBACK_IN_PROGRESS", Some("User Initiated".into()));
-        Ok(self.finish_rollback().await)
+        let report = self.finish_rollback().await;
+        self.continuing = false;
+        Ok(report)
     }
 
     /// Deletes the stack: every resource in reverse dependency order, `Retain` ones skipped.
     pub async fn delete(&mut self) -> anyhow::Result<StepReport> {
-        self.step = "delete".into();
-        self.phase_name = "delete";
+        Ok(self.delete_as("delete", "delete").await)
+    }
+
+    /// The stack's delete, in `step` and `phase` (a nested stack is deleted in its parent's).
+    async fn delete_as(&mut self, step: &str, phase: &'static str) -> StepReport {
+        self.step = step.into();
+        self.phase_name = phase;
         self.failed.clear();
         self.stack_event("DELETE_IN_PROGRESS", Some("User Initiated".into()));
         let deps = self.current_deps();
@@ -292,76 +419,17 @@ impl<'a> Engine<'a> {
             self.current = None;
         }
         self.status = status.into();
-        self.stack_event(status, None);
-        Ok(StepReport {
-            step: "delete".into(),
+        let reason =
+            (!deleted).then(|| format!("The following resource(s) failed to delete: [{}].", self.failed.join(", ")));
+        self.stack_event(status, reason);
+        StepReport {
+            step: step.into(),
             template: None,
             status: status.into(),
             completed: deleted,
             outputs: vec![],
             refused: None,
-        })
-    }
-
-    /// The rollback of a failed update, planned: what was updated in place (or failed, or was
-    /// cancelled mid-update) is to be updated back to its old properties, in the old
-    /// template's order; what was replaced takes its old id back with no request; the new ids
-    /// of replacements and the resources this update created are kept for the cleanup, and
-    /// stay the stack's until deleted whatever the rollback's outcome.
-    fn prepare_rollback(&mut self, new_deps: BTreeMap<String, BTreeSet<String>>) {
-        self.phase_name = "rollback";
-        let mut pending = PendingRollback { deps: new_deps, ..PendingRollback::default() };
-        for (id, now) in self.live.clone() {
-            match self.before.get(&id) {
-                None => {
-                    pending.discard.insert(id.clone(), now);
-                    self.live.remove(&id);
-                }
-                Some(old) if old.physical_id != now.physical_id => {
-                    pending.discard.insert(id.clone(), now);
-                    self.live.insert(id, old.clone());
-                }
-                Some(old) => {
-                    if self.attempted.contains_key(&id) && old.kind == Kind::Custom {
-                        pending.back.insert(id);
-                    } else {
-                        self.live.insert(id, old.clone());
-                    }
-                }
-            }
         }
-        self.pending = Some(pending);
-        self.target = None;
-        self.conditions = self.current_conditions();
-    }
-
-    /// Plays what the rollback has still to do: the Updates back, then the cleanup. Ends
-    /// UPDATE_ROLLBACK_COMPLETE, or UPDATE_ROLLBACK_FAILED with the rest still pending.
-    async fn finish_rollback(&mut self) -> StepReport {
-        self.phase_name = "rollback";
-        let pending = self.pending.take().expect("a rollback in progress");
-        let old_deps = self.current_deps();
-        let back_ok = self.run(Phase::UpdateBack, pending.back.clone(), &old_deps, false, true).await;
-        let back: BTreeSet<String> = pending.back.difference(&self.succeeded).cloned().collect();
-        self.pending = Some(PendingRollback { back, ..pending });
-        if !back_ok {
-            return self.end("UPDATE_ROLLBACK_FAILED", false);
-        }
-        self.stack_event("UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS", None);
-        self.phase_name = "cleanup";
-        self.delete_leftovers().await;
-        self.end("UPDATE_ROLLBACK_COMPLETE", false)
-    }
-
-    /// Deletes a rollback's pending new ids; what fails to delete is left behind, no longer
-    /// the stack's, as a cleanup leaves it. True when all were deleted (or retained).
-    async fn delete_leftovers(&mut self) -> bool {
-        let Some(pending) = self.pending.take() else { return true };
-        let kept = std::mem::replace(&mut self.live, pending.discard.clone());
-        let ids: BTreeSet<String> = pending.discard.keys().cloned().collect();
-        let deleted = self.run(Phase::Delete, ids, &pending.deps, true, false).await;
-        self.live = kept;
-        deleted
     }
 
     /// The stack's event and status at the end of an operation, and its report.
@@ -387,7 +455,7 @@ impl<'a> Engine<'a> {
         let current = self.current.as_ref().expect("a stack that exists");
         let mut same = target.template.clone();
         same.path.clone_from(&current.template.path);
-        if same == current.template && target.parameters == current.parameters {
+        if same == current.template && target.parameters == current.parameters && target.nested == current.nested {
             return Ok(Some("No updates are to be performed.".into()));
         }
         let conditions = self.conditions_of(target)?;

@@ -17,6 +17,7 @@ impl Engine<'_> {
             resource_type: "AWS::CloudFormation::Stack".into(),
             resource_status: status.into(),
             resource_status_reason: reason,
+            nested_in: self.nested_in.clone(),
         };
         self.push_event(event);
     }
@@ -36,12 +37,16 @@ impl Engine<'_> {
             resource_type,
             resource_status: status.into(),
             resource_status_reason: reason,
+            nested_in: self.nested_in.clone(),
         };
         self.push_event(event);
     }
 
     fn push_event(&mut self, event: StackEvent) {
         (self.notify)(Notice::Event(event.clone()));
+        if let Ok(mut log) = self.log.lock() {
+            log.push(event.clone());
+        }
         self.events.push(event);
     }
 
@@ -49,7 +54,7 @@ impl Engine<'_> {
     pub(super) fn report(&self, status: &str, completed: bool) -> StepReport {
         let stands = status.ends_with("_COMPLETE") && status != "ROLLBACK_COMPLETE";
         let current = self.current.as_ref().filter(|_| stands);
-        let outputs = current.map(|target| self.outputs(target)).unwrap_or_default();
+        let outputs = current.map(|target| self.outputs(target, true)).unwrap_or_default();
         StepReport {
             step: self.step.clone(),
             template: current.map(|t| t.template.path.display().to_string()),
@@ -60,8 +65,10 @@ impl Engine<'_> {
         }
     }
 
-    fn outputs(&self, target: &Target) -> Vec<OutputValue> {
-        let view = self.view(&target.template, true);
+    /// The Outputs of `target`'s template; `masked` as shown to a person (a NoEcho value as
+    /// `****`), or as a parent stack reads them.
+    pub(super) fn outputs(&self, target: &Target, masked: bool) -> Vec<OutputValue> {
+        let view = self.view(&target.template, masked);
         let scope = Scope {
             parameters: &target.parameters,
             pseudo: &self.pseudo,

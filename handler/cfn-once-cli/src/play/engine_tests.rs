@@ -22,6 +22,8 @@ use crate::play::faults::{Faults, RegionFaults};
 use crate::play::intrinsics::Pseudo;
 use crate::play::template::Template;
 
+#[path = "engine_nested_tests.rs"]
+mod nested;
 #[path = "engine_refusal_tests.rs"]
 mod refusals;
 
@@ -32,6 +34,8 @@ struct Scripted {
     /// Requests (`Type Logical`) answered FAILED whatever their properties.
     refuse: Mutex<Vec<String>>,
     log: Mutex<Vec<CfnRequest>>,
+    /// The StackId each request of `log` came from.
+    stack_ids: Mutex<Vec<String>>,
     signals: Mutex<BTreeMap<String, Vec<Signal>>>,
     running: AtomicUsize,
     most_at_once: AtomicUsize,
@@ -41,11 +45,12 @@ struct Scripted {
 impl Cloud for Scripted {
     async fn send(
         &self,
-        _stack: &StackIdentity,
+        stack: &StackIdentity,
         request: &CfnRequest,
         _progress: &(dyn Fn(String) + Send + Sync),
     ) -> anyhow::Result<Outcome> {
         self.log.lock().unwrap().push(request.clone());
+        self.stack_ids.lock().unwrap().push(stack.id.clone());
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_at_once.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -117,6 +122,7 @@ impl Scripted {
 
     fn clear(&self) {
         self.log.lock().unwrap().clear();
+        self.stack_ids.lock().unwrap().clear();
     }
 }
 
@@ -125,7 +131,7 @@ fn target(text: &str) -> Target {
     let template = Template::parse(Path::new("test.yaml"), &text).unwrap_or_else(|e| panic!("{e}"));
     template.check(&BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
     let parameters = template.bind_parameters(&BTreeMap::new()).unwrap();
-    Target { template, parameters }
+    Target { template, parameters, nested: BTreeMap::new() }
 }
 
 fn stack() -> StackIdentity {
@@ -496,8 +502,8 @@ async fn a_drill_is_injected_after_the_nth_answer_and_undone_at_the_end() {
     let mut engine = engine(&cloud, faults);
     engine.create(target(FOUR)).await.unwrap();
     assert_eq!(region.drained.load(Ordering::SeqCst), 1);
-    assert_eq!(engine.faults.injected[0].after_answers, 2);
-    engine.faults.restore(&QUIET).await;
+    assert_eq!(engine.injected().await[0].after_answers, 2);
+    engine.restore_faults().await;
     assert_eq!(region.restored.load(Ordering::SeqCst), 1);
 }
 

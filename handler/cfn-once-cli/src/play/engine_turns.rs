@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
 
-use super::{Engine, Notice, Phase, Running};
+use super::nested::{self, NestedOp};
+use super::{Engine, Finished, Notice, Phase, Running};
 use crate::play::cloud::{CfnRequest, Outcome, RequestType};
 use crate::play::intrinsics::{Scope, evaluate, to_properties};
 use crate::play::jobs::{self, Done, Job, WaitEnd};
@@ -15,7 +16,7 @@ use crate::play::state::{Kind, Live, RequestRecord, View, made_up_id, service_ti
 use crate::play::template::{Policy, ResourceDecl, Template};
 
 /// What preparing a turn came to.
-enum Prepared {
+pub(super) enum Prepared {
     Job(Job),
     /// Nothing to do: unchanged in an update.
     Unchanged,
@@ -23,6 +24,8 @@ enum Prepared {
     Skipped,
     /// Failed before anything was sent (a template error, a refused change).
     Failed(String),
+    /// A nested stack's operation.
+    Nested(NestedOp),
 }
 
 impl<'a> Engine<'a> {
@@ -44,6 +47,8 @@ impl<'a> Engine<'a> {
         let mut all_ok = true;
         let mut stopping = false;
         let mut running: Running<'a> = Running::new();
+        // Nested stacks' operations run to their end: a nested stack is not cancelled halfway.
+        let mut nested_running: Running<'a> = Running::new();
         let mut in_flight: BTreeSet<String> = BTreeSet::new();
         loop {
             let mut progressed = false;
@@ -70,8 +75,13 @@ impl<'a> Engine<'a> {
                             in_flight.insert(id.clone());
                             running.push(Box::pin(async move {
                                 let progress = move |line: String| notify(Notice::Progress(line));
-                                jobs::run(cloud, stack, id, job, &progress, poll).await
+                                let (id, job, done) = jobs::run(cloud, stack, id, job, &progress, poll).await;
+                                Finished::Job(id, job, done)
                             }));
+                        }
+                        Prepared::Nested(op) => {
+                            let child = Box::new(self.children.remove(&id).expect("a nested stack's engine"));
+                            nested_running.push(nested::play(child, id, op, self.step.clone(), self.phase_name));
                         }
                         Prepared::Unchanged => {
                             succeeded.insert(id);
@@ -100,16 +110,30 @@ impl<'a> Engine<'a> {
                 }
                 running = Running::new();
             }
-            if running.is_empty() {
+            if running.is_empty() && nested_running.is_empty() {
                 if progressed && !stopping {
                     continue;
                 }
                 break;
             }
-            let Some((id, job, done)) = running.next().await else { break };
-            in_flight.remove(&id);
-            let answered = matches!(done, Done::Answer(Ok(Outcome::Answered(_))));
-            if self.settle(phase, &id, job, done) {
+            let finished = tokio::select! {
+                Some(finished) = running.next(), if !running.is_empty() => finished,
+                Some(finished) = nested_running.next(), if !nested_running.is_empty() => finished,
+                else => break,
+            };
+            let (id, ok, answered) = match finished {
+                Finished::Job(id, job, done) => {
+                    in_flight.remove(&id);
+                    let answered = matches!(done, Done::Answer(Ok(Outcome::Answered(_))));
+                    let ok = self.settle(phase, &id, job, done);
+                    (id, ok, answered)
+                }
+                Finished::Nested(id, child, end) => {
+                    let ok = self.settle_nested(phase, &id, child, end);
+                    (id, ok, false)
+                }
+            };
+            if ok {
                 succeeded.insert(id);
             } else {
                 all_ok = false;
@@ -118,7 +142,7 @@ impl<'a> Engine<'a> {
                 }
             }
             if answered {
-                self.faults.answered(self.notify).await;
+                self.faults.lock().await.answered(self.notify).await;
             }
         }
         let all = all_ok && ids.iter().all(|id| succeeded.contains(id));
@@ -131,6 +155,9 @@ impl<'a> Engine<'a> {
         match phase {
             Phase::Forward => self.prepare_forward(id),
             Phase::UpdateBack => {
+                if self.live.get(id).is_some_and(|live| live.kind == Kind::Nested) {
+                    return self.prepare_nested_back(id);
+                }
                 let (Some(old), Some(attempted)) = (self.before.get(id).cloned(), self.attempted.get(id).cloned())
                 else {
                     return Prepared::Unchanged;
@@ -148,11 +175,14 @@ impl<'a> Engine<'a> {
                     "DeletionPolicy Snapshot: CloudFormation takes a snapshot, then deletes the resource (play provisions neither)".to_owned()
                 });
                 self.resource_event(id, "DELETE_IN_PROGRESS", snapshot);
+                if live.kind == Kind::Nested && self.children.contains_key(id) {
+                    return Prepared::Nested(NestedOp::Delete);
+                }
                 if live.kind != Kind::Custom {
                     return Prepared::Job(Job::Nothing);
                 }
                 let request = self.request(RequestType::Delete, id, &live, live.properties.clone(), None);
-                let fail_on_purpose = self.phase_name == "delete" && self.faults.fails(id, &self.step);
+                let fail_on_purpose = self.phase_name == "delete" && self.fails(id);
                 Prepared::Job(Job::Send { request, fail_on_purpose })
             }
         }
@@ -183,7 +213,8 @@ impl<'a> Engine<'a> {
                     live.resource_type, decl.resource_type
                 ));
             }
-            if live.properties == properties {
+            // A nested stack's template may change under the same properties.
+            if live.properties == properties && kind != Kind::Nested {
                 return Prepared::Unchanged;
             }
         }
@@ -205,6 +236,7 @@ impl<'a> Engine<'a> {
                 }
                 self.prepare_wait(id, &decl, properties)
             }
+            Kind::Nested => self.prepare_nested(id, &decl, properties, existing.is_some(), status),
             Kind::Other => {
                 self.live.insert(id.to_owned(), self.new_live(&decl, kind, made_up_id(&self.stack, id), properties));
                 Prepared::Job(Job::Nothing)
@@ -229,7 +261,7 @@ impl<'a> Engine<'a> {
             Ok(seconds) => seconds,
             Err(reason) => return Prepared::Failed(reason),
         };
-        let fail_on_purpose = self.faults.fails(id, &self.step);
+        let fail_on_purpose = self.fails(id);
         let request = match existing {
             Some(live) => {
                 if live.service_token.as_deref() != Some(token.as_str()) {
@@ -441,8 +473,13 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Whether `--fail` names `id` in this step.
+    fn fails(&self, id: &str) -> bool {
+        self.fail.contains(&(id.to_owned(), self.step.clone()))
+    }
+
     /// Records a failed turn: its event and, for the stack's reason, its name.
-    fn fail_turn(&mut self, phase: Phase, id: &str, reason: String) {
+    pub(super) fn fail_turn(&mut self, phase: Phase, id: &str, reason: String) {
         let verb = self.verb(phase, id);
         self.failed.push(id.to_owned());
         self.resource_event(id, &format!("{verb}_FAILED"), Some(reason));
@@ -455,7 +492,7 @@ impl<'a> Engine<'a> {
     }
 
     /// CREATE, UPDATE or DELETE, as the resource's events name this turn.
-    fn verb(&self, phase: Phase, id: &str) -> &'static str {
+    pub(super) fn verb(&self, phase: Phase, id: &str) -> &'static str {
         match phase {
             Phase::Delete => "DELETE",
             Phase::UpdateBack => "UPDATE",
@@ -484,7 +521,7 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn new_live(&self, decl: &ResourceDecl, kind: Kind, physical_id: String, properties: Value) -> Live {
+    pub(super) fn new_live(&self, decl: &ResourceDecl, kind: Kind, physical_id: String, properties: Value) -> Live {
         Live {
             resource_type: decl.resource_type.clone(),
             kind,
@@ -500,7 +537,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Removes a deleted resource from the stack, remembering its type for its events.
-    fn forget(&mut self, id: &str) {
+    pub(super) fn forget(&mut self, id: &str) {
         if let Some(live) = self.live.remove(id) {
             self.gone.insert(id.to_owned(), live.resource_type);
         }

@@ -77,7 +77,7 @@ fn target(text: &str, given: &[(&str, &str)]) -> Target {
     template.check(&BTreeMap::new()).unwrap_or_else(|e| panic!("{e}"));
     let given = given.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let parameters = template.bind_parameters(&given).unwrap();
-    Target { template, parameters }
+    Target { template, parameters, nested: BTreeMap::new() }
 }
 
 fn place() -> Place {
@@ -244,6 +244,7 @@ async fn noecho_values_are_masked_in_everything_play_prints_or_writes() {
     let notify = |notice: Notice| match notice {
         Notice::Event(event) => printed.lock().unwrap().push(printer.event(&event)),
         Notice::Progress(line) => printed.lock().unwrap().push(printer.progress(&line)),
+        Notice::Secret(value) => printer.secrets.add_value(&value),
     };
     let report = play(&watching, targets, &notify).await;
     // The provider is sent the values in clear, as CloudFormation sends them.
@@ -273,6 +274,7 @@ fn event(logical_id: &str, resource_type: &str) -> StackEvent {
         resource_type: resource_type.into(),
         resource_status: "CREATE_IN_PROGRESS".into(),
         resource_status_reason: Some("Resource creation Initiated".into()),
+        nested_in: Vec::new(),
     }
 }
 

@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use crate::local::report::terminal_safe;
-use crate::play::engine::Target;
+use crate::play::engine::{NestedTemplate, Target};
 use crate::play::mask::Secrets;
 use crate::play::run::PlayReport;
 use crate::play::state::StackEvent;
@@ -47,10 +47,16 @@ impl Columns {
     pub fn for_stack(stack_name: &str, targets: &[Target]) -> Self {
         let resources = targets.iter().flat_map(|target| &target.template.resources);
         let mut columns = Self::default();
+        // A nested stack's resources are shown as `Nested/Logical`.
+        let mut nested_ids = Vec::new();
+        for target in targets {
+            nested_paths(&target.nested, "", &mut nested_ids);
+        }
         columns.logical_chars = resources
             .clone()
             .map(|r| r.logical_id.chars().count())
             .chain([stack_name.chars().count()])
+            .chain(nested_ids.iter().map(|id| id.chars().count()))
             .fold(columns.logical_chars, usize::max)
             .min(LOGICAL_ID_CHARS_MAX);
         columns.type_chars =
@@ -58,13 +64,17 @@ impl Columns {
         columns
     }
 
-    /// One event as a line.
+    /// One event as a line; a nested stack's as `Nested/Logical`.
     pub fn line(&self, event: &StackEvent) -> String {
         let reason = event.resource_status_reason.as_deref().map(|r| terminal_safe(r, REASON_CHARS_MAX));
+        let logical = match event.nested_in.is_empty() {
+            true => event.logical_resource_id.clone(),
+            false => format!("{}/{}", event.nested_in.join("/"), event.logical_resource_id),
+        };
         format!(
             "{:<24}  {}  {}  {:<45}{}",
             event.timestamp,
-            cell(&event.logical_resource_id, self.logical_chars),
+            cell(&logical, self.logical_chars),
             cell(&event.resource_type, self.type_chars),
             event.resource_status,
             reason.map(|r| format!("  {r}")).unwrap_or_default()
@@ -83,6 +93,15 @@ impl Columns {
             "Status",
             "Status reason"
         )
+    }
+}
+
+/// Every `Nested/Logical` of the nested templates in `nested`, under `prefix`.
+fn nested_paths(nested: &std::collections::BTreeMap<String, NestedTemplate>, prefix: &str, out: &mut Vec<String>) {
+    for (id, template) in nested {
+        let path = format!("{prefix}{id}/");
+        out.extend(template.template.resources.iter().map(|r| format!("{path}{}", r.logical_id)));
+        nested_paths(&template.nested, &path, out);
     }
 }
 

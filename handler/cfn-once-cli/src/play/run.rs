@@ -8,11 +8,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::play::cloud::{Cloud, StackIdentity};
-use crate::play::engine::{Engine, Notice, StepReport, Target};
+use crate::play::engine::{Engine, NestedTemplate, Notice, StepReport, Target};
 use crate::play::faults::{Faults, Injected, RegionFaults};
 use crate::play::intrinsics::{Pseudo, Scope, evaluate};
 use crate::play::state::{Kind, RequestRecord, StackEvent, View};
-use crate::play::template::Template;
+use crate::play::template::{NESTED_STACK, Template};
 
 /// What to play.
 #[derive(Debug, Clone, Default)]
@@ -77,9 +77,11 @@ pub fn step_names(updates: usize) -> Vec<String> {
 pub fn prepare(options: &PlayOptions, place: &Place) -> anyhow::Result<Vec<Target>> {
     let paths: Vec<&PathBuf> = std::iter::once(&options.template).chain(&options.updates).collect();
     let mut templates = Vec::new();
+    let mut nested = Vec::new();
     for path in &paths {
         let template = Template::load(path).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
         template.check(&options.stubs).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
+        nested.push(load_nested(&template, place, options, &mut vec![template.path.clone()])?);
         templates.push(template);
     }
     for name in options.parameters.keys() {
@@ -92,12 +94,15 @@ pub fn prepare(options: &PlayOptions, place: &Place) -> anyhow::Result<Vec<Targe
         if !names.contains(step) {
             anyhow::bail!("--fail {logical_id}@{step}: the steps of this play are {}", names.join(", "));
         }
-        if !templates.iter().any(|t| t.resource(logical_id).is_some()) {
-            anyhow::bail!("--fail {logical_id}@{step}: no template declares a resource {logical_id}");
+        let declared = |t: &Template| t.resource(logical_id).is_some();
+        if !templates.iter().any(declared) && !nested.iter().any(|n| any_nested(n, &declared)) {
+            anyhow::bail!(
+                "--fail {logical_id}@{step}: no template (nor nested template) declares a resource {logical_id}"
+            );
         }
     }
     let mut targets = Vec::new();
-    for template in templates {
+    for (template, nested) in templates.into_iter().zip(nested) {
         let mut template = template;
         template.bind_imports(&options.imports).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
         let mut given: BTreeMap<String, String> = options
@@ -114,7 +119,7 @@ pub fn prepare(options: &PlayOptions, place: &Place) -> anyhow::Result<Vec<Targe
             .bind_parameters(&given)
             .map_err(|error| anyhow::anyhow!("{}: parameters: {error}", template.path.display()))?;
         check_service_tokens(&template, &parameters, place, options)?;
-        targets.push(Target { template, parameters });
+        targets.push(Target { template, parameters, nested });
     }
     Ok(targets)
 }
@@ -131,9 +136,7 @@ pub fn warnings(targets: &[Target]) -> Vec<String> {
 }
 
 /// Every custom resource whose ServiceToken depends on parameters only must name a topic of
-/// the local environment; one that reads another resource is checked when it is sent. A nested
-/// stack (`AWS::CloudFormation::Stack`) is refused, naming its TemplateURL: play does not play
-/// nested stacks yet, and would read a nested template only from a local file.
+/// the local environment; one that reads another resource is checked when it is sent.
 fn check_service_tokens(
     template: &Template,
     parameters: &BTreeMap<String, Value>,
@@ -172,33 +175,99 @@ fn check_service_tokens(
             );
         }
     }
-    for resource in template.resources.iter().filter(|r| r.resource_type == NESTED_STACK) {
-        let crate::play::yaml::NodeValue::Map(entries) = &resource.properties.value else { continue };
-        let url = entries
-            .iter()
-            .find(|(key, _)| key.name == "TemplateURL")
-            .and_then(|(_, node)| evaluate(node, &scope).ok().flatten())
-            .map(|value| value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string()))
-            .unwrap_or_else(|| "(none that resolves before anything is sent)".into());
-        let remote = ["https://", "http://", "s3://"].iter().any(|scheme| url.to_ascii_lowercase().starts_with(scheme));
-        let why = if remote {
-            "play reads no template from a URL: a nested stack's template would be a local file, relative to the \
-             parent template, and nested stacks are not played yet"
-        } else {
-            "nested stacks are not played yet: the custom resources of the nested template would get no request"
-        };
-        anyhow::bail!(
-            "{}:{}: {}: {NESTED_STACK} with TemplateURL {url:?}: {why}; nothing was sent",
-            template.path.display(),
-            resource.line,
-            resource.logical_id
-        );
-    }
     Ok(())
 }
 
-/// A nested stack's type.
-const NESTED_STACK: &str = "AWS::CloudFormation::Stack";
+/// Whether `nested` or a template nested in it satisfies `test`.
+fn any_nested(nested: &BTreeMap<String, NestedTemplate>, test: &dyn Fn(&Template) -> bool) -> bool {
+    nested.values().any(|n| test(&n.template) || any_nested(&n.nested, test))
+}
+
+/// Reads the template of every nested stack `template` declares, from where its TemplateURL
+/// points ([`crate::play::nested_source::locate`]), checks it, and reads its own nested stacks
+/// in turn. A TemplateURL that does not resolve before anything is sent (it reads a resource),
+/// that play cannot read, a template that nests itself, or a `Fn::GetAtt Nested.Outputs.NAME`
+/// whose template declares no Output NAME is refused, naming it. `chain` holds the templates
+/// being read, outermost first.
+fn load_nested(
+    template: &Template,
+    place: &Place,
+    options: &PlayOptions,
+    chain: &mut Vec<PathBuf>,
+) -> anyhow::Result<BTreeMap<String, NestedTemplate>> {
+    let mut nested = BTreeMap::new();
+    let declared = template.resources.iter().filter(|r| r.resource_type == NESTED_STACK);
+    for resource in declared {
+        let where_ = format!("{}:{}: {}: {NESTED_STACK}", template.path.display(), resource.line, resource.logical_id);
+        let crate::play::yaml::NodeValue::Map(entries) = &resource.properties.value else {
+            anyhow::bail!("{where_}: needs Properties with a TemplateURL");
+        };
+        let Some((_, node)) = entries.iter().find(|(key, _)| key.name == "TemplateURL") else {
+            anyhow::bail!("{where_}: needs a TemplateURL");
+        };
+        let url = match static_value(template, node, place, options) {
+            Some(Value::String(url)) => url,
+            _ => anyhow::bail!(
+                "{where_}: its TemplateURL must be known before anything is sent (written out, or from parameters \
+                 and pseudo parameters); nothing was sent"
+            ),
+        };
+        let located = crate::play::nested_source::locate(&template.path, &url, &place.region, &place.account_id)
+            .map_err(|why| anyhow::anyhow!("{where_} with TemplateURL {url:?}: {why}; nothing was sent"))?;
+        if chain.contains(&located.path) {
+            anyhow::bail!(
+                "{where_} with TemplateURL {url:?}: {} nests itself ({}); nothing was sent",
+                located.path.display(),
+                chain.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" -> ")
+            );
+        }
+        let mut child = Template::load(&located.path).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
+        child.check(&options.stubs).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
+        child.bind_imports(&options.imports).map_err(|refusal| anyhow::anyhow!("{refusal}"))?;
+        chain.push(located.path.clone());
+        let grandchildren = load_nested(&child, place, options, chain)?;
+        chain.pop();
+        for output in template.nested_outputs_read(&resource.logical_id) {
+            if !child.outputs.iter().any(|o| o.name == output) {
+                anyhow::bail!(
+                    "{where_}: Fn::GetAtt {}.Outputs.{output}: its template {} declares no Output {output}; nothing \
+                     was sent",
+                    resource.logical_id,
+                    located.path.display()
+                );
+            }
+        }
+        nested.insert(
+            resource.logical_id.clone(),
+            NestedTemplate { template: child, nested: grandchildren, how: located.how },
+        );
+    }
+    Ok(nested)
+}
+
+/// `node` evaluated before anything is sent: from literals, the template's parameters (as
+/// given, or their defaults) and pseudo parameters; None when it reads more.
+fn static_value(
+    template: &Template,
+    node: &crate::play::yaml::Node,
+    place: &Place,
+    options: &PlayOptions,
+) -> Option<Value> {
+    let given: BTreeMap<String, String> = options
+        .parameters
+        .iter()
+        .filter(|(name, _)| template.parameters.iter().any(|p| &p.name == *name))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let parameters = template.bind_parameters(&given).unwrap_or_default();
+    let stack = StackIdentity { name: "check".into(), id: "check".into() };
+    let live = BTreeMap::new();
+    let view = View { live: &live, declared: &template.resources, stack: &stack, stubs: &options.stubs, masked: false };
+    let pseudo = pseudo(place, &stack);
+    let conditions = BTreeMap::new();
+    let scope = Scope { parameters: &parameters, pseudo: &pseudo, conditions: &conditions, resources: &view };
+    evaluate(node, &scope).ok().flatten()
+}
 
 /// The pseudo parameters of a stack in `place`.
 pub fn pseudo(place: &Place, stack: &StackIdentity) -> Pseudo {
@@ -268,15 +337,15 @@ pub async fn play(
     if !options.keep && engine.exists() {
         steps.push(engine.delete().await?);
     }
-    engine.faults.restore(notify).await;
+    engine.restore_faults().await;
     let passed = steps.iter().all(|s| s.completed);
     Ok(PlayReport {
         stack_name: engine.stack.name.clone(),
         stack_id: engine.stack.id.clone(),
         steps,
-        events: engine.events.clone(),
-        resources: engine.history.clone(),
-        faults: engine.faults.injected.clone(),
+        events: engine.all_events(),
+        resources: engine.all_history(),
+        faults: engine.injected().await,
         passed,
     })
 }
@@ -296,30 +365,36 @@ mod tests {
     }
 
     #[test]
-    fn a_nested_stack_is_refused_by_its_template_url_before_anything_is_sent() {
+    fn nested_templates_are_read_before_anything_is_sent_or_refused_by_name() {
         let dir = std::env::temp_dir().join(format!("play-nested-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for (url, says) in [
-            ("https://s3.amazonaws.com/bucket/child.yaml", "play reads no template from a URL"),
-            ("s3://bucket/child.yaml", "play reads no template from a URL"),
-            ("child.yaml", "nested stacks are not played yet"),
-        ] {
+        let child = "Parameters:\n  Name: {Type: String, Default: n}\nResources:\n  Inner:\n    Type: AWS::SNS::Topic\nOutputs:\n  Out: {Value: !Ref Name}\n";
+        std::fs::write(dir.join("child.yaml"), child).unwrap();
+        std::fs::write(
+            dir.join("loop.yaml"),
+            "Resources:\n  Again:\n    Type: AWS::CloudFormation::Stack\n    Properties: {TemplateURL: loop.yaml}\n",
+        )
+        .unwrap();
+        let parent = |url: &str, output: &str| {
             let path = dir.join("parent.yaml");
             let text = format!(
-                "Resources:\n  Child:\n    Type: AWS::CloudFormation::Stack\n    Properties:\n      TemplateURL: {url}\n"
+                "Resources:\n  Child:\n    Type: AWS::CloudFormation::Stack\n    Properties:\n      TemplateURL: {url}\n  Topic:\n    Type: AWS::SNS::Topic\n    Properties: {{TopicName: !GetAtt Child.Outputs.{output}}}\n"
             );
             std::fs::write(&path, text).unwrap();
-            let options = PlayOptions {
-                template: path,
-                service_token_parameter: "ServiceToken".into(),
-                ..PlayOptions::default()
-            };
-            let error = prepare(&options, &place()).expect_err(url).to_string();
-            assert!(
-                error.contains(&format!("parent.yaml:2: Child: AWS::CloudFormation::Stack with TemplateURL \"{url}\"")),
-                "{error}"
-            );
-            assert!(error.contains(says), "{error}");
+            PlayOptions { template: path, service_token_parameter: "ServiceToken".into(), ..PlayOptions::default() }
+        };
+        let targets = prepare(&parent("child.yaml", "Out"), &place()).unwrap_or_else(|e| panic!("{e:#}"));
+        let nested = &targets[0].nested["Child"];
+        assert_eq!(nested.template.resources[0].logical_id, "Inner");
+        assert!(nested.how.contains("child.yaml"), "{}", nested.how);
+        for (url, output, says) in [
+            ("https://example.com/child.yaml", "Out", "TemplateURL \"https://example.com/child.yaml\""),
+            ("missing.yaml", "Out", "TemplateURL \"missing.yaml\""),
+            ("loop.yaml", "Out", "nests itself"),
+            ("child.yaml", "Missing", "Fn::GetAtt Child.Outputs.Missing: its template"),
+        ] {
+            let error = format!("{:#}", prepare(&parent(url, output), &place()).expect_err(url));
+            assert!(error.contains(says) && error.contains("nothing was sent"), "{url}: {error}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::play::cloud::{Answerer, CfnRequest, StackIdentity};
 use crate::play::intrinsics::Resources;
-use crate::play::template::{Policy, ResourceDecl, WAIT_CONDITION, WAIT_HANDLE, is_custom};
+use crate::play::template::{NESTED_STACK, Policy, ResourceDecl, WAIT_CONDITION, WAIT_HANDLE, is_custom};
 
 /// What the engine tells the person watching: the events, and lines of progress.
 #[derive(Debug, Clone)]
@@ -17,6 +17,9 @@ pub enum Notice {
     Event(StackEvent),
     /// A line of progress (still waiting, a fault injected).
     Progress(String),
+    /// A NoEcho parameter's value, bound when a nested stack was played: whatever prints or
+    /// writes the play masks it from now on.
+    Secret(serde_json::Value),
 }
 
 /// What the player does with a resource of a type.
@@ -28,6 +31,8 @@ pub enum Kind {
     Handle,
     /// A wait condition: waits for its handle's signals.
     Wait,
+    /// A nested stack: a stack of its own, played from its template.
+    Nested,
     /// Any other type: not provisioned; its Ref is a made-up name.
     Other,
 }
@@ -38,6 +43,7 @@ impl Kind {
             _ if is_custom(resource_type) => Kind::Custom,
             WAIT_HANDLE => Kind::Handle,
             WAIT_CONDITION => Kind::Wait,
+            NESTED_STACK => Kind::Nested,
             _ => Kind::Other,
         }
     }
@@ -75,6 +81,10 @@ pub struct StackEvent {
     pub resource_status: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_status_reason: Option<String>,
+    /// For a nested stack's event, the logical ids of the nested stack resources it is inside,
+    /// outermost first (empty for the stack played).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nested_in: Vec<String>,
 }
 
 /// One request a resource got, and what became of it: the history the closing report shows.

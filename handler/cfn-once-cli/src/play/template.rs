@@ -100,6 +100,8 @@ pub struct ParameterDecl {
 
 pub const WAIT_HANDLE: &str = "AWS::CloudFormation::WaitConditionHandle";
 pub const WAIT_CONDITION: &str = "AWS::CloudFormation::WaitCondition";
+/// A nested stack's type.
+pub const NESTED_STACK: &str = "AWS::CloudFormation::Stack";
 
 /// Whether CloudFormation sends this type's requests to a ServiceToken.
 pub fn is_custom(resource_type: &str) -> bool {
@@ -341,7 +343,8 @@ fn resource(path: &Path, key: &Key, body: &Node) -> Result<ResourceDecl, Refusal
             "Delete" => Policy::Delete,
             "Retain" => Policy::Retain,
             "Snapshot"
-                if !is_custom(&resource_type) && resource_type != WAIT_CONDITION && resource_type != WAIT_HANDLE =>
+                if !is_custom(&resource_type)
+                    && ![WAIT_CONDITION, WAIT_HANDLE, NESTED_STACK].contains(&resource_type.as_str()) =>
             {
                 Policy::Snapshot
             }

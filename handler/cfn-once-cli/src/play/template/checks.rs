@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Refusal, Template, WAIT_CONDITION, is_custom};
+use super::{NESTED_STACK, Refusal, Template, WAIT_CONDITION, is_custom};
 use crate::play::intrinsics::{self, Mention, Place};
 use crate::play::yaml::Node;
 
@@ -84,6 +84,24 @@ impl Template {
         self.check_cycles()
     }
 
+    /// The Outputs of the nested stack `logical_id` that the template reads
+    /// (`Fn::GetAtt logical_id.Outputs.NAME`), by NAME.
+    pub fn nested_outputs_read(&self, logical_id: &str) -> Vec<String> {
+        let values = self.resources.iter().map(|r| &r.properties).chain(self.outputs.iter().map(|o| &o.value));
+        let mut names: Vec<String> = values
+            .flat_map(|node| self.mentions(node, Place::Value))
+            .filter_map(|mention| match mention {
+                Mention::GetAtt { logical_id: id, attribute, .. } if id == logical_id => {
+                    attribute.strip_prefix("Outputs.").map(str::to_owned)
+                }
+                _ => None,
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     fn mentions<'a>(&self, node: &'a Node, place: Place) -> Vec<Mention<'a>> {
         let mut found = Vec::new();
         // Scanned when parsed; a scan cannot fail here.
@@ -113,7 +131,15 @@ impl Template {
                     return refuse(line, construct, "a WaitCondition's only attribute is Data".to_string());
                 }
                 let stubbed = stubs.contains_key(&(logical_id.to_string(), attribute.to_string()));
-                if !is_custom(kind) && kind != WAIT_CONDITION && !stubbed {
+                if kind == NESTED_STACK && !attribute.starts_with("Outputs.") && !stubbed {
+                    return refuse(
+                        line,
+                        construct,
+                        "a nested stack's attributes are its Outputs, read as Outputs.NAME".to_string(),
+                    );
+                }
+                // A nested stack's Outputs.NAME is checked against its template when it is read.
+                if !is_custom(kind) && kind != WAIT_CONDITION && kind != NESTED_STACK && !stubbed {
                     return refuse(
                         line,
                         construct,
