@@ -3,6 +3,8 @@
 //! in the parent rolls the nested stack back, and the delete; and the CDK app's provider stack,
 //! whose nested template is found through its asset manifest.
 
+use cfn_once_cli::play::run::{self, PlayReport};
+
 use super::{Local, example, options, requests, statuses};
 
 #[tokio::test]
@@ -60,7 +62,46 @@ async fn a_nested_stack_lives_its_parents_life_its_rollback_and_cleanup_included
         report.events.iter().any(|e| e.nested_in == ["Workers"] && e.resource_status == "UPDATE_ROLLBACK_COMPLETE")
     );
     assert!(report.resources.values().flatten().all(|r| r.puts == 1));
+    plan_says_what_was_sent(&local, &options, &report);
     local.stop().await;
+}
+
+/// `--plan`'s preview of the same templates against what the play sent: a custom resource the
+/// preview says nothing happens to got no request in that step's forward phase; one it says is
+/// added or modified by a Static change got its Create or Update (a Dynamic one may or may not).
+fn plan_says_what_was_sent(local: &Local, options: &cfn_once_cli::play::run::PlayOptions, report: &PlayReport) {
+    let place = local.place();
+    let targets = run::prepare(options, &place).unwrap_or_else(|error| panic!("{error:#}"));
+    let stack = run::identity(options, &place, (7, 11));
+    let steps = run::step_names(options.updates.len());
+    let preview = cfn_once_cli::play::plan::preview(&targets, &steps, &run::pseudo(&place, &stack), &options.stubs)
+        .unwrap_or_else(|error| panic!("{error}"));
+    let mut checked = 0;
+    for step in &preview.steps {
+        for resource in step.resources.iter().filter(|r| r.resource_type != "AWS::CloudFormation::Stack") {
+            let sent = report
+                .resources
+                .get(&resource.logical_resource_id)
+                .is_some_and(|records| records.iter().any(|r| r.step == step.step && r.phase == "forward"));
+            let static_change = resource.details.iter().any(|d| d.evaluation == "Static");
+            let expected = match resource.action.as_str() {
+                "None" => Some(false),
+                "Add" => Some(true),
+                "Modify" if static_change => Some(true),
+                _ => None,
+            };
+            if let Some(expected) = expected {
+                assert_eq!(
+                    sent, expected,
+                    "{} {}: the preview said {}",
+                    step.step, resource.logical_resource_id, resource.action
+                );
+                checked += 1;
+            }
+        }
+    }
+    // update: Workers/Queue (Static); update2: Front and Workers/Worker (Static), Workers/Queue (None).
+    assert_eq!(checked, 4, "the preview names the nested stack's resources too");
 }
 
 #[tokio::test]

@@ -7,7 +7,6 @@
 //! parent's rollback deletes it. The parent reads its Outputs as `Fn::GetAtt Nested.Outputs.Name`
 //! and its StackId as `Ref Nested`. docs/play.md ("Nested stacks") cites the User Guide for each.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -15,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::turns::Prepared;
 use super::{Engine, Finished, Forward, Notice, Phase, Target};
-use crate::play::state::Kind;
+use crate::play::state::{Kind, nested_parameters};
 use crate::play::template::ResourceDecl;
 
 /// What a parent asks of its nested stack in one turn.
@@ -197,19 +196,7 @@ impl<'a> Engine<'a> {
                     .into(),
             );
         };
-        let parameters = match nested_parameters(&properties)
-            .and_then(|given| {
-                let unknown: Vec<&String> =
-                    given.keys().filter(|name| !source.template.parameters.iter().any(|p| &p.name == *name)).collect();
-                if unknown.is_empty() {
-                    Ok(given)
-                } else {
-                    Err(format!(
-                        "Parameters: [{}] do not exist in the template",
-                        unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                    ))
-                }
-            })
+        let parameters = match nested_parameters(&properties, &source.template)
             .and_then(|given| source.template.bind_parameters(&given).map_err(|e| format!("Parameters: {e}")))
         {
             Ok(parameters) => parameters,
@@ -363,32 +350,4 @@ impl<'a> Engine<'a> {
         child.nested_in = self.nested_in.iter().cloned().chain([id.to_owned()]).collect();
         child
     }
-}
-
-/// A nested stack's `Parameters` property as the parameter values its template is given: a
-/// map of strings (numbers and booleans as their text; a list as its items joined by commas,
-/// as a CommaDelimitedList takes them).
-fn nested_parameters(properties: &Value) -> Result<BTreeMap<String, String>, String> {
-    let Some(given) = properties.get("Parameters") else { return Ok(BTreeMap::new()) };
-    let Value::Object(map) = given else {
-        return Err("Parameters must be a map of parameter names to values".into());
-    };
-    let scalar = |value: &Value| match value {
-        Value::String(text) => Some(text.clone()),
-        Value::Number(number) => Some(number.to_string()),
-        Value::Bool(flag) => Some(flag.to_string()),
-        _ => None,
-    };
-    map.iter()
-        .map(|(name, value)| {
-            let text = match value {
-                Value::Array(items) => {
-                    items.iter().map(scalar).collect::<Option<Vec<_>>>().map(|items| items.join(","))
-                }
-                other => scalar(other),
-            };
-            text.map(|text| (name.clone(), text))
-                .ok_or_else(|| format!("Parameters: the value of {name} must be a string, a number or a list of them"))
-        })
-        .collect()
 }

@@ -37,6 +37,9 @@ use crate::play::state::Kind;
 use crate::play::template::{Policy, ResourceDecl, Template};
 use crate::play::yaml::Node;
 
+#[path = "plan_nested.rs"]
+mod nested;
+
 /// What the preview says of how a custom resource's replacement is decided.
 pub const REPLACEMENT_NOTE: &str = "a custom resource's replacement is decided by its provider's answer at update time (a new \
      PhysicalResourceId answering the Update); this preview says what CloudFormation's change set would say \
@@ -137,9 +140,13 @@ fn step_preview(
         None => BTreeMap::new(),
     };
     let after = sides(new, pseudo, stubs)?;
+    // Each nested stack's own preview, from its template on either side; one whose resources
+    // or template change may change its Outputs.
+    let children = nested::previews(step, old, new, &before, &after, pseudo, stubs)?;
     // Which resources may change, found to a fixed point: a resource that reads a changing
     // one may change in turn.
-    let mut changing: BTreeSet<String> = BTreeSet::new();
+    let mut changing: BTreeSet<String> =
+        children.iter().filter(|(_, child)| child.changes).map(|(id, _)| id.clone()).collect();
     loop {
         let mut grown = false;
         for (id, now) in &after {
@@ -158,6 +165,11 @@ fn step_preview(
     }
     let mut resources = Vec::new();
     for (id, now) in &after {
+        if let Some(child) = children.get(id) {
+            let details = before.get(id).map(|was| details(id, was, now, old, new, &changing)).unwrap_or_default();
+            resources.extend(nested::entries(id, now.decl, child, details, changing.contains(id)));
+            continue;
+        }
         let entry = match before.get(id) {
             None => added(now),
             Some(was) => modified(id, was, now, old, new, &changing),
@@ -165,6 +177,10 @@ fn step_preview(
         resources.push(entry);
     }
     for (id, was) in before.iter().filter(|(id, _)| !after.contains_key(*id)) {
+        if let Some(child) = children.get(id) {
+            resources.extend(nested::entries(id, was.decl, child, Vec::new(), true));
+            continue;
+        }
         resources.push(removed(id, was));
     }
     Ok(StepPreview {
@@ -175,7 +191,7 @@ fn step_preview(
     })
 }
 
-/// The custom resources `target` includes (its Condition holds), by logical id.
+/// The custom resources and nested stacks `target` includes (its Condition holds), by logical id.
 fn sides<'t>(
     target: &'t Target,
     pseudo: &Pseudo,
@@ -193,10 +209,11 @@ fn sides<'t>(
     Ok(template
         .resources
         .iter()
-        .filter(|decl| Kind::of(&decl.resource_type) == Kind::Custom && included(decl))
+        .filter(|decl| matches!(Kind::of(&decl.resource_type), Kind::Custom | Kind::Nested) && included(decl))
         .map(|decl| {
             let properties = evaluate(&decl.properties, &scope)
-                .map(|value| to_properties(value.unwrap_or_else(|| Value::Object(Map::new()))))
+                .map(|value| value.unwrap_or_else(|| Value::Object(Map::new())))
+                .map(|value| if Kind::of(&decl.resource_type) == Kind::Custom { to_properties(value) } else { value })
                 .map_err(|error| format!("Template error: {error}"));
             (decl.logical_id.clone(), Side { decl, properties })
         })
@@ -449,8 +466,11 @@ pub fn text(preview: &Preview) -> String {
     let mut out = String::new();
     for step in &preview.steps {
         let from = step.from.as_deref().map(|f| format!(" from {f}")).unwrap_or_default();
-        let _ =
-            writeln!(out, "{}{from} to {}: what each custom resource would get (nothing is sent)", step.step, step.to);
+        let _ = writeln!(
+            out,
+            "{}{from} to {}: what each custom resource (and nested stack) would get (nothing is sent)",
+            step.step, step.to
+        );
         for r in &step.resources {
             let replacement = r.replacement.as_deref().map(|v| format!(", Replacement {v}")).unwrap_or_default();
             let action = if r.action == "None" { "no change".to_owned() } else { format!("Action {}", r.action) };

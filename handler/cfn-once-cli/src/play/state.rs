@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::play::cloud::{Answerer, CfnRequest, StackIdentity};
 use crate::play::intrinsics::Resources;
-use crate::play::template::{NESTED_STACK, Policy, ResourceDecl, WAIT_CONDITION, WAIT_HANDLE, is_custom};
+use crate::play::template::{NESTED_STACK, Policy, ResourceDecl, Template, WAIT_CONDITION, WAIT_HANDLE, is_custom};
 
 /// What the engine tells the person watching: the events, and lines of progress.
 #[derive(Debug, Clone)]
@@ -208,4 +208,38 @@ pub fn service_timeout_s(properties: &Value) -> Result<u64, String> {
             }
         }
     }
+}
+
+/// A nested stack's `Parameters` property as the parameter values its template is given: a
+/// map of strings (numbers and booleans as their text; a list as its items joined by commas,
+/// as a CommaDelimitedList takes them). A name `template` does not declare is refused, as
+/// CloudFormation refuses it ("Parameters: [X] do not exist in the template").
+pub fn nested_parameters(properties: &Value, template: &Template) -> Result<BTreeMap<String, String>, String> {
+    let Some(given) = properties.get("Parameters") else { return Ok(BTreeMap::new()) };
+    let Value::Object(map) = given else {
+        return Err("Parameters must be a map of parameter names to values".into());
+    };
+    let scalar = |value: &Value| match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    };
+    let unknown: Vec<&str> =
+        map.keys().filter(|name| !template.parameters.iter().any(|p| &p.name == *name)).map(String::as_str).collect();
+    if !unknown.is_empty() {
+        return Err(format!("Parameters: [{}] do not exist in the template", unknown.join(", ")));
+    }
+    map.iter()
+        .map(|(name, value)| {
+            let text = match value {
+                Value::Array(items) => {
+                    items.iter().map(scalar).collect::<Option<Vec<_>>>().map(|items| items.join(","))
+                }
+                other => scalar(other),
+            };
+            text.map(|text| (name.clone(), text))
+                .ok_or_else(|| format!("Parameters: the value of {name} must be a string, a number or a list of them"))
+        })
+        .collect()
 }
