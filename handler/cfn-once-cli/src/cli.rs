@@ -134,13 +134,17 @@ pub(crate) enum Command {
     /// Against the environment `cfn-once local` (`make local`) serves (--env). Reads every
     /// template first (YAML with short-form tags, or JSON) and refuses, before anything is
     /// sent, whatever it does not play, naming the construct, the file and the line: it plays
-    /// Parameters, Conditions, the pseudo parameters, Ref, Fn::GetAtt, Fn::Sub, Fn::Join,
-    /// Fn::Select, Fn::Split, Fn::If, Fn::Equals/And/Or/Not, DependsOn, DeletionPolicy,
-    /// UpdateReplacePolicy and Outputs. Custom resources are sent through the ServiceToken
+    /// Parameters (SSM parameter types take the value given), Rules, Mappings, Conditions, the
+    /// pseudo parameters, Ref, Fn::GetAtt, Fn::Sub, Fn::Join, Fn::Select, Fn::Split, Fn::If,
+    /// Fn::FindInMap, Fn::Base64, Fn::Cidr, Fn::GetAZs, Fn::ImportValue (--import),
+    /// Fn::Equals/And/Or/Not, DependsOn, DeletionPolicy, UpdateReplacePolicy and Outputs; `cdk
+    /// synth` output plays unedited. Custom resources are sent through the ServiceToken
     /// topic as CloudFormation sends them, in CloudFormation's order and by its rules: parallel
     /// where independent, an Update only when resolved properties changed, a replacement's old
     /// id deleted in the cleanup phase, rollbacks of a failed create or update, a delete in
-    /// reverse order, Retain sending nothing, each request's ServiceTimeout. Wait condition
+    /// reverse order, Retain sending nothing, each request's ServiceTimeout; an update
+    /// CloudFormation would refuse is refused. Nested stacks (AWS::CloudFormation::Stack whose
+    /// TemplateURL is a local file or a CDK asset) are played as stacks of their own. Wait condition
     /// handles and wait conditions are played; other types are not provisioned (their Ref is a
     /// made-up name; Fn::GetAtt of them needs --stub). Prints the stack events as they happen,
     /// then each operation's status and Outputs and each resource's requests with the region

@@ -2,7 +2,8 @@
 // `make cdk-synth` installs the pinned aws-cdk-lib and runs `cdk synth` twice into
 // examples/play/cdk/: CdkPlayStack.template.json (generation 1) and, with the context
 // greeting=v2, CdkPlayStack-v2.template.json (an update that changes one property), plus
-// CdkProviderStack (a parent and a nested stack holding a Provider framework) for parsing.
+// CdkProviderStack (a parent and a nested stack holding a Provider framework), played as a
+// nested stack (docs/play.md, "Nested stacks").
 //
 // CdkPlayStack's custom resource is typed Custom::Echo, which `cfn-once local` serves, and
 // its ServiceToken is the stack parameter ServiceToken: cfn-once play gives that parameter

@@ -37,7 +37,8 @@ pub struct PlayArgs {
     /// Count a resource's request in a step as answered FAILED, LOGICAL[@STEP] (STEP: create,
     /// the default; update, update2, ...; delete). The request is still sent and run; a
     /// SUCCESS is counted FAILED, keeping its PhysicalResourceId, so the rollback that follows
-    /// deletes what the provider made.
+    /// deletes what the provider made. A nested template's resource is named by its logical id,
+    /// in the parent's steps.
     #[arg(long, value_name = "LOGICAL[@STEP]")]
     pub fail: Vec<String>,
     /// Drain the primary region (the active region becomes the secondary, as `cfn-once drill`
