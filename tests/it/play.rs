@@ -537,3 +537,60 @@ async fn a_second_stack_of_the_same_name_waits_for_its_own_signal() {
     assert!(waits.iter().all(|&waited| waited >= 4.0), "each stack waits for its own work's signal: {waits:?}");
     local.stop().await;
 }
+
+/// `cfn-once play`, the built binary, against `local`'s env file in `dir`: (exit 0, stdout,
+/// stderr). Run off the test's runtime, which serves the regions' handlers meanwhile.
+async fn play_binary(local: &Local, dir: &Path, args: &[&str]) -> (bool, String, String) {
+    local.env.file.write(&dir.join("env.json")).expect("the env file");
+    let deps = std::env::current_exe().expect("the test binary");
+    let mut command =
+        std::process::Command::new(deps.parent().and_then(Path::parent).expect("target").join("cfn-once"));
+    command.arg("play").args(args).current_dir(dir);
+    let output = tokio::task::spawn_blocking(move || command.output()).await.expect("joined").expect("built");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("$ cfn-once play {}\n{stderr}", args.join(" "));
+    (output.status.success(), stdout.into_owned(), stderr.into_owned())
+}
+
+#[tokio::test]
+async fn a_kept_stacks_export_reaches_a_later_plays_import_and_its_name_is_not_exported_twice() {
+    let local = Local::start(None, 5).await;
+    let dir = std::env::temp_dir().join(cfn_once_tests::unique("play-exports"));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let head = "Parameters:\n  ServiceToken: {Type: String}\nResources:\n  R:\n    Type: Custom::Echo\n    Properties:\n      ServiceToken: !Ref ServiceToken\n";
+    let exporter = format!(
+        "{head}      PhysicalId: net-7\nOutputs:\n  Id:\n    Value: !Ref R\n    Export: {{Name: !Sub '${{AWS::StackName}}-net'}}\n"
+    );
+    std::fs::write(dir.join("exporter.yaml"), exporter.clone()).expect("a template");
+    std::fs::write(dir.join("other.yaml"), exporter.replace("!Sub '${AWS::StackName}-net'", "exporter-net"))
+        .expect("a template");
+    std::fs::write(dir.join("importer.yaml"), format!("{head}      Network: !ImportValue exporter-net\n"))
+        .expect("a template");
+    let keep = ["--env", "env.json", "--keep", "--json", "--stack-name"];
+    let (passed, _, stderr) = play_binary(&local, &dir, &[&keep[..], &["exporter", "exporter.yaml"]].concat()).await;
+    assert!(
+        passed
+            && stderr.contains(
+                "exports: recorded in env.exports.json for later plays, of stack exporter: exporter-net = net-7"
+            ),
+        "{stderr}"
+    );
+    let (passed, stdout, stderr) =
+        play_binary(&local, &dir, &[&keep[..], &["importer", "importer.yaml"]].concat()).await;
+    assert!(
+        passed
+            && stderr.contains(
+                "exports: read from env.exports.json, of stacks earlier plays kept: exporter-net (stack exporter)"
+            ),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("the --json report");
+    assert_eq!(report["resources"]["R"][0]["request"]["ResourceProperties"]["Network"], "net-7", "{report:#}");
+    // Another stack exporting the same name is refused before anything is sent.
+    let (passed, stdout, stderr) =
+        play_binary(&local, &dir, &["--env", "env.json", "--stack-name", "other", "other.yaml"]).await;
+    assert!(!passed && stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("Export with name exporter-net is already exported by stack exporter"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+    local.stop().await;
+}

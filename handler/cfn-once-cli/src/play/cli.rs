@@ -1,12 +1,13 @@
 //! `cfn-once play`'s flags and what it prints.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
 use crate::local::environment::EnvFile;
 use crate::play::engine::Notice;
+use crate::play::exports::{self, Book};
 use crate::play::faults::RegionFaults;
 use crate::play::mask::{Secrets, Watching};
 use crate::play::render::{Columns, Printer};
@@ -26,8 +27,11 @@ pub struct PlayArgs {
     /// A parameter's value, NAME=VALUE; repeat. Each template takes those it declares.
     #[arg(long, value_name = "NAME=VALUE")]
     pub parameter: Vec<String>,
-    /// An export's value for `Fn::ImportValue`, NAME=VALUE; repeat. An import of a name written
-    /// out in the template and not given is refused before anything is sent.
+    /// An export's value for `Fn::ImportValue`, NAME=VALUE; repeat. The exports of the stacks
+    /// earlier plays left standing on this environment (--keep) are read too, from the exports
+    /// book beside --env's file; an --import of a name the book holds with another value is
+    /// refused. An import of a name written out in the template and found in neither is refused
+    /// before anything is sent.
     #[arg(long, value_name = "NAME=VALUE")]
     pub import: Vec<String>,
     /// What `Fn::GetAtt` of a resource play does not provision gives, LOGICAL.ATTRIBUTE=VALUE;
@@ -49,7 +53,8 @@ pub struct PlayArgs {
     /// answers (at least 1; the secondary takes over what it held); started again at the end.
     #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub kill_primary_after: Option<usize>,
-    /// The environment `cfn-once local` (`make local`) serves.
+    /// The environment `cfn-once local` (`make local`) serves. Its exports book is beside it,
+    /// named after it (.local/env.exports.json).
     #[arg(long, value_name = "PATH", default_value = ".local/env.json")]
     pub env: PathBuf,
     /// The stack's name (default: play-<template's file name>-<random>).
@@ -59,7 +64,9 @@ pub struct PlayArgs {
     /// declares it and --parameter does not set it.
     #[arg(long, value_name = "NAME", default_value = "ServiceToken")]
     pub service_token_parameter: String,
-    /// Leave the stack standing: no delete at the end.
+    /// Leave the stack standing: no delete at the end. The exports of its Outputs are recorded
+    /// in the environment's exports book, for later plays' Fn::ImportValue; a later play that
+    /// exports one of their names is refused, as CloudFormation refuses it.
     #[arg(long)]
     pub keep: bool,
     /// When an update ends UPDATE_ROLLBACK_FAILED, continue its rollback before the next step
@@ -139,9 +146,10 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     if args.plan {
         return plan(&args);
     }
-    let options = args.options()?;
+    let mut options = args.options()?;
     let file = EnvFile::read(&args.env)?;
     let place = place_of(&file);
+    let book = read_book(&args.env, &file, &mut options)?;
     // Every template is read and checked before anything is sent.
     let targets = run::prepare(&options, &place)?;
     // Warnings go to stderr, with `--json` too: the report on stdout stays one document.
@@ -149,12 +157,15 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         eprintln!("warning: {warning}");
     }
     let secrets = Secrets::of_parameters(&targets);
+    book.add_secrets(&secrets);
     let local = LocalCloud::connect(&file).await?;
     let cloud = Watching { inner: &local, secrets: secrets.clone() };
     let region_faults = LocalRegionFaults::connect(&file).await;
     let faults: Option<&dyn RegionFaults> =
         (options.drill_after.is_some() || options.kill_primary_after.is_some()).then_some(&region_faults);
     let stack = run::identity(&options, &place, (cfn_once::clock::random_seed(), cfn_once::clock::random_seed()));
+    let declared = exports::declared(&targets, &place, &stack)?;
+    book.check(&declared, &stack)?;
     let printer = Printer { columns: Columns::for_stack(&stack.name, &targets), secrets };
     let json = args.json;
     if !json {
@@ -173,6 +184,7 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         Notice::Secret(value) => printer.secrets.add_value(&value),
     };
     let report = run::play(&cloud, faults, &place, stack, targets, &options, &notify).await?;
+    record_exports(&args.env, &file, &report, &declared, options.keep, &printer.secrets)?;
     if json {
         println!("{}", printer.json(&report)?);
     } else {
@@ -180,6 +192,67 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
         print!("{}", printer.summary(&report));
     }
     Ok(report.passed)
+}
+
+/// The exports book of the environment `file` (at `env`), said on stderr, its exports added to
+/// `options`' imports.
+fn read_book(env: &Path, file: &EnvFile, options: &mut PlayOptions) -> anyhow::Result<Book> {
+    let path = exports::book_path(env);
+    let (book, other) = Book::read(&path, &file.topic_arn)?;
+    if let Some(other) = other {
+        eprintln!(
+            "exports: {} is of another environment (topic {other}), stopped since with its stacks: not read; a kept \
+             stack's exports replace it",
+            path.display()
+        );
+    }
+    options.imports = book.imports(&options.imports, &path)?;
+    if !book.exports.is_empty() {
+        let names: Vec<String> =
+            book.exports.iter().map(|(name, export)| format!("{name} (stack {})", export.stack_name)).collect();
+        eprintln!("exports: read from {}, of stacks earlier plays kept: {}", path.display(), names.join(", "));
+    }
+    Ok(book)
+}
+
+/// Records in the book the exports of the stack `report` leaves standing (`keep`), and says so
+/// on stderr; the book is read again first, so that a play beside this one keeps what it recorded.
+fn record_exports(
+    env: &Path,
+    file: &EnvFile,
+    report: &run::PlayReport,
+    declared: &[exports::Declared],
+    keep: bool,
+    secrets: &Secrets,
+) -> anyhow::Result<()> {
+    let path = exports::book_path(env);
+    if !keep {
+        let names: std::collections::BTreeSet<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+        if !names.is_empty() {
+            let names = names.into_iter().collect::<Vec<_>>().join(", ");
+            eprintln!(
+                "exports: {} not recorded: the stack was deleted (--keep leaves it standing and records its exports)",
+                secrets.text(&names)
+            );
+        }
+        return Ok(());
+    }
+    let (mut book, _) = Book::read(&path, &file.topic_arn)?;
+    let (recorded, skipped) = book.record(report, secrets);
+    if !recorded.is_empty() {
+        book.write(&path)?;
+        let shown: Vec<String> = recorded.iter().map(|name| format!("{name} = {}", book.exports[name].value)).collect();
+        eprintln!(
+            "exports: recorded in {} for later plays, of stack {}: {}",
+            path.display(),
+            report.stack_name,
+            secrets.text(&shown.join(", "))
+        );
+    }
+    if !skipped.is_empty() {
+        eprintln!("exports: not recorded: {}", secrets.text(&skipped.join("; ")));
+    }
+    Ok(())
 }
 
 /// Where a stack of the local environment `file` lives: its customer region, the account its
@@ -195,9 +268,13 @@ fn place_of(file: &EnvFile) -> Place {
 
 /// `--plan`: the preview of every step, printed; nothing is sent and nothing is connected to.
 fn plan(args: &PlayArgs) -> anyhow::Result<bool> {
-    let options = args.options()?;
+    let mut options = args.options()?;
+    let mut book = None;
     let place = match EnvFile::read(&args.env) {
-        Ok(file) => place_of(&file),
+        Ok(file) => {
+            book = Some(read_book(&args.env, &file, &mut options)?);
+            place_of(&file)
+        }
         Err(_) => {
             let topic = "arn:aws:sns:us-east-2:123456789012:the-local-service-token-topic".to_owned();
             eprintln!(
@@ -217,10 +294,18 @@ fn plan(args: &PlayArgs) -> anyhow::Result<bool> {
         eprintln!("warning: {warning}");
     }
     let stack = run::identity(&options, &place, (0, 0));
+    let declared = exports::declared(&targets, &place, &stack)?;
+    if let Some(book) = &book {
+        book.check(&declared, &stack)?;
+    }
     let pseudo = run::pseudo(&place, &stack);
     let steps = run::step_names(options.updates.len());
     let preview = crate::play::plan::preview(&targets, &steps, &pseudo, &options.stubs).map_err(anyhow::Error::msg)?;
-    let shown = crate::play::plan::masked(&preview, &Secrets::of_parameters(&targets));
+    let secrets = Secrets::of_parameters(&targets);
+    if let Some(book) = &book {
+        book.add_secrets(&secrets);
+    }
+    let shown = crate::play::plan::masked(&preview, &secrets);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&shown)?);
     } else {

@@ -5,11 +5,13 @@
 //! local environment's ServiceToken topic and reads the answers back; [`run`] is the whole
 //! life, as the command line asks for it; [`plan`] previews an update as a change set would,
 //! sending nothing; [`mask`] keeps NoEcho values out of everything play prints or writes;
-//! [`nested_source`] finds the local file a nested stack's `TemplateURL` names.
+//! [`nested_source`] finds the local file a nested stack's `TemplateURL` names; [`exports`]
+//! keeps the exports of the stacks plays leave standing, for later plays to import.
 
 pub mod cli;
 pub mod cloud;
 pub mod engine;
+pub mod exports;
 pub mod faults;
 pub mod intrinsics;
 pub mod jobs;
