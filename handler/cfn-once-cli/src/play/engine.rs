@@ -125,7 +125,7 @@ enum Forward {
 
 /// A turn that finished: a resource's job, or a nested stack's operation.
 enum Finished<'a> {
-    Job(String, Job, Done),
+    Job(String, Box<Job>, Done),
     Nested(String, Box<Engine<'a>>, nested::NestedEnd),
 }
 

@@ -76,7 +76,7 @@ impl<'a> Engine<'a> {
                             running.push(Box::pin(async move {
                                 let progress = move |line: String| notify(Notice::Progress(line));
                                 let (id, job, done) = jobs::run(cloud, stack, id, job, &progress, poll).await;
-                                Finished::Job(id, job, done)
+                                Finished::Job(id, Box::new(job), done)
                             }));
                         }
                         Prepared::Nested(op) => {
@@ -125,7 +125,7 @@ impl<'a> Engine<'a> {
                 Finished::Job(id, job, done) => {
                     in_flight.remove(&id);
                     let answered = matches!(done, Done::Answer(Ok(Outcome::Answered(_))));
-                    let ok = self.settle(phase, &id, job, done);
+                    let ok = self.settle(phase, &id, *job, done);
                     (id, ok, answered)
                 }
                 Finished::Nested(id, child, end) => {
