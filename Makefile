@@ -86,7 +86,7 @@ bench-quick: venv bench-venv
 ## demo: start moto, provision, send events/ through SNS -> SQS -> handler -> S3, print a table.
 demo: venv
 	@echo "==> building cfn-once"
-	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once demo --python $(PY) --events events
 
 ## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
@@ -95,7 +95,7 @@ demo: venv
 ## serves only the built-in providers (Custom::Echo, Custom::DynamoDBItem).
 FUNCTIONS ?= examples/functions/functions.yaml
 local: venv
-	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once local --python $(PY) --functions $(FUNCTIONS)
 
 ## play: a template's custom resources through create, each update and delete, against the
@@ -103,7 +103,7 @@ local: venv
 ## b.yaml" (optional, in order), PLAY_ARGS="--fail X@update --parameter K=V ..." (optional).
 play:
 	@test -n "$(TEMPLATE)" || { echo "usage: make play TEMPLATE=path/to/template.yaml [UPDATE=\"next.yaml ...\"] [PLAY_ARGS=...]"; exit 2; }
-	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once play $(TEMPLATE) $(foreach u,$(UPDATE),--update $(u)) $(PLAY_ARGS)
 
 ## cdk-synth: the CDK app of examples/play/cdk/app synthesized into the templates checked in beside
@@ -128,7 +128,7 @@ cdk-synth:
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:
-	$(CARGO) build --quiet -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto. Each step is timed
@@ -206,7 +206,7 @@ SOAK_SEED ?=
 soak: venv
 	@echo "==> building the function as it is deployed (release profile), and the soak"
 	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
-	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once soak --minutes $(SOAK_MINUTES) --requests $(SOAK_REQUESTS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
 	  --binary target/release/cfn-once-lambda --python $(PY) --out target/soak
 
@@ -237,7 +237,7 @@ upgrade-check: venv
 	@changes=$$(git status --porcelain -- handler/cfn-once handler/cfn-once-core Cargo.toml Cargo.lock .cargo | awk '{ print $$2 }' | paste -sd ' ' -); \
 	  echo "this tree at $$(git rev-parse --short=12 HEAD)$${changes:+, with uncommitted changes to $$changes}" > target/upgrade-check/new.txt
 	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
-	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	@old=$$(cat target/upgrade-check/from.path); new=target/release/cfn-once-lambda; \
 	  echo "old: $(FROM) = $$old"; echo "new: $$(cat target/upgrade-check/new.txt) = $$new"; \
 	  failed=""; : > target/upgrade-check/verdicts.txt; \
@@ -282,7 +282,7 @@ golden-records: venv
 	@echo "==> building $(REV)'s release binary (.ci/build-rev), and the generator"
 	mkdir -p target/golden-records
 	bash .ci/build-rev $(REV) > target/golden-records/binary.path
-	$(CARGO) build --locked -p cfn-once-cli --bin cfn-once
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
 	rm -rf target/golden-records/soak target/golden-records/works
 	./target/debug/cfn-once golden-records --binary "$$(cat target/golden-records/binary.path)" --format $(FORMAT) \
 	  --revision "$$(git rev-parse $(REV)^{commit})" --python $(PY) --work-dir target/golden-records \

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use cfn_once::adapters::arc::{ArcCluster, ArcControl};
 use cfn_once::clock::SystemClock;
-use cfn_once_cli::local::drill::{self, DrillControl, DrillOptions, DrillTarget};
 use cfn_once_cli::local::provision;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
+use cfn_once_ops::drill::{self, DrillControl, DrillOptions, DrillTarget};
 use cfn_once_tests::{EndpointMode, FakeArcCluster, TwoRegions, moto};
 
 const PRIMARY: &str = "arn:aws:route53-recovery-control::123456789012:controlpanel/p/routingcontrol/primary";

@@ -14,8 +14,8 @@
 use std::time::{Duration, Instant};
 
 use cfn_once_cli::local::provision;
-use cfn_once_cli::ops::OpsTarget;
-use cfn_once_cli::ops::redrive::{RedriveOptions, redrive};
+use cfn_once_ops::OpsTarget;
+use cfn_once_ops::redrive::{RedriveOptions, redrive};
 use cfn_once_tests::TwoRegions;
 
 const SETTINGS: [(&str, &str); 3] =

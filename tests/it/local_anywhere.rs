@@ -17,9 +17,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cfn_once_cli::local::control::{crash_primary, restore_primary};
-use cfn_once_cli::local::drill::{DrillTarget, ProbeResult, probe_once};
 use cfn_once_cli::local::environment::{EnvFile, s3_client};
 use cfn_once_cli::local::provision::sdk_config;
+use cfn_once_ops::drill::{DrillTarget, ProbeResult, probe_once};
 use serde_json::Value;
 
 /// How long `cfn-once local` may take to come up: moto's cold start and the provisioning, on a

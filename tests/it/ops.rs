@@ -8,15 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use cfn_once_cli::ops::OpsTarget;
-use cfn_once_cli::ops::inspect::{InspectOptions, InspectReport, inspect};
-use cfn_once_cli::ops::redrive::{RedriveOptions, redrive};
-use cfn_once_cli::ops::stuck::{StuckOptions, stuck};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::response_url::ResponseUrl;
 use cfn_once_core::worker::Ports;
+use cfn_once_ops::OpsTarget;
+use cfn_once_ops::inspect::{InspectOptions, InspectReport, inspect};
+use cfn_once_ops::redrive::{RedriveOptions, redrive};
+use cfn_once_ops::stuck::{StuckOptions, stuck};
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::{Value, json};
 
@@ -202,7 +202,7 @@ async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_
 
     let options = StuckOptions { older_than_ms: 60_000, undelivered_ms: 1_000, poll_overdue_ms: 600_000 };
     let listed = stuck(&target, options).await.expect("stuck");
-    println!("--- stuck\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    println!("--- stuck\n{}", cfn_once_ops::stuck::render(&listed));
     assert!(
         listed.iter().any(|s| s.record.request_id == late.request_key.request_id && s.why.contains("not delivered"))
     );
@@ -321,7 +321,7 @@ async fn inspect_and_stuck_tell_a_wait_condition_work_by_its_polls_and_its_signa
     // Everything older than 0 s counts as old; a work whose polls come on time is still not stuck.
     let options = StuckOptions { older_than_ms: 0, undelivered_ms: 60_000, poll_overdue_ms: 30_000 };
     let listed = stuck(&target, options).await.expect("stuck");
-    println!("--- stuck while the work waits\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    println!("--- stuck while the work waits\n{}", cfn_once_ops::stuck::render(&listed));
     assert!(!listed.iter().any(|entry| entry.record.work), "{listed:?}");
 
     // Signalled and delivered: shown by the logical id too.
@@ -365,7 +365,7 @@ async fn inspect_and_stuck_tell_a_wait_condition_work_by_its_polls_and_its_signa
     }
     let options = StuckOptions { poll_overdue_ms: 1_000, ..options };
     let listed = stuck(&target, options).await.expect("stuck");
-    println!("--- stuck with both regions stopped\n{}", cfn_once_cli::ops::stuck::render(&listed));
+    println!("--- stuck with both regions stopped\n{}", cfn_once_ops::stuck::render(&listed));
     let works: Vec<&str> =
         listed.iter().filter(|entry| entry.record.work).map(|entry| entry.record.request_id.as_str()).collect();
     assert_eq!(works, [stopped.work_key.request_id.as_str()], "only the stopped work, not the signalled one");
@@ -422,11 +422,11 @@ async fn reading_a_dlq_does_not_stop_at_an_empty_receive() {
     target.endpoint_url = Some(proxy.url());
     let queue = target.queues[0].clone();
     let sqs = target.sqs(&queue).await;
-    let held = cfn_once_cli::ops::dlq::hold_all(&sqs, &queue, 1_000).await.expect("hold");
+    let held = cfn_once_ops::dlq::hold_all(&sqs, &queue, 1_000).await.expect("hold");
     let summary = held.summary("primary DLQ");
     println!("{summary}");
     assert_eq!(held.messages.len(), 25, "{summary}");
     assert_eq!(held.left.visible, 0, "{summary}");
     assert!(summary.starts_with("primary DLQ: held 25 message(s); its counts then: 0 visible"), "{summary}");
-    cfn_once_cli::ops::dlq::release(&sqs, &queue, &held.messages).await.expect("release");
+    cfn_once_ops::dlq::release(&sqs, &queue, &held.messages).await.expect("release");
 }

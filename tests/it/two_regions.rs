@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cfn_once_cli::local::drill::{self, DrillOptions, DrillTarget};
 use cfn_once_core::doubles::{Fault, FaultyStore, Op, PutFault, RecordingSink};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::vocabulary::{Disposition, Done};
+use cfn_once_ops::drill::{self, DrillOptions, DrillTarget};
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::json;
 

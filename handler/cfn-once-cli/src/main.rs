@@ -1,9 +1,9 @@
-//! The `cfn-once` command line: the tools around the Lambda function (which is the separate,
-//! lean `cfn-once-lambda` binary). `cfn-once local`, `cfn-once demo` and `cfn-once drill` run the
-//! same handler on local AWS and exercise failover; the drill also runs against deployed stacks.
-//! `cfn-once inspect`, `stuck` and `redrive` are the operator's tools, local or deployed.
-//! `cfn-once soak` runs the Lambda binary itself as a two-region fleet under load and faults;
-//! `cfn-once golden-records` keeps the lease table's items a version of it wrote.
+//! The `cfn-once-dev` command line: the tools for trying cfn-once (the function is the separate,
+//! lean `cfn-once-lambda` binary; the operator's commands are `cfn-once`'s, crate cfn-once-ops,
+//! which runs these as `cfn-once <command>` too). `local` and `demo` run the same handler on
+//! local AWS and exercise failover; `play` plays a template's custom resources through a stack's
+//! life; `soak` runs the Lambda binary itself as a two-region fleet under load and faults;
+//! `golden-records` keeps the lease table's items a version of it wrote.
 
 mod cli;
 
@@ -13,24 +13,19 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use cfn_once::config::ArcEndpoint;
 use cfn_once::providers::dynamodb_item::DYNAMODB_ITEM_TYPE;
 use cfn_once_cli::local::control::{self, PrimarySignals};
-use cfn_once_cli::local::drill::{DrillControl, DrillOptions, DrillTarget};
-use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
+use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment};
 use cfn_once_cli::local::functions::LocalFunctions;
 use cfn_once_cli::local::functions_file::FunctionsFile;
 use cfn_once_cli::local::moto::{MotoServer, PYTHON_VARIABLE, check_python, choose_python};
 use cfn_once_cli::local::pair::{RegionPair, printing_observer};
-use cfn_once_cli::local::settings::{LOCAL_SETTINGS, LOCAL_SETTLE_MS};
+use cfn_once_cli::local::settings::LOCAL_SETTINGS;
 use cfn_once_cli::local::tls_front::TlsFront;
-use cfn_once_cli::ops::inspect::InspectOptions;
-use cfn_once_cli::ops::redrive::RedriveOptions;
-use cfn_once_cli::ops::stuck::StuckOptions;
 use cfn_once_core::echo::ECHO_TYPE;
 use cfn_once_core::vocabulary::Role;
 
-use crate::cli::{Cli, Command, DemoArgs, DrillArgs, InspectArgs, LocalArgs, MotoArgs, RedriveArgs, StuckArgs};
+use crate::cli::{Cli, Command, DemoArgs, LocalArgs, MotoArgs};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -38,10 +33,6 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Local(args) => run_local(args).await,
         Command::Demo(args) => run_demo(args).await,
-        Command::Drill(args) => run_drill(*args).await,
-        Command::Inspect(args) => run_inspect(args).await,
-        Command::Stuck(args) => run_stuck(args).await,
-        Command::Redrive(args) => run_redrive(args).await,
         Command::Soak(options) => run_soak(*options).await,
         Command::GoldenRecords(options) => run_golden_records(*options).await,
         Command::Play(args) => run_play(*args).await,
@@ -50,7 +41,7 @@ async fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(error) => {
-            eprintln!("cfn-once: {error:#}");
+            eprintln!("cfn-once-dev: {error:#}");
             ExitCode::FAILURE
         }
     }
@@ -247,78 +238,6 @@ async fn run_demo(args: DemoArgs) -> anyhow::Result<bool> {
     cfn_once_cli::local::demo::run(options).await
 }
 
-async fn run_drill(args: DrillArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
-    let (target, default_settle_ms) = drill_target(&args)?;
-    let options = DrillOptions {
-        settle_ms: args.settle_ms.unwrap_or(default_settle_ms),
-        answer_timeout_ms: args.timeout_s * 1000,
-    };
-    let quiet = args.json;
-    let report = cfn_once_cli::local::drill::run(&target, options, |line| {
-        if !quiet {
-            eprintln!(".. {line}");
-        }
-    })
-    .await?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.render());
-    }
-    Ok(report.passed)
-}
-
-async fn run_inspect(args: InspectArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
-    let target = args.target.target().await?;
-    let options = InspectOptions {
-        stack_id: args.stack_id,
-        request_id: args.request_id,
-        logical_id: args.logical_id,
-        limit: args.limit,
-        dead_letters: !args.no_dlq,
-    };
-    let report = cfn_once_cli::ops::inspect::inspect(&target, &options).await?;
-    if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.render());
-    }
-    Ok(true)
-}
-
-async fn run_stuck(args: StuckArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
-    let target = args.target.target().await?;
-    let options = StuckOptions {
-        older_than_ms: args.older_than_s * 1000,
-        undelivered_ms: args.undelivered_s * 1000,
-        poll_overdue_ms: args.poll_overdue_s * 1000,
-    };
-    let stuck = cfn_once_cli::ops::stuck::stuck(&target, options).await?;
-    if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&stuck)?);
-    } else {
-        println!("{}", cfn_once_cli::ops::stuck::render(&stuck));
-    }
-    Ok(stuck.is_empty())
-}
-
-async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
-    let target = args.target.target().await?;
-    let options =
-        RedriveOptions { dry_run: args.dry_run, include_undeliverable: args.include_undeliverable, max: args.max };
-    let report = cfn_once_cli::ops::redrive::redrive(&target, options).await?;
-    if args.target.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.render());
-    }
-    Ok(true)
-}
-
 async fn run_soak(options: cfn_once_cli::soak::SoakOptions) -> anyhow::Result<bool> {
     init_terminal_logging();
     Ok(cfn_once_cli::soak::run(&options).await?.passed)
@@ -332,46 +251,4 @@ async fn run_play(args: cfn_once_cli::play::cli::PlayArgs) -> anyhow::Result<boo
 async fn run_golden_records(options: cfn_once_cli::golden::GoldenOptions) -> anyhow::Result<bool> {
     init_terminal_logging();
     cfn_once_cli::golden::run(&options).await
-}
-
-fn drill_target(args: &DrillArgs) -> anyhow::Result<(DrillTarget, u64)> {
-    let (mut target, settle_ms) = match &args.env {
-        Some(path) => (DrillTarget::from_env_file(&EnvFile::read(path)?), LOCAL_SETTLE_MS),
-        None => {
-            let required = |value: &Option<String>, flag: &str| {
-                value.clone().ok_or_else(|| anyhow::anyhow!("{flag} is required without --env"))
-            };
-            let customer_region = required(&args.customer_region, "--customer-region")?;
-            let primary_region = required(&args.primary_region, "--primary-region")?;
-            let target = DrillTarget {
-                topic_arn: required(&args.topic_arn, "--topic-arn")?,
-                secondary_region: required(&args.secondary_region, "--secondary-region")?,
-                table_name: required(&args.table, "--table")?,
-                table_region: args.table_region.clone().unwrap_or_else(|| primary_region.clone()),
-                response_bucket: required(&args.response_bucket, "--response-bucket")?,
-                bucket_region: args.bucket_region.clone().unwrap_or_else(|| customer_region.clone()),
-                endpoint_url: args.endpoint_url.clone(),
-                control: DrillControl::Table,
-                customer_region,
-                primary_region,
-            };
-            (target, cfn_once::config::CONTROL_CACHE_MS_DEFAULT + 1_000)
-        }
-    };
-    target.control = match args.control.as_str() {
-        "table" => DrillControl::Table,
-        "arc" => DrillControl::Arc {
-            endpoints: ArcEndpoint::parse_list(&args.arc_endpoints).map_err(anyhow::Error::msg)?,
-            primary_routing_control_arn: args
-                .primary_routing_control
-                .clone()
-                .ok_or_else(|| anyhow::anyhow!("--primary-routing-control is required with --control arc"))?,
-            secondary_routing_control_arn: args
-                .secondary_routing_control
-                .clone()
-                .ok_or_else(|| anyhow::anyhow!("--secondary-routing-control is required with --control arc"))?,
-        },
-        other => anyhow::bail!("--control is {other:?}: expected table or arc"),
-    };
-    Ok((target, settle_ms))
 }

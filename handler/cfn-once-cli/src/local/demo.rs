@@ -30,7 +30,6 @@ use cfn_once_core::request::{RequestKey, StackArn};
 use cfn_once_core::response::ResponseBody;
 use serde_json::Value;
 
-use crate::local::drill::{self, DrillOptions, DrillTarget};
 use crate::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
 use crate::local::functions::{EXAMPLES_FILE, LocalFunctions};
 use crate::local::functions_file::FunctionsFile;
@@ -43,6 +42,7 @@ use crate::local::settings::{LOCAL_SETTINGS, LOCAL_SETTLE_MS};
 use crate::local::tls_front::TlsFront;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::random_seed;
+use cfn_once_ops::drill::{self, DrillOptions, DrillTarget};
 
 /// The sample requests, in the order a stack's life would send them.
 pub const SAMPLE_EVENTS: [&str; 11] = [

@@ -3,7 +3,6 @@
 
 pub mod control;
 pub mod demo;
-pub mod drill;
 pub mod environment;
 pub mod esm;
 pub mod fault_proxy;

@@ -27,7 +27,7 @@ pub const LOCAL_SETTINGS: [(&str, &str); 2] =
     [("CFN_ONCE_CONTROL_CACHE_MS", "1000"), ("CFN_ONCE_STANDBY_RETRY_S", "5")];
 
 /// How long the drill waits after a flip with [`LOCAL_SETTINGS`].
-pub const LOCAL_SETTLE_MS: u64 = 1_500;
+pub use cfn_once_ops::drill::LOCAL_SETTLE_MS;
 
 /// The local handler's Lambda timeout, in ms: [`ESM_SETTINGS`]'s, or longer when a function it
 /// serves needs it (`function_timeouts_ms`, each function's own timeout), so that every

@@ -17,12 +17,12 @@ use cfn_once_core::lease::LeaseState;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use serde_json::Value;
 
-use crate::ops::QueueTarget;
-use crate::ops::dlq;
 use crate::soak::faults::{Injected, fault_seen};
 use crate::soak::fleet::Fleet;
 use crate::soak::ledger::{Ledger, Sent};
 use crate::soak::plan::{Class, Expect, Plan, Step, UNDELIVERABLE_MARK};
+use cfn_once_ops::QueueTarget;
+use cfn_once_ops::dlq;
 
 /// What landed for one request attempt.
 #[derive(Debug, Clone)]

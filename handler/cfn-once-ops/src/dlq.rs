@@ -9,9 +9,9 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName};
 use cfn_once::adapters::sqs_queue::dead_letter_attribute;
 use cfn_once_core::vocabulary::DeadLetterCause;
 
-use crate::ops::{Identified, QueueTarget, identify};
+use crate::{Identified, QueueTarget, identify};
 // A queue's counts are read where the local queues are made; their path here stays.
-pub use crate::local::provision::{Depth, depth};
+pub use crate::aws::{Depth, depth};
 
 /// How long the tools hold a DLQ message while they look at it.
 pub const HOLD_S: i32 = 120;

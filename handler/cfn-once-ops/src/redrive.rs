@@ -13,9 +13,9 @@ use cfn_once_core::response::Status;
 use cfn_once_core::vocabulary::DeadLetterCause;
 use serde::Serialize;
 
-use crate::local::report::terminal_safe;
-use crate::ops::dlq::{self, DlqMessage};
-use crate::ops::{OpsTarget, QueueTarget, utc};
+use crate::dlq::{self, DlqMessage};
+use crate::text::terminal_safe;
+use crate::{OpsTarget, QueueTarget, utc};
 
 /// How to redrive.
 #[derive(Debug, Clone, Copy)]
@@ -251,7 +251,7 @@ mod tests {
         DlqMessage {
             message_id: "m".into(),
             receipt_handle: "r".into(),
-            identified: crate::ops::identify(&body),
+            identified: crate::identify(&body),
             body,
             reason: None,
             cause: None,

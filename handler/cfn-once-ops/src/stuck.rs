@@ -16,8 +16,8 @@ use cfn_once_core::lease::{LeaseRecord, LeaseState};
 use cfn_once_core::wait_condition::{TIMEOUT_S_MAX, is_work_id};
 use serde::Serialize;
 
-use crate::ops::view::RecordView;
-use crate::ops::{OpsTarget, span};
+use crate::view::RecordView;
+use crate::{OpsTarget, span};
 
 /// What counts as stuck.
 #[derive(Debug, Clone, Copy)]

@@ -1,19 +1,5 @@
-//! The operator's tools: `cfn-once inspect`, `stuck` and `redrive`, against the local
-//! environment (`--env .local/env.json`) or deployed stacks (the lease table and the queues,
-//! with the operator's own AWS credentials: the function's role may not Query, Scan or redrive).
-//!
-//! They read what the protocol writes: the lease record of each request (`view` puts it in
-//! words), the queues' counts, and the dead-letter queues' messages (`dlq`): the handler regions'
-//! and the customer regions' delivery dead-letter queues, where SNS moves what it could not
-//! deliver to a handler region's queue. They hold those messages
-//! invisible while reading and then release or move. None of them ever prints a ResponseURL: a
-//! queued message is only identified (`identify`), never shown.
-
-pub mod dlq;
-pub mod inspect;
-pub mod redrive;
-pub mod stuck;
-pub mod view;
+//! Where the operator's commands look: the lease table, each handler region's queue and DLQ,
+//! and the customer regions' delivery dead-letter queues; and the small helpers they share.
 
 use anyhow::Context;
 use aws_config::SdkConfig;
@@ -22,8 +8,8 @@ use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::request::{RequestKey, StackArn};
 use serde_json::Value;
 
-use crate::local::environment::EnvFile;
-use crate::local::provision;
+use crate::aws as provision;
+use crate::env_file::EnvFile;
 
 /// Where the tools look: the lease table and each handler region's queue and DLQ.
 #[derive(Debug, Clone)]

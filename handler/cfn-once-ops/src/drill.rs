@@ -23,13 +23,18 @@ use cfn_once_core::response::{ResponseBody, Status};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::local::environment::{EnvFile, s3_client};
-use crate::local::provision;
+use crate::aws as provision;
+use crate::aws::s3_client;
+use crate::env_file::EnvFile;
 use cfn_once::adapters::arc::ArcCluster;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::clock::{SystemClock, random_seed};
 use cfn_once::config::ArcEndpoint;
+
+/// How long the drill waits after a flip on the local environment, whose handlers cache the
+/// control for 1 s (`CFN_ONCE_CONTROL_CACHE_MS`, cfn-once-cli's `local::settings`).
+pub const LOCAL_SETTLE_MS: u64 = 1_500;
 
 /// What to drill.
 #[derive(Debug, Clone)]

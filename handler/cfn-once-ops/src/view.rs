@@ -13,8 +13,8 @@ use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::wait_condition::{Signal, SignalStatus, is_work_id};
 use serde::Serialize;
 
-use crate::local::report::terminal_safe;
-use crate::ops::{span, utc};
+use crate::text::terminal_safe;
+use crate::{span, utc};
 
 /// The longest text from a record (a Reason, a provider's state) shown on a line.
 const TEXT_CHARS_MAX: usize = 300;

@@ -16,10 +16,10 @@ use cfn_once_core::response::ResponseBody;
 use cfn_once_core::wait_condition::{WORK_DATA_NAME, is_work_id};
 use serde::Serialize;
 
-use crate::local::report::terminal_safe;
-use crate::ops::dlq::{self, Depth, DlqMessage};
-use crate::ops::view::RecordView;
-use crate::ops::{DeliveryTarget, OpsTarget, utc};
+use crate::dlq::{self, Depth, DlqMessage};
+use crate::text::terminal_safe;
+use crate::view::RecordView;
+use crate::{DeliveryTarget, OpsTarget, utc};
 
 /// Which requests to inspect.
 #[derive(Debug, Clone)]
