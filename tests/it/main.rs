@@ -5,6 +5,7 @@
 mod arc;
 mod bad_input;
 mod calls;
+mod check;
 mod classes;
 mod contract;
 mod crashes;
