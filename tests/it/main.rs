@@ -10,6 +10,7 @@ mod classes;
 mod contract;
 mod crashes;
 mod customer_template;
+mod deploy_command;
 mod dropped;
 mod duplicates;
 mod e2e;
