@@ -95,7 +95,7 @@ pub(crate) enum Command {
     /// primary queue undelayed and the secondary's DelaySeconds the SecondaryDelaySeconds the
     /// primary counts failover from; each queue's redrive policy (its DLQ exists,
     /// maxReceiveCount as the handler is told) and visibility timeout (the function's timeout
-    /// + 60 s, as infra/regional.yaml sets it); the lease table's key schema and, on AWS, MRSC
+    /// plus 60 s, as infra/regional.yaml sets it); the lease table's key schema and, on AWS, MRSC
     /// with its replicas and witness; both handlers' ServiceTopicArns against the customer
     /// topics, and no other topic feeding the queues; the control#active item (the primary
     /// active). Alarms are not checked (no CloudWatch client in this build; the item says how
