@@ -5,10 +5,12 @@
 mod arc;
 mod bad_input;
 mod calls;
+mod check;
 mod classes;
 mod contract;
 mod crashes;
 mod customer_template;
+mod deploy_command;
 mod dropped;
 mod duplicates;
 mod e2e;

@@ -72,9 +72,144 @@ pub(crate) enum Command {
     /// in a delivery DLQ (--delivery-dlq: SNS could not deliver it) is sent on to the handler
     /// region's queue it missed, which needs the operator in that queue's RedrivePrincipalArns.
     Redrive(RedriveArgs),
+    /// Deploy both regions, the lease table and every customer region's topic from a few facts
+    ///
+    /// Refuses, before anything starts, facts the templates would refuse: a primary, secondary
+    /// and witness that are not three regions of one MRSC region set (US us-east-1, us-east-2,
+    /// us-west-2; EU eu-west-1, eu-west-2, eu-west-3, eu-central-1; AP ap-northeast-1,
+    /// ap-northeast-2, ap-northeast-3), a customer region SNS cannot deliver from (two different
+    /// SNS opt-in regions), a malformed account id, alarms that page nobody. Then writes the SAM
+    /// configuration (--out, one environment per stack, every value derived from the facts),
+    /// prints the plan (each stack, its region, its order and why), and runs it from the
+    /// repository (--repo): `cargo fetch`, `sam build` once per template with a function, then
+    /// one `sam deploy --config-file OUT --config-env ENV` per stack, each waited for (sam
+    /// deploy returns when its stack operation is over); the first failure stops the rest and
+    /// says what to do. sam and cargo-lambda are taken from the venv (--venv, `make
+    /// build-tools` installs them). --dry-run writes the configuration and prints every command
+    /// instead of running it. Each change set is shown and confirmed unless --yes.
+    Deploy(Box<DeployArgs>),
+    /// Whether a deployed pair, or the local environment, is wired as the templates intend
+    ///
+    /// Says, item by item, OK or what is miswired, and exits 1 if anything is: each customer
+    /// topic subscribed to both regional queues (with the handlers' RawMessageDelivery); the
+    /// primary queue undelayed and the secondary's DelaySeconds the SecondaryDelaySeconds the
+    /// primary counts failover from; each queue's redrive policy (its DLQ exists,
+    /// maxReceiveCount as the handler is told) and visibility timeout (the function's timeout
+    /// plus 60 s, as infra/regional.yaml sets it); the lease table's key schema and, on AWS, MRSC
+    /// with its replicas and witness; both handlers' ServiceTopicArns against the customer
+    /// topics, and no other topic feeding the queues; the control#active item (the primary
+    /// active). Alarms are not checked (no CloudWatch client in this build; the item says how
+    /// to look). Deployed: give the same facts as to deploy (flags or --config); it reads with
+    /// the operator's credentials (--profile): GetQueueAttributes, GetQueueUrl,
+    /// GetTopicAttributes, ListSubscriptions, GetSubscriptionAttributes, DescribeTable, GetItem,
+    /// GetFunctionConfiguration. Locally: --env .local/env.json (replicas and witness are not
+    /// checked there: moto keeps one table).
+    Check(Box<CheckArgs>),
     /// A command of cfn-once-dev (local, demo, play, soak, golden-records), run by it
     #[command(external_subcommand)]
     Dev(Vec<OsString>),
+}
+
+/// The facts a deployment is made from, as flags or in a file.
+#[derive(Debug, Args)]
+pub(crate) struct FactsArgs {
+    /// A file of the facts, `key = "value"` a line (account, primary, secondary, witness,
+    /// customer_regions = [...], alarm_email, ...); flags given beside it win.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+    /// The platform account, which owns every stack (twelve digits).
+    #[arg(long, value_name = "ID")]
+    pub(crate) account: Option<String>,
+    /// The primary handler region; the lease table stack lives here too.
+    #[arg(long, value_name = "REGION")]
+    pub(crate) primary: Option<String>,
+    /// The secondary handler region (the table's other replica).
+    #[arg(long, value_name = "REGION")]
+    pub(crate) secondary: Option<String>,
+    /// The lease table's witness: the third region of the same MRSC region set.
+    #[arg(long, value_name = "REGION")]
+    pub(crate) witness: Option<String>,
+    /// Where stacks use the custom resources, comma-separated: one ServiceToken topic each.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub(crate) customer_regions: Vec<String>,
+    /// The address every stack's alarms mail (SNS asks it to confirm first).
+    #[arg(long, value_name = "ADDRESS")]
+    pub(crate) alarm_email: Option<String>,
+    /// Your paging topic instead of --alarm-email.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) alarm_topic_arn: Option<String>,
+    /// The prefix of every name the stacks fix [default: cfn-once].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) installation: Option<String>,
+    /// The lease table's name [default: cfn-once-leases].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) table: Option<String>,
+    /// The ServiceToken topics' name [default: cfn-once-service-token].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) topic_name: Option<String>,
+    /// The secondary queue's delay, which the primary counts failover from: one value for both
+    /// regional stacks [default: 5].
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) secondary_delay_s: Option<u32>,
+    /// The operators' role (RedrivePrincipalArns, OperatorPrincipalArns): besides the function,
+    /// the only principal the queue policies let read or redrive. Without it, nobody can.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) operator_role_arn: Option<String>,
+    /// Where the primary learns whether it is active: the table's control item, or ARC routing
+    /// controls (deploy infra/arc.yaml first and give its endpoints and routing controls).
+    #[arg(long, value_name = "table|arc")]
+    pub(crate) control: Option<String>,
+    /// With --control arc: the cluster's endpoints, region=url, comma-separated.
+    #[arg(long, value_name = "LIST")]
+    pub(crate) arc_endpoints: Option<String>,
+    /// With --control arc: the primary region's routing control.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) primary_routing_control: Option<String>,
+    /// With --control arc: the secondary region's routing control.
+    #[arg(long, value_name = "ARN")]
+    pub(crate) secondary_routing_control: Option<String>,
+    /// Also deploy infra/example.yaml and infra/long-work.yaml in the first customer region.
+    #[arg(long)]
+    pub(crate) examples: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DeployArgs {
+    #[command(flatten)]
+    pub(crate) facts: FactsArgs,
+    /// The SAM configuration to write, relative to --repo.
+    #[arg(long, value_name = "PATH", default_value = "samconfig.deploy.toml")]
+    pub(crate) out: String,
+    /// The repository (its infra/ templates and Cargo workspace), where sam runs.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub(crate) repo: PathBuf,
+    /// The venv whose bin/ holds sam and cargo-lambda [default: <repo>/.venv].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) venv: Option<PathBuf>,
+    /// Write the configuration and print every command; run nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Deploy each change set without asking (sam deploy --no-confirm-changeset).
+    #[arg(long)]
+    pub(crate) yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The local environment described by this file (written by `cfn-once local`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) env: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) facts: FactsArgs,
+    /// The AWS profile (default: the default credential chain).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) profile: Option<String>,
+    /// A local AWS endpoint for a hand-made target.
+    #[arg(long, value_name = "URL")]
+    pub(crate) endpoint_url: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -51,6 +51,27 @@ pub struct EnvFile {
     /// written by older versions or by tests that run the regions themselves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_pid: Option<u32>,
+    /// What both regions' handlers were told about their queues (as `infra/regional.yaml` tells
+    /// the function), which `cfn-once check` holds the queues to; none in files written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<HandlerSettings>,
+}
+
+/// The settings a regional stack gives its function and queue from one parameter each: what the
+/// queues must agree with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandlerSettings {
+    /// The function's timeout (the local event source mapping's).
+    pub function_timeout_s: u32,
+    /// `CFN_ONCE_VISIBILITY_TIMEOUT_S`: the queues' visibility timeout.
+    pub visibility_timeout_s: u32,
+    /// `CFN_ONCE_SECONDARY_DELAY_S`: the secondary queue's delay, which the primary counts
+    /// failover from.
+    pub secondary_delay_s: u32,
+    /// `CFN_ONCE_MAX_RECEIVE_COUNT`: the queues' redrive `maxReceiveCount`.
+    pub max_receive_count: u32,
+    /// `CFN_ONCE_RAW_DELIVERY`: the subscriptions' `RawMessageDelivery`.
+    pub raw_delivery: bool,
 }
 
 /// A subscription's dead-letter queue, in its topic's region.

@@ -14,9 +14,13 @@
 //! environment, the player, the soak and the simulator (those are `cfn-once-dev`'s, in
 //! `handler/cfn-once-cli`), and installs with `cargo install --locked --path handler/cfn-once-ops`.
 //! [`drill`] runs a failover drill against deployed stacks or the local environment;
-//! [`env_file`] reads what `cfn-once local` writes about the environment it serves.
+//! [`env_file`] reads what `cfn-once local` writes about the environment it serves. [`deploy`]
+//! writes the SAM configuration from a few facts and runs the stacks in order; [`check`] says
+//! whether a deployed pair, or the local environment, is wired as the templates intend.
 
 pub mod aws;
+pub mod check;
+pub mod deploy;
 pub mod dlq;
 pub mod drill;
 pub mod env_file;

@@ -1,10 +1,12 @@
 //! `cfn-once`: the operator's commands, on the local environment (`--env .local/env.json`) or on
-//! deployed stacks. `inspect`, `stuck` and `redrive` read what the protocol writes; `drill` fails
+//! deployed stacks. `deploy` writes the SAM configuration from a few facts and runs the stacks in
+//! order; `check` says whether they are wired as the templates intend. `inspect`, `stuck` and `redrive` read what the protocol writes; `drill` fails
 //! over to the secondary region and back through the real path. Any other command is
 //! `cfn-once-dev`'s (local, demo, play, soak, golden-records), run from beside this binary or
 //! the PATH, as git and cargo run their external subcommands.
 
 mod cli;
+mod commands;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -24,6 +26,11 @@ use crate::cli::{Cli, Command, DrillArgs, InspectArgs, RedriveArgs, StuckArgs};
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Deploy(args) => commands::run_deploy(&args),
+        Command::Check(args) => {
+            init_terminal_logging();
+            commands::run_check(&args).await
+        }
         Command::Drill(args) => run_drill(*args).await,
         Command::Inspect(args) => run_inspect(args).await,
         Command::Stuck(args) => run_stuck(args).await,
@@ -59,7 +66,7 @@ fn run_dev(args: &[OsString]) -> ExitCode {
     let wanted = args.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
     if !DEV_COMMANDS.contains(&wanted.as_str()) {
         eprintln!(
-            "cfn-once: no command {wanted:?}: the operator's are inspect, stuck, redrive and drill, and cfn-once-dev's \
+            "cfn-once: no command {wanted:?}: the operator's are deploy, check, inspect, stuck, redrive and drill, and cfn-once-dev's \
              (run from here) are {}; see `cfn-once --help`",
             DEV_COMMANDS.join(", ")
         );
@@ -78,7 +85,7 @@ fn run_dev(args: &[OsString]) -> ExitCode {
         Err(error) => error,
     };
     eprintln!(
-        "cfn-once: {wanted:?} is not an operator's command (inspect, stuck, redrive, drill), and cfn-once-dev, \
+        "cfn-once: {wanted:?} is not an operator's command (deploy, check, inspect, stuck, redrive, drill), and cfn-once-dev, \
          which runs the others (local, demo, play, soak, golden-records), could not be run: {error}; build it \
          beside this binary with `cargo build -p cfn-once-cli` (`make local` does)"
     );

@@ -161,6 +161,13 @@ impl LocalEnvironment {
             delivery_dlqs,
             // Set by `cfn-once local`, the one process that listens for the signals.
             local_pid: None,
+            handler: Some(cfn_once_ops::env_file::HandlerSettings {
+                function_timeout_s: (crate::local::settings::ESM_SETTINGS.function_timeout_ms / 1_000) as u32,
+                visibility_timeout_s: options.visibility_timeout_s,
+                secondary_delay_s: options.secondary_delay_s,
+                max_receive_count: options.max_receive_count,
+                raw_delivery: options.raw_delivery,
+            }),
         };
         Ok(Self {
             file,
