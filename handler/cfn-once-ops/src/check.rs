@@ -35,6 +35,9 @@ use serde::Serialize;
 pub enum Status {
     Ok,
     Miswired,
+    /// Could not be read (no permission, not there, no answer): not shown to be wired, so the
+    /// check fails; the detail says what the read answered.
+    Unreadable,
     /// Not checked here, and why is in the detail.
     NotChecked,
 }
@@ -59,7 +62,7 @@ pub struct Report {
 impl Report {
     /// No item is miswired.
     pub fn passed(&self) -> bool {
-        self.items.iter().all(|item| item.status != Status::Miswired)
+        self.items.iter().all(|item| !matches!(item.status, Status::Miswired | Status::Unreadable))
     }
 
     pub fn render(&self) -> String {
@@ -68,15 +71,17 @@ impl Report {
             let status = match item.status {
                 Status::Ok => "OK",
                 Status::Miswired => "MISWIRED",
+                Status::Unreadable => "UNREADABLE",
                 Status::NotChecked => "NOT CHECKED",
             };
             lines.push(format!("{status:<11} {}: {}", item.name, item.detail));
         }
         let miswired = self.items.iter().filter(|i| i.status == Status::Miswired).count();
-        lines.push(if miswired == 0 {
-            format!("{} items, none miswired", self.items.len())
-        } else {
-            format!("{} items, {miswired} miswired", self.items.len())
+        let unreadable = self.items.iter().filter(|i| i.status == Status::Unreadable).count();
+        lines.push(match (miswired, unreadable) {
+            (0, 0) => format!("{} items, none miswired", self.items.len()),
+            (_, 0) => format!("{} items, {miswired} miswired", self.items.len()),
+            (_, _) => format!("{} items, {miswired} miswired, {unreadable} unreadable", self.items.len()),
         });
         lines.join("\n")
     }
@@ -185,7 +190,7 @@ fn table(expected: &Expected, seen: &Result<TableSeen, String>) -> Item {
     let name = format!("lease table {}", expected.table);
     let table = match seen {
         Ok(table) => table,
-        Err(error) => return item(name, Status::Miswired, format!("not readable: {error}")),
+        Err(error) => return item(name, Status::Unreadable, format!("not readable: {error}")),
     };
     let (pk, sk) = cfn_once::adapters::dynamodb_lease::KEY_ATTRIBUTES;
     let wanted = vec![(pk.to_owned(), "HASH".to_owned()), (sk.to_owned(), "RANGE".to_owned())];
@@ -244,7 +249,7 @@ fn queues(observed: &Observed) -> Vec<Item> {
         let queue = match &observed.queues[index] {
             Ok(queue) => queue,
             Err(error) => {
-                items.push(item(format!("{role} queue"), Status::Miswired, format!("not readable: {error}")));
+                items.push(item(format!("{role} queue"), Status::Unreadable, format!("not readable: {error}")));
                 continue;
             }
         };
@@ -393,7 +398,7 @@ fn topics(expected: &Expected, observed: &Observed) -> Vec<Item> {
     for (region, topic) in &expected.topics {
         let name = format!("topic {topic}");
         if let Some((_, error)) = observed.topics_unreadable.iter().find(|(t, _)| t == topic) {
-            items.push(item(name, Status::Miswired, format!("not readable in {region}: {error}")));
+            items.push(item(name, Status::Unreadable, format!("not readable in {region}: {error}")));
             continue;
         }
         let mut problems = Vec::new();
@@ -486,7 +491,7 @@ fn control(expected: &Expected, seen: &Result<Option<String>, String>) -> Item {
                 expected.primary_region
             ),
         ),
-        Err(error) => item(name, Status::Miswired, format!("control#active not readable: {error}")),
+        Err(error) => item(name, Status::Unreadable, format!("control#active not readable: {error}")),
     }
 }
 

@@ -179,6 +179,9 @@ pub(crate) async fn run_check(args: &CheckArgs) -> anyhow::Result<bool> {
         Some(path) => CheckTarget::from_env_file(&EnvFile::read(path)?, &path.display().to_string()),
         None => CheckTarget::from_facts(&args.facts.facts()?, args.profile.clone(), args.endpoint_url.clone()),
     };
+    if let Some(problem) = target.credentials_problem().await {
+        anyhow::bail!("nothing was checked: {problem}");
+    }
     let report = check(&target).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -98,6 +98,26 @@ impl CheckTarget {
         }
     }
 
+    /// Why no AWS call can succeed, if the credentials cannot be loaded: one sentence instead
+    /// of the same failure on every item. None for a local endpoint, which takes any.
+    pub async fn credentials_problem(&self) -> Option<String> {
+        use aws_sdk_sqs::config::ProvideCredentials;
+        if self.endpoint_url.is_some() {
+            return None;
+        }
+        let sdk = self.sdk(&self.expected.primary_region).await;
+        let Some(provider) = sdk.credentials_provider() else {
+            return Some("no AWS credentials provider is configured".into());
+        };
+        let profile = self.profile.as_deref().map(|p| format!(" (profile {p})")).unwrap_or_default();
+        provider.provide_credentials().await.err().map(|error| {
+            format!(
+                "no AWS credentials could be loaded{profile}: {error}; give --profile, or set AWS_PROFILE or \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as for the AWS CLI"
+            )
+        })
+    }
+
     fn regions(&self) -> [&str; 2] {
         [&self.expected.primary_region, &self.expected.secondary_region]
     }
