@@ -12,7 +12,7 @@ use cfn_once_cli::ops::OpsTarget;
 #[derive(Debug, Parser)]
 #[command(
     name = "cfn-once",
-    version,
+    version = cfn_once_core::build::DESCRIPTION,
     about = "CloudFormation custom resources answered exactly once, from whichever of two regions is alive"
 )]
 pub(crate) struct Cli {
