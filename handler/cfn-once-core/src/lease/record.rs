@@ -104,7 +104,10 @@ pub struct RequestLabel {
 ///   record 0.2.0 wrote to a region that knows it ([`StoreError::NewerFormat`]), so `writer` is
 ///   true of every record that has one. What it costs: for the hours both versions run, an old
 ///   region does not take over a request the upgraded one holds (it drops those answered and
-///   delivered, and backs off the rest until the upgraded region's copy or its own upgrade).
+///   delivered, and backs off the rest until the upgraded region's copy or its own upgrade),
+///   nor one a drained 0.2.0 primary took before its control answered and gave back: a `leave`
+///   writes the record in this format, whatever format it found (docs/operating.md, "From 0.1.0
+///   to 0.2.0").
 ///
 /// One field keeps its meaning in every format, so that an older handler can let go of a
 /// request a newer one finished: `delivered` true means that nothing is left for any handler to
