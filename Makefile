@@ -217,7 +217,7 @@ soak-short: venv
 	./target/debug/cfn-once soak --seed 19 --minutes 1.5 --requests 300 --outage-s 30 \
 	  --binary target/debug/cfn-once-lambda --python $(PY) --out target/soak-short
 
-## upgrade-check: an upgrade halfway through, run for real (not in CI). `make upgrade-check FROM=<git rev>`
+## upgrade-check: an upgrade halfway through, run for real (not in CI). `make upgrade-check FROM=v0.1.0` (a release's tag, or any git rev)
 ## builds FROM's release cfn-once-lambda (.ci/build-rev, in target/revs/) and this tree's, then soaks
 ## the two side by side, one region each, both ways: FROM in the primary and this tree in the secondary,
 ## then the other way round. Each soak is the full one (load, SIGKILLs, a primary-region outage, a
@@ -228,7 +228,7 @@ UPGRADE_SEED ?= 4545
 UPGRADE_MINUTES ?= 3
 UPGRADE_REQUESTS ?= 1200
 upgrade-check: venv
-	@test -n "$(FROM)" || { echo "usage: make upgrade-check FROM=<git rev> [UPGRADE_SEED=N]" >&2; exit 1; }
+	@test -n "$(FROM)" || { echo "usage: make upgrade-check FROM=<release tag or git rev, e.g. v0.1.0> [UPGRADE_SEED=N]" >&2; exit 1; }
 	@echo "==> building $(FROM)'s release binary (.ci/build-rev)"
 	mkdir -p target/upgrade-check
 	bash .ci/build-rev $(FROM) > target/upgrade-check/from.path

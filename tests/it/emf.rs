@@ -1,11 +1,13 @@
 //! The metrics the handler writes are valid CloudWatch embedded metric format (EMF), checked
-//! against the specification's rules, and carry what happened.
+//! against the specification's rules, and carry what happened: each value under the dimensions
+//! the alarms of `infra/regional.yaml` select (`Region`, `Role`, and `Status` for responses) and
+//! again with cfn-once's `Version`.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cfn_once::metrics::{MetricsFlush, NAMESPACE, install, names};
+use cfn_once::metrics::{MetricsFlush, NAMESPACE, VERSION_DIMENSION, install, names};
 use cfn_once_tests::{LocalRegion, Options, handler};
 use serde_json::Value;
 
@@ -124,6 +126,18 @@ async fn the_handler_writes_valid_emf_with_what_happened() {
         if document.get(names::RESPONSES_SENT).is_some() {
             assert!(matches!(document["Status"].as_str(), Some("SUCCESS" | "FAILED")), "responses by status: {line}");
         }
+        // Two dimension sets: the alarms' own, unchanged, and the same with the version.
+        let sets: Vec<Vec<&str>> = document["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+            .as_array()
+            .expect("a DimensionSet array")
+            .iter()
+            .map(|set| set.as_array().expect("a set").iter().map(|name| name.as_str().expect("a name")).collect())
+            .collect();
+        let alarms: Vec<&str> =
+            if document.get("Status").is_some() { vec!["Region", "Role", "Status"] } else { vec!["Region", "Role"] };
+        let versioned: Vec<&str> = alarms.iter().copied().chain([VERSION_DIMENSION]).collect();
+        assert_eq!(sets, vec![alarms, versioned], "the alarms' dimension set, then it with the version: {line}");
+        assert_eq!(document[VERSION_DIMENSION].as_str(), Some(cfn_once_core::build::VERSION), "{line}");
         if let Some(latency) = document.get(names::RESPONSE_LATENCY) {
             assert!(latency.is_array() || latency.is_number());
         }
@@ -133,6 +147,7 @@ async fn the_handler_writes_valid_emf_with_what_happened() {
         assert!(seen_metrics.contains(expected), "{expected} missing from {text}");
     }
     assert!(seen_dimensions.contains("Status"));
+    assert!(seen_dimensions.contains(VERSION_DIMENSION));
     println!("{text}");
 }
 

@@ -192,3 +192,84 @@ async fn the_control_item_of_a_newer_format_is_neither_read_nor_flipped() {
     let flip = control.set_active_region(REGION, T0 + 1, "test").await.expect_err("nor flipped");
     assert!(flip.0.contains("newer version"), "{flip}");
 }
+
+/// Every write of the port, by both stores: each sets `writer` to this version, over a record
+/// whose writer was cleared before it (as a record of format 2 has none), so that the record
+/// names the version that wrote it last, whichever write that was.
+#[tokio::test]
+async fn every_write_names_the_version_that_wrote_it() {
+    use cfn_once_core::build::VERSION;
+
+    let region = LocalRegion::new(Options::default()).await;
+    let client = cfn_once::app::dynamodb_client(&region.sdk, 5_000, REGION);
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let stores: [(&str, Arc<dyn LeaseStore>); 2] = [("DynamoDB", region.lease_store()), ("memory", memory.clone())];
+    for (which, store) in stores {
+        let forget = async |key: &RequestKey| {
+            if which == "memory" {
+                let record = memory.get(key).expect("the record");
+                memory.put_as_written(LeaseRecord { writer: String::new(), ..record });
+            } else {
+                client
+                    .update_item()
+                    .table_name(&region.table)
+                    .key("pk", AttributeValue::S(key.stack_id.to_string()))
+                    .key("sk", AttributeValue::S(key.request_id.clone()))
+                    .update_expression("REMOVE writer")
+                    .send()
+                    .await
+                    .expect("REMOVE writer");
+            }
+            assert_eq!(store.read(key).await.expect("read").expect("a record").writer, "", "{which}: forgotten");
+        };
+        let named = async |key: &RequestKey, write: &str| {
+            let record = store.read(key).await.expect("read").expect("a record");
+            assert_eq!((record.writer.as_str(), record.format), (VERSION, RECORD_FORMAT), "{which}: {write}");
+            if which == "DynamoDB" {
+                let item = item_of(&client, &region.table, key).await;
+                assert_eq!(item.get("writer"), Some(&AttributeValue::S(VERSION.into())), "{which}: {write}");
+            }
+        };
+        let applied = |written: Result<Conditional, StoreError>, write: &str| {
+            assert_eq!(written, Ok(Conditional::Applied), "{which}: {write}");
+        };
+        let key = key();
+        assert!(matches!(store.acquire(&acquire(&key, "a", T0, false)).await, Ok(Acquire::Acquired { fence: 1, .. })));
+        named(&key, "acquire").await;
+        forget(&key).await;
+        applied(store.heartbeat(&key, 1, T0 + 20_000, T0 + 1).await, "heartbeat");
+        named(&key, "heartbeat").await;
+        forget(&key).await;
+        applied(store.commit(&key, 1, b"{}", T0 + 2).await, "commit");
+        named(&key, "commit").await;
+        forget(&key).await;
+        applied(store.mark_delivered(&key, 1, None, T0 + 3).await, "mark delivered");
+        named(&key, "mark delivered").await;
+
+        let key = self::key();
+        let Ok(Acquire::Acquired { fence, .. }) = store.acquire(&acquire(&key, "b", T0, false)).await else {
+            panic!("{which}: acquire")
+        };
+        forget(&key).await;
+        let poll = PollRecord {
+            fingerprint: Fingerprint::from_stored(format!("{:0>32}", "b")),
+            state: "{}".into(),
+            poll_at_ms: T0 + 60_000,
+            waiting_since_ms: T0 + 1,
+            polls: 0,
+        };
+        applied(store.wait(&key, fence, &poll, T0 + 1).await, "wait");
+        named(&key, "wait").await;
+
+        let key = self::key();
+        let Ok(Acquire::Acquired { fence: left_fence, prior, .. }) =
+            store.acquire(&acquire(&key, "c", T0, false)).await
+        else {
+            panic!("{which}: acquire")
+        };
+        forget(&key).await;
+        let left = left_record(&key, left_fence, prior.as_deref(), T0 + 1, T0 + 86_400_000);
+        applied(store.leave(&left).await, "leave");
+        named(&key, "leave").await;
+    }
+}

@@ -155,3 +155,51 @@ async fn the_lambda_binary_at_trace_logs_no_response_url_and_survives_bad_bytes(
     }
     assert!(!output.iter().any(|line| line.contains("X-Amz-Signature")), "no presigned query in any line");
 }
+
+/// The real binary's first log line, written at start before any invocation, says which
+/// cfn-once it is (version and commit) and where it runs (role and region); and its metrics,
+/// flushed after the first batch, carry the version as a dimension.
+#[tokio::test]
+async fn the_lambda_binary_first_says_its_version_commit_role_and_region() {
+    use cfn_once_core::build::{COMMIT, VERSION};
+
+    let region = LocalRegion::new(Options::default()).await;
+    let runtime = FakeRuntime::start();
+    let lambda = LambdaProcess::spawn(&runtime, &region.lambda_env());
+    let started = std::time::Instant::now();
+    while lambda.output().is_empty() && started.elapsed() < TIMEOUT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let output = lambda.output();
+    let first: Value = serde_json::from_str(output.first().expect("a first line")).expect("a JSON line");
+    let fields = &first["fields"];
+    assert_eq!(
+        (fields["version"].as_str(), fields["commit"].as_str(), fields["role"].as_str(), fields["region"].as_str()),
+        (Some(VERSION), Some(COMMIT), Some("primary"), Some(cfn_once_tests::REGION)),
+        "{first}"
+    );
+    assert_eq!(first["level"], "INFO", "{first}");
+    assert_eq!(fields["message"], format!("cfn-once {VERSION} (commit {COMMIT}) starting"), "{first}");
+
+    let esm = region.esm(10).await;
+    let sent = region.request("create-echo.json").await;
+    region.publish(&sent).await;
+    runtime.invoke("invocation-1", region.batch_of_one(&esm).await.0, 60_000);
+    assert!(matches!(runtime.posted("invocation-1", TIMEOUT), Some(Posted::Response(_))), "{:?}", lambda.output());
+    let output = lambda.output();
+    assert_eq!(serde_json::from_str::<Value>(&output[0]).ok().as_ref(), Some(&first), "the start line stays the first");
+    let metrics: Vec<Value> = output
+        .iter()
+        .filter(|line| line.contains("\"_aws\""))
+        .map(|line| serde_json::from_str(line).expect("EMF"))
+        .collect();
+    assert!(!metrics.is_empty(), "no metrics after a batch: {output:?}");
+    for document in &metrics {
+        assert_eq!(document["Version"].as_str(), Some(VERSION), "{document}");
+        assert_eq!(
+            document["_aws"]["CloudWatchMetrics"][0]["Dimensions"].as_array().map(Vec::len),
+            Some(2),
+            "{document}"
+        );
+    }
+}

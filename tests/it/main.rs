@@ -45,5 +45,6 @@ mod tls;
 mod two_regions;
 mod unreadable_record;
 mod unseen_invokes;
+mod version;
 mod wait_conditions;
 mod wire_faults;

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "cfn-once-dev",
-    version,
+    version = cfn_once_core::build::DESCRIPTION,
     about = "cfn-once's tools for trying it locally: both regions on moto, the demo, the player, the soak",
     long_about = "cfn-once's tools for trying it locally: both regions on moto (local), the demo, the stack \
 player (play), the soak and the golden records. The operator's commands (inspect, stuck, redrive, drill) are \

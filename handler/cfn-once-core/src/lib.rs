@@ -41,6 +41,7 @@
 pub mod aws_names;
 pub mod batch;
 pub mod budget;
+pub mod build;
 pub mod clock;
 pub mod config;
 pub mod control;

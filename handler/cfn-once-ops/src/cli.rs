@@ -13,7 +13,7 @@ use cfn_once_ops::env_file::EnvFile;
 #[derive(Debug, Parser)]
 #[command(
     name = "cfn-once",
-    version,
+    version = cfn_once_core::build::DESCRIPTION,
     about = "CloudFormation custom resources answered exactly once, from whichever of two regions is alive",
     long_about = "CloudFormation custom resources answered exactly once, from whichever of two regions is \
 alive: the operator's commands. Any other command (local, demo, play, soak, golden-records) is run by \

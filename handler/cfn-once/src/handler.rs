@@ -132,7 +132,8 @@ impl Handler {
     /// Installs the JSON logs (level from `AWS_LAMBDA_LOG_LEVEL`, then `RUST_LOG`, then INFO)
     /// and reads the configuration from the environment: the `CFN_ONCE_*` variables, or with
     /// `CFN_ONCE_MODE=sweeper` the sweeper's. Every problem is named in the error, which `main`
-    /// prints once.
+    /// prints once. Its first log line, before any invocation, says which cfn-once this is
+    /// ([`cfn_once_core::build`]: version and commit) and in which role and region it runs.
     pub fn from_env() -> Result<Self, Error> {
         crate::logging::init_json(config::log_level());
         let configured = match config::mode() {
@@ -140,6 +141,12 @@ impl Handler {
             Ok(Mode::Handler) => Config::from_env().map(|config| Configured::Handler(Box::new(config))),
             Err(error) => Err(error),
         }?;
+        let (role, region) = match &configured {
+            Configured::Handler(config) => (config.role.as_str(), config.region.as_str()),
+            Configured::Sweeper(config) => ("sweeper", config.region.as_str()),
+        };
+        let (version, commit) = (cfn_once_core::build::VERSION, cfn_once_core::build::COMMIT);
+        tracing::info!(version, commit, role, region, "cfn-once {} starting", cfn_once_core::build::DESCRIPTION);
         Ok(Self { configured, standard: false, registrations: Vec::new() })
     }
 

@@ -5,6 +5,17 @@
 //! document per dimension set. CloudWatch Logs turns those lines into metrics in the `cfn-once`
 //! namespace, dimensioned by `Region` and `Role` (and `Status` for responses), with no API call
 //! on the hot path. Without an installed collector (the local tools) the facade records nothing.
+//!
+//! Every document carries a second dimension set, the first with `Version` (cfn-once's version,
+//! [`cfn_once_core::build::VERSION`]) added: EMF's `Dimensions` is an array of dimension sets,
+//! and "every DimensionSet used creates a new metric in CloudWatch"
+//! (<https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html>,
+//! "DimensionSet array"). So each value is published twice: as `Region`, `Role` (`Status`),
+//! exactly the metric the alarms and the dashboard of `infra/regional.yaml` select, which goes on
+//! counting whatever version writes it, and as the same with `Version`, which tells two versions
+//! apart during an upgrade. It doubles the custom metrics CloudWatch bills (one per metric name
+//! and dimension combination, so one more per version that ran in the month). The collector
+//! (`metrics_cloudwatch_embedded`) writes one set only; [`with_version_set`] adds the second.
 
 use cfn_once_core::metrics::{MetricEvent, MetricsSink};
 use cfn_once_core::response::Status;
@@ -73,6 +84,7 @@ pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
         .with_dimension("Role", role.to_owned())
         .init()
         .map_err(|error| anyhow::anyhow!("cannot install the metrics collector: {error}"))?;
+    let version = cfn_once_core::build::VERSION;
     for counter in [
         names::LEASES_ACQUIRED,
         names::LEASES_CONTENDED,
@@ -88,7 +100,43 @@ pub fn install(region: &str, role: &str) -> anyhow::Result<MetricsFlush> {
         metrics::describe_counter!(counter, Unit::Count, "");
     }
     metrics::describe_histogram!(names::RESPONSE_LATENCY, Unit::Milliseconds, "");
-    Ok(MetricsFlush(std::sync::Arc::new(move |writer| collector.flush(writer))))
+    Ok(MetricsFlush(std::sync::Arc::new(move |writer| {
+        let mut documents = Vec::new();
+        collector.flush(&mut documents)?;
+        for line in String::from_utf8_lossy(&documents).lines() {
+            writeln!(writer, "{}", with_version_set(line, version))?;
+        }
+        Ok(())
+    })))
+}
+
+/// The dimension every document's second set adds to its first.
+pub const VERSION_DIMENSION: &str = "Version";
+
+/// One EMF document with the version as a root member and, in each directive, a second
+/// dimension set: the first one and `Version`. A line that is not such a document (none is
+/// expected) is returned as it is.
+pub fn with_version_set(line: &str, version: &str) -> String {
+    /// The document with `_aws` first, as the collector writes it.
+    #[derive(serde::Serialize)]
+    struct Document {
+        _aws: serde_json::Value,
+        #[serde(flatten)]
+        rest: serde_json::Map<String, serde_json::Value>,
+    }
+    let versioned = || {
+        let mut rest: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).ok()?;
+        let mut aws = rest.remove("_aws")?;
+        for directive in aws.get_mut("CloudWatchMetrics")?.as_array_mut()? {
+            let sets = directive.get_mut("Dimensions")?.as_array_mut()?;
+            let mut with_version = sets.first()?.as_array()?.clone();
+            with_version.push(VERSION_DIMENSION.into());
+            sets.push(with_version.into());
+        }
+        rest.insert(VERSION_DIMENSION.to_owned(), version.into());
+        serde_json::to_string(&Document { _aws: aws, rest }).ok()
+    };
+    versioned().unwrap_or_else(|| line.to_owned())
 }
 
 /// The worker's metrics port on the `metrics` facade.
