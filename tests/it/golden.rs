@@ -390,8 +390,6 @@ async fn today_s_handler_writes_over_older_records_and_leaves_them_in_its_own_fo
     let store = region.lease_store();
     let all = golden();
     let today = of_version(&all, RECORD_FORMAT);
-    // The control item has a format of its own: its golden record is in `v<CONTROL_FORMAT>/`.
-    let controls = of_version(&all, CONTROL_FORMAT);
     let mut failures = Vec::new();
     let mut written = Vec::new();
     for golden in all.iter().filter(|g| g.version < RECORD_FORMAT) {
@@ -444,7 +442,7 @@ async fn today_s_handler_writes_over_older_records_and_leaves_them_in_its_own_fo
         if format != own {
             failures.push(format!("{} {what}: left in format {format}, not {own}", golden.name));
         }
-        match if class == CONTROL_CLASS { controls.get(&class) } else { today.get(&class) } {
+        match today.get(&class) {
             Some(want) => {
                 for difference in shape_differences(want, &after) {
                     failures.push(format!("{} {what}, now {class}: {difference}", golden.name));
@@ -610,8 +608,6 @@ async fn today_s_records_have_the_shape_of_the_golden_records_of_their_format() 
 
     let all = golden();
     let golden = of_version(&all, RECORD_FORMAT);
-    // The control item has a format of its own: its golden record is in `v<CONTROL_FORMAT>/`.
-    let controls = of_version(&all, CONTROL_FORMAT);
     let stand_ins: BTreeMap<&str, &str> =
         NOT_GENERATED.iter().map(|(class, stand_in, _)| (*class, *stand_in)).collect();
     let mut failures = Vec::new();
@@ -625,19 +621,18 @@ async fn today_s_records_have_the_shape_of_the_golden_records_of_their_format() 
             failures.push(format!("{class} ({what}) is written in format {format}, not {own}"));
         }
         let stand_in = stand_ins.get(class.as_str()).and_then(|stand_in| golden.get(*stand_in));
-        let of_its_format = if class == CONTROL_CLASS { &controls } else { &golden };
-        match of_its_format.get(&class).or(stand_in) {
+        match golden.get(&class).or(stand_in) {
             Some(want) => {
                 if format_of(want) != own {
                     failures.push(format!(
-                        "{class}: the golden record v{own}/{class}.json is of format {}, today's of {own}",
+                        "{class}: the golden record v{RECORD_FORMAT}/{class}.json is of format {}, today's of {own}",
                         format_of(want)
                     ));
                 }
                 for difference in shape_differences(want, item) {
                     failures.push(format!("{class} ({what}): {difference}"));
                 }
-                if of_its_format.contains_key(&class) {
+                if golden.contains_key(&class) {
                     checked.insert(class);
                 } else {
                     stood_in.insert(class);

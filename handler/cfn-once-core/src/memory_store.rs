@@ -121,7 +121,6 @@ impl MemoryLeaseStore {
             request.key.clone(),
             LeaseRecord {
                 format: RECORD_FORMAT,
-                writer: crate::build::VERSION.to_owned(),
                 key: request.key.clone(),
                 fence,
                 owner: request.owner.clone(),
@@ -165,7 +164,6 @@ impl MemoryLeaseStore {
             Some(record) if condition(record) => {
                 update(record);
                 record.format = RECORD_FORMAT;
-                crate::build::VERSION.clone_into(&mut record.writer);
                 Conditional::Applied
             }
             other => Conditional::Refused(other.map(|record| Box::new(record.clone()))),

@@ -151,7 +151,6 @@ mod tests {
     fn record(id: &str, state: LeaseState, sent_ago_ms: u64) -> LeaseRecord {
         LeaseRecord {
             format: cfn_once_core::lease::RECORD_FORMAT,
-            writer: String::new(),
             key: RequestKey {
                 stack_id: cfn_once_core::request::StackArn::parse(
                     "arn:aws:cloudformation:us-east-2:123456789012:stack/s/g",

@@ -44,9 +44,6 @@ pub struct RecordView {
     pub created_at: String,
     pub updated_at: String,
     pub sweepable_after: String,
-    /// Which cfn-once wrote the record last, "0.2.0 (format 3)"; "before 0.2.0 (format 2)" for
-    /// a record of an older format, which names none.
-    pub writer: String,
     pub answer: Option<AnswerView>,
     /// Whether this is a resource's wait-condition work rather than CloudFormation's request.
     pub work: bool,
@@ -153,11 +150,6 @@ impl RecordView {
             created_at: utc(record.created_ms),
             updated_at: utc(record.updated_ms),
             sweepable_after: utc(record.expires_ms),
-            writer: format!(
-                "{} (format {})",
-                if record.writer.is_empty() { "before 0.2.0" } else { &record.writer },
-                record.format
-            ),
             answer,
             work,
             signal,
@@ -240,8 +232,8 @@ impl RecordView {
             self.attempts, self.attempt, self.sent_at
         ));
         lines.push(format!(
-            "record    written by cfn-once {}, created {}, updated {}, sweepable after {}",
-            self.writer, self.created_at, self.updated_at, self.sweepable_after
+            "record    created {}, updated {}, sweepable after {}",
+            self.created_at, self.updated_at, self.sweepable_after
         ));
         lines.join("\n")
     }
@@ -380,7 +372,6 @@ mod tests {
     fn work(state: LeaseState, response: Option<Vec<u8>>, poll: Option<PollRecord>) -> LeaseRecord {
         LeaseRecord {
             format: cfn_once_core::lease::RECORD_FORMAT,
-            writer: "0.2.0".into(),
             key: RequestKey {
                 stack_id: StackArn::parse("arn:aws:cloudformation:us-east-2:123456789012:stack/s/g").expect("ARN"),
                 request_id: "cfn-once-work:0123456789abcdef".into(),

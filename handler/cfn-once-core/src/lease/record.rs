@@ -93,21 +93,6 @@ pub struct RequestLabel {
 /// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`);
 ///   `replaces` (the work an Update's new work replaced); a close commits its FAILURE signal in
 ///   the same write that takes the work's lease.
-/// - 3 (0.2.0): `writer`, the version of cfn-once that last wrote the record
-///   ([`crate::build::VERSION`]), written by every write. An older handler would not misread a
-///   format 3 record: it reads none of `writer`. Format 3 is for the other direction: a 0.1.0
-///   handler writing a record 0.2.0 had written would keep the attribute it does not know (its
-///   UpdateItems set only their own fields; its one PutItem writes what it parsed) and so leave
-///   `writer` naming 0.2.0 on a record 0.1.0 wrote last, under a fence 0.1.0 took: the field an
-///   operator reads to tell which version wrote a record would lie exactly while two versions
-///   run side by side, when it is read. Under format 3 a 0.1.0 handler (format 2) leaves a
-///   record 0.2.0 wrote to a region that knows it ([`StoreError::NewerFormat`]), so `writer` is
-///   true of every record that has one. What it costs: for the hours both versions run, an old
-///   region does not take over a request the upgraded one holds (it drops those answered and
-///   delivered, and backs off the rest until the upgraded region's copy or its own upgrade),
-///   nor one a drained 0.2.0 primary took before its control answered and gave back: a `leave`
-///   writes the record in this format, whatever format it found (docs/operating.md, "From 0.1.0
-///   to 0.2.0").
 ///
 /// One field keeps its meaning in every format, so that an older handler can let go of a
 /// request a newer one finished: `delivered` true means that nothing is left for any handler to
@@ -121,7 +106,7 @@ pub struct RequestLabel {
 /// unchanged format.
 ///
 /// [`StoreError::NewerFormat`]: super::StoreError::NewerFormat
-pub const RECORD_FORMAT: u32 = 3;
+pub const RECORD_FORMAT: u32 = 2;
 
 /// One request's record, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,10 +114,6 @@ pub struct LeaseRecord {
     /// The format of the handler that last wrote it ([`RECORD_FORMAT`]; 1 when the stored item
     /// has none).
     pub format: u32,
-    /// The version of cfn-once that last wrote it ([`crate::build::VERSION`], written by every
-    /// write from format 3 on); empty in a record of format 1 or 2, whose writers wrote none.
-    /// The protocol never reads it; it is for the people who look at the table.
-    pub writer: String,
     /// The request this record is for.
     pub key: RequestKey,
     /// Strictly increasing per key (S3).
@@ -194,7 +175,6 @@ pub fn left_record(
         Some(prior) => LeaseRecord { fence, ..prior.clone() },
         None => LeaseRecord {
             format: RECORD_FORMAT,
-            writer: crate::build::VERSION.to_owned(),
             key: key.clone(),
             fence,
             owner: String::new(),

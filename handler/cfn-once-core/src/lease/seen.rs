@@ -178,7 +178,6 @@ mod tests {
     fn record(state: LeaseState, fingerprint: &str, lease_until_ms: u64, attempts: &[&str]) -> LeaseRecord {
         LeaseRecord {
             format: crate::lease::RECORD_FORMAT,
-            writer: String::new(),
             key: RequestKey {
                 stack_id: crate::request::StackArn::parse("arn:aws:cloudformation:us-east-1:123456789012:stack/s/g")
                     .expect("an ARN"),

@@ -16,7 +16,6 @@ pub(super) type Item = HashMap<String, AttributeValue>;
 /// Attribute names, in one place.
 pub(super) mod attr {
     pub const FORMAT: &str = "format";
-    pub const WRITER: &str = "writer";
     pub const PK: &str = "pk";
     pub const SK: &str = "sk";
     pub const FENCE: &str = "fence";
@@ -60,7 +59,6 @@ pub(super) fn record_item(record: &LeaseRecord) -> Item {
     item.extend([
         // Written by this handler, in its format, whatever format it was read in.
         (attr::FORMAT.to_owned(), number(u64::from(RECORD_FORMAT))),
-        (attr::WRITER.to_owned(), text(cfn_once_core::build::VERSION)),
         (attr::FENCE.to_owned(), number(record.fence)),
         (attr::OWNER.to_owned(), text(&record.owner)),
         (attr::LEASE_UNTIL.to_owned(), number(record.lease_until_ms)),
@@ -125,7 +123,6 @@ pub(super) fn parse_record(key: &RequestKey, item: &Item) -> Result<LeaseRecord,
     }
     Ok(LeaseRecord {
         format,
-        writer: string(attr::WRITER).unwrap_or_default(),
         key: key.clone(),
         fence: number(attr::FENCE).ok_or_else(|| bad(attr::FENCE))?,
         owner: string(attr::OWNER).unwrap_or_default(),

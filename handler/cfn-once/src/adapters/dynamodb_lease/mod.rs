@@ -39,9 +39,6 @@ use crate::aws::{Refresh, classify};
 /// The placeholders of the format clause every write carries.
 const FORMAT_NAME: &str = "#cfn_once_format";
 const FORMAT_VALUE: &str = ":cfn_once_format";
-/// The placeholders of the writer's version every write sets (`LeaseRecord::writer`).
-const WRITER_NAME: &str = "#cfn_once_writer";
-const WRITER_VALUE: &str = ":cfn_once_writer";
 
 /// `condition`, holding only on a record of a format this handler knows: absent (format 1, or
 /// no record) or not newer than [`RECORD_FORMAT`]. A record of a newer format refuses every
@@ -131,12 +128,12 @@ impl DynamoLeaseStore {
     }
 
     /// A conditional UpdateItem on `key`, which also writes this handler's record format and
-    /// version (`writer`) and holds only on a record of a format it knows ([`with_format`]).
+    /// holds only on a record of a format it knows ([`with_format`]).
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
         let update = call
             .update
             .strip_prefix("SET ")
-            .map(|rest| format!("SET {FORMAT_NAME} = {FORMAT_VALUE}, {WRITER_NAME} = {WRITER_VALUE}, {rest}"))
+            .map(|rest| format!("SET {FORMAT_NAME} = {FORMAT_VALUE}, {rest}"))
             .ok_or_else(|| StoreError::Permanent(format!("an update that sets nothing: {}", call.update)))?;
         let mut request = self
             .client
@@ -147,8 +144,6 @@ impl DynamoLeaseStore {
             .condition_expression(with_format(call.condition))
             .expression_attribute_names(FORMAT_NAME, attr::FORMAT)
             .expression_attribute_values(FORMAT_VALUE, number(u64::from(RECORD_FORMAT)))
-            .expression_attribute_names(WRITER_NAME, attr::WRITER)
-            .expression_attribute_values(WRITER_VALUE, AttributeValue::S(cfn_once_core::build::VERSION.to_owned()))
             .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in call.names {
