@@ -36,6 +36,7 @@ mod ops;
 mod play;
 mod privileged;
 mod pypi_functions;
+mod release;
 mod rules;
 mod sweeper;
 mod templates;
