@@ -4,7 +4,7 @@
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
 # Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), golden-records (REV=<git rev> FORMAT=<n>), package,
-# cdk-synth, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
+# release (TAG=v<version>), cdk-synth, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
 # unit, clean.
 
 SHELL := /bin/bash
@@ -20,7 +20,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local play cdk-synth drill soak soak-short upgrade-check golden-records package test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help demo local play cdk-synth drill soak soak-short upgrade-check golden-records package release release-tools test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -363,6 +363,25 @@ sam-build: build-tools
 PACKAGE_FLAGS ?=
 package:
 	CARGO="$(CARGO)" bash .ci/package $(PACKAGE_FLAGS)
+
+## release: what a release ships, in dist/cfn-once-<version>/ (docs/release.md): the function's zip
+## and the operator's cfn-once for arm64 and x86_64, the templates, an SBOM per artifact, BUILDINFO
+## and SHA256SUMS, the same bytes from the same commit and toolchain (.ci/release). `make release`
+## builds HEAD (refused with uncommitted changes); TAG=v<version> builds that tag in a worktree of
+## its own. Not run by CI: four release builds of the AWS SDK, 42 minutes an architecture here.
+TAG ?=
+release: build-tools release-tools
+	PATH="$(TOOLS_PATH)" CYCLONEDX="$(abspath $(CYCLONEDX))" bash .ci/release $(TAG)
+
+## release-tools: the pinned cargo-cyclonedx in .tools/, built from crates.io by `cargo install
+## --locked` when missing or of another version (10 minutes here, beside other builds).
+CYCLONEDX_VERSION := 0.5.9
+CYCLONEDX := .tools/bin/cargo-cyclonedx
+release-tools:
+	@if [ "$$($(CYCLONEDX) cyclonedx --version 2>/dev/null | awk '{ print $$NF }')" != "$(CYCLONEDX_VERSION)" ]; then \
+		echo "==> installing cargo-cyclonedx $(CYCLONEDX_VERSION) into .tools"; \
+		$(CARGO) install --locked --force --version $(CYCLONEDX_VERSION) --root .tools cargo-cyclonedx; \
+	fi
 
 ## unit: only the tests that need no local AWS.
 unit:

@@ -38,6 +38,7 @@ mod ops;
 mod play;
 mod privileged;
 mod pypi_functions;
+mod release;
 mod rules;
 mod sweeper;
 mod templates;
