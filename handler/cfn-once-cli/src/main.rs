@@ -47,15 +47,6 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Only problems reach the terminal: the local tools print their own progress.
-fn init_terminal_logging() {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 /// The Python interpreter for moto and the functions, absolute, checked to import `modules`
 /// (moto when starting one, awslambdaric when serving functions); see `MotoArgs::python` for the
 /// order it is looked for in. `None` when nothing needs Python.
@@ -86,7 +77,7 @@ fn moto(args: &MotoArgs, python: Option<&std::path::Path>) -> anyhow::Result<(Op
 }
 
 async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     // A mistake in the functions file, or a Python without moto, stops everything before
     // anything starts.
     let functions_file = args.functions.as_deref().map(FunctionsFile::read).transpose()?;
@@ -226,7 +217,7 @@ async fn shutdown_signal() {
 }
 
 async fn run_demo(args: DemoArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     let modules = if args.moto.endpoint_url.is_some() { vec!["awslambdaric"] } else { vec!["moto", "awslambdaric"] };
     let python = python(&args.moto, &modules)?.context("the demo's functions need a Python interpreter")?;
     let options = cfn_once_cli::local::demo::DemoOptions {
@@ -239,16 +230,16 @@ async fn run_demo(args: DemoArgs) -> anyhow::Result<bool> {
 }
 
 async fn run_soak(options: cfn_once_cli::soak::SoakOptions) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     Ok(cfn_once_cli::soak::run(&options).await?.passed)
 }
 
 async fn run_play(args: cfn_once_cli::play::cli::PlayArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     cfn_once_cli::play::cli::run(args).await
 }
 
 async fn run_golden_records(options: cfn_once_cli::golden::GoldenOptions) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     cfn_once_cli::golden::run(&options).await
 }

@@ -9,6 +9,32 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::types::ObjectVersion;
 use aws_sdk_sqs::types::QueueAttributeName;
 
+/// SDK configuration for `region`: a local endpoint (moto, with test credentials) when
+/// `endpoint_url` is given, else AWS with `profile` or the default credential chain. The one
+/// loader every operator command uses.
+pub async fn sdk_for(endpoint_url: Option<&str>, profile: Option<&str>, region: &str) -> SdkConfig {
+    match endpoint_url {
+        Some(endpoint) => sdk_config(endpoint, region).await,
+        None => {
+            let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(Region::new(region.to_owned()));
+            if let Some(profile) = profile {
+                loader = loader.profile_name(profile);
+            }
+            loader.load().await
+        }
+    }
+}
+
+/// Only problems reach the terminal: the commands print their own progress. For the binaries
+/// (`cfn-once`, `cfn-once-dev`).
+pub fn init_terminal_logging() {
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// SDK configuration for a local endpoint: fixed test credentials, the given region.
 pub async fn sdk_config(endpoint_url: &str, region: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())

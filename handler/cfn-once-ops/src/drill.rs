@@ -215,15 +215,7 @@ async fn clients(target: &DrillTarget) -> Clients {
 }
 
 async fn sdk_for(target: &DrillTarget, region: &str) -> SdkConfig {
-    match &target.endpoint_url {
-        Some(endpoint) => provision::sdk_config(endpoint, region).await,
-        None => {
-            aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .region(aws_config::Region::new(region.to_owned()))
-                .load()
-                .await
-        }
-    }
+    provision::sdk_for(target.endpoint_url.as_deref(), None, region).await
 }
 
 /// Makes `region` the active one.

@@ -28,7 +28,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Deploy(args) => commands::run_deploy(&args),
         Command::Check(args) => {
-            init_terminal_logging();
+            cfn_once_ops::aws::init_terminal_logging();
             commands::run_check(&args).await
         }
         Command::Drill(args) => run_drill(*args).await,
@@ -45,15 +45,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Only problems reach the terminal: the commands print their own progress.
-fn init_terminal_logging() {
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_target(false)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// The commands of `cfn-once-dev`, the tools for trying cfn-once locally.
@@ -93,7 +84,7 @@ fn run_dev(args: &[OsString]) -> ExitCode {
 }
 
 async fn run_drill(args: DrillArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     let (target, default_settle_ms) = drill_target(&args)?;
     let options = DrillOptions {
         settle_ms: args.settle_ms.unwrap_or(default_settle_ms),
@@ -115,7 +106,7 @@ async fn run_drill(args: DrillArgs) -> anyhow::Result<bool> {
 }
 
 async fn run_inspect(args: InspectArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     let target = args.target.target().await?;
     let options = InspectOptions {
         stack_id: args.stack_id,
@@ -134,7 +125,7 @@ async fn run_inspect(args: InspectArgs) -> anyhow::Result<bool> {
 }
 
 async fn run_stuck(args: StuckArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     let target = args.target.target().await?;
     let options = StuckOptions {
         older_than_ms: args.older_than_s * 1000,
@@ -151,7 +142,7 @@ async fn run_stuck(args: StuckArgs) -> anyhow::Result<bool> {
 }
 
 async fn run_redrive(args: RedriveArgs) -> anyhow::Result<bool> {
-    init_terminal_logging();
+    cfn_once_ops::aws::init_terminal_logging();
     let target = args.target.target().await?;
     let options =
         RedriveOptions { dry_run: args.dry_run, include_undeliverable: args.include_undeliverable, max: args.max };

@@ -8,7 +8,6 @@ use cfn_once_core::fingerprint::Fingerprint;
 use cfn_once_core::request::{RequestKey, StackArn};
 use serde_json::Value;
 
-use crate::aws as provision;
 use crate::env_file::EnvFile;
 
 /// Where the tools look: the lease table and each handler region's queue and DLQ.
@@ -159,17 +158,7 @@ impl OpsTarget {
 
     /// SDK configuration for `region`.
     pub async fn sdk(&self, region: &str) -> SdkConfig {
-        match &self.endpoint_url {
-            Some(endpoint) => provision::sdk_config(endpoint, region).await,
-            None => {
-                let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .region(aws_config::Region::new(region.to_owned()));
-                if let Some(profile) = &self.profile {
-                    loader = loader.profile_name(profile);
-                }
-                loader.load().await
-            }
-        }
+        crate::aws::sdk_for(self.endpoint_url.as_deref(), self.profile.as_deref(), region).await
     }
 
     /// The lease table.

@@ -85,17 +85,7 @@ impl CheckTarget {
     }
 
     async fn sdk(&self, region: &str) -> SdkConfig {
-        match &self.endpoint_url {
-            Some(endpoint) => crate::aws::sdk_config(endpoint, region).await,
-            None => {
-                let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .region(aws_config::Region::new(region.to_owned()));
-                if let Some(profile) = &self.profile {
-                    loader = loader.profile_name(profile);
-                }
-                loader.load().await
-            }
-        }
+        crate::aws::sdk_for(self.endpoint_url.as_deref(), self.profile.as_deref(), region).await
     }
 
     /// Why no AWS call can succeed, if the credentials cannot be loaded: one sentence instead
