@@ -267,7 +267,7 @@ simulate:
 	$(CARGO) run --quiet --profile sim --locked -p cfn-once-sim -- --seeds $(SEEDS) $(if $(FIRST),--first $(FIRST))
 
 ## golden-records: the lease table's items as revision REV wrote them, kept as the fixtures today's
-## handler is tested against (tests/it/golden.rs). `make golden-records REV=<git rev> FORMAT=<n>`, n the
+## handler is tested against (tests/it/golden/). `make golden-records REV=<git rev> FORMAT=<n>`, n the
 ## record format REV writes: builds REV's release cfn-once-lambda (.ci/build-rev), and `cfn-once
 ## golden-records` runs it on a moto of its own as a soak, scanning the lease table all along, then as a
 ## small fleet sent resources with wait conditions, and writes the first item of each class to

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use crate::lease::{
     Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, RequestLabel,
-    StoreError, admits,
+    StoreError, admits, writer_stamp,
 };
 use crate::request::RequestKey;
 
@@ -138,6 +138,7 @@ impl MemoryLeaseStore {
                 expires_ms: request.expires_ms,
                 poll,
                 label,
+                writer: Some(writer_stamp(request.now_ms)),
             },
         );
         Ok(Acquire::Acquired { fence, took_over, interrupted, poll: mine, prior })
@@ -205,6 +206,7 @@ impl LeaseStore for MemoryLeaseStore {
             record.lease_until_ms = lease_until_ms;
             record.heartbeat += 1;
             record.updated_ms = now_ms;
+            record.writer = Some(writer_stamp(now_ms));
         })
     }
 
@@ -223,6 +225,7 @@ impl LeaseStore for MemoryLeaseStore {
                 record.state = LeaseState::Committed;
                 record.response = Some(response.to_vec());
                 record.updated_ms = now_ms;
+                record.writer = Some(writer_stamp(now_ms));
                 record.poll = None;
             },
         )
@@ -240,6 +243,7 @@ impl LeaseStore for MemoryLeaseStore {
             record.poll = Some(poll.clone());
             record.lease_until_ms = now_ms;
             record.updated_ms = now_ms;
+            record.writer = Some(writer_stamp(now_ms));
         })
     }
 
@@ -256,6 +260,7 @@ impl LeaseStore for MemoryLeaseStore {
                 record.unsent = Some(why.to_owned());
             }
             record.updated_ms = now_ms;
+            record.writer = Some(writer_stamp(now_ms));
         })
     }
 

@@ -174,6 +174,7 @@ mod tests {
             expires_ms: NOW + 1,
             poll: None,
             label: RequestLabel::default(),
+            writer: None,
         }
     }
 

@@ -43,6 +43,11 @@ pub struct RecordView {
     pub sent_at: String,
     pub created_at: String,
     pub updated_at: String,
+    /// The version of cfn-once that wrote the record last, where its stamp says so
+    /// (`LeaseRecord::written_by`); `None` for a writer older than 0.2.0.
+    pub written_by: Option<String>,
+    /// The record's format (`lease::RECORD_FORMAT`).
+    pub format: u32,
     pub sweepable_after: String,
     pub answer: Option<AnswerView>,
     /// Whether this is a resource's wait-condition work rather than CloudFormation's request.
@@ -149,6 +154,8 @@ impl RecordView {
             sent_at: utc(record.sent_ms),
             created_at: utc(record.created_ms),
             updated_at: utc(record.updated_ms),
+            written_by: record.written_by().map(str::to_owned),
+            format: record.format,
             sweepable_after: utc(record.expires_ms),
             answer,
             work,
@@ -232,8 +239,14 @@ impl RecordView {
             self.attempts, self.attempt, self.sent_at
         ));
         lines.push(format!(
-            "record    created {}, updated {}, sweepable after {}",
-            self.created_at, self.updated_at, self.sweepable_after
+            "record    format {}, created {}, updated {} by {}, sweepable after {}",
+            self.format,
+            self.created_at,
+            self.updated_at,
+            self.written_by
+                .as_deref()
+                .map_or_else(|| "a version before 0.2.0".to_owned(), |version| format!("cfn-once {}", safe(version))),
+            self.sweepable_after
         ));
         lines.join("\n")
     }
@@ -397,6 +410,7 @@ mod tests {
                 resource_type: "Custom::Echo".into(),
                 replaces: String::new(),
             },
+            writer: None,
         }
     }
 
@@ -449,5 +463,23 @@ mod tests {
             "{}",
             view.render()
         );
+    }
+
+    #[test]
+    fn the_record_says_which_version_wrote_it_last() {
+        let mut record = work(LeaseState::Running, None, None);
+        let older = RecordView::of(&record, NOW).render();
+        assert!(
+            older.contains("record    format 2, created") && older.contains("by a version before 0.2.0"),
+            "{older}"
+        );
+        record.writer = Some(cfn_once_core::lease::writer_stamp(record.updated_ms));
+        let view = RecordView::of(&record, NOW);
+        assert_eq!(view.written_by.as_deref(), Some(cfn_once_core::build::VERSION));
+        let text = view.render();
+        assert!(text.contains(&format!("by cfn-once {}", cfn_once_core::build::VERSION)), "{text}");
+        // A stamp older than the record's last write: an older handler wrote since.
+        record.updated_ms += 1;
+        assert!(RecordView::of(&record, NOW).render().contains("by a version before 0.2.0"));
     }
 }

@@ -1,6 +1,6 @@
 //! `cfn-once golden-records`: the lease table's items as one version of the Lambda function
 //! wrote them, kept as fixtures (`tests/golden/records/v<format>/`) that today's handler is
-//! tested against (`tests/it/golden.rs`).
+//! tested against (`tests/it/golden/`).
 //!
 //! Nothing here writes a record: the items are the version's own, written by its release binary
 //! run for real. The generator runs a soak of that binary (`cfn-once soak --binary <binary>

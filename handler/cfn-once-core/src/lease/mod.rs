@@ -44,7 +44,7 @@ use crate::request::RequestKey;
 mod record;
 mod seen;
 
-pub use record::{LeaseRecord, LeaseState, PollRecord, RECORD_FORMAT, RequestLabel, left_record};
+pub use record::{LeaseRecord, LeaseState, PollRecord, RECORD_FORMAT, RequestLabel, left_record, writer_stamp};
 pub use seen::{Seen, Viewer, admits};
 
 /// Everything an acquire needs; times are the caller's clock.

@@ -102,8 +102,11 @@ pub struct RequestLabel {
 ///
 /// Raise it with any change an older handler would misread (a new state, a field whose absence
 /// means something else, a new meaning of an old field), and add that version's golden records
-/// (`make golden-records`): `tests/it/golden.rs` fails on a record whose shape changed under an
-/// unchanged format.
+/// (`make golden-records`): `tests/it/golden/` fails on a record whose shape changed under an
+/// unchanged format. An attribute no decision reads, whose value stays true whatever an older
+/// handler writes after it, is no such change: `writer` ([`writer_stamp`], since 0.2.0) is
+/// one, and `INFORMATIONAL` in `tests/it/golden/informational.rs` lists each, with a test that
+/// it changes no decision.
 ///
 /// [`StoreError::NewerFormat`]: super::StoreError::NewerFormat
 pub const RECORD_FORMAT: u32 = 2;
@@ -155,6 +158,35 @@ pub struct LeaseRecord {
     pub poll: Option<PollRecord>,
     /// What the request is about, as the last acquire wrote it.
     pub label: RequestLabel,
+    /// Which version of cfn-once wrote the record last, as [`writer_stamp`] spells it: the
+    /// version and the `updated_ms` of its write. For the people who look at the table (the
+    /// protocol never reads it); absent on records no handler since 0.2.0 wrote. See
+    /// [`LeaseRecord::written_by`].
+    pub writer: Option<String>,
+}
+
+/// The `writer` a handler of this version puts on a record it writes at `now_ms` (the same
+/// `now_ms` the write puts in `updated_ms`): `"0.2.0@1765139000123"`.
+///
+/// A handler older than 0.2.0 writes no `writer` and leaves one it finds as it was, so a
+/// version alone would name the last writer that knew the field, not the last writer. With the
+/// time of its write, the stamp is true by construction of what it claims: the record was last
+/// written by that version exactly when the stamp's time is the record's `updated_ms`, which
+/// every write of every version sets (`written_by`). This is why the field needed no new format:
+/// an older handler misreads nothing by ignoring it, and what it leaves behind stays true.
+pub fn writer_stamp(now_ms: u64) -> String {
+    format!("{}@{now_ms}", crate::build::VERSION)
+}
+
+impl LeaseRecord {
+    /// The version of cfn-once that wrote this record last, if its `writer` says so: `None`
+    /// where the record has no stamp, or a stamp older than its `updated_ms` (a handler older
+    /// than 0.2.0 wrote it since; two writes in the same millisecond by a stamping and an older
+    /// handler are the one case this cannot tell apart).
+    pub fn written_by(&self) -> Option<&str> {
+        let (version, at) = self.writer.as_deref()?.rsplit_once('@')?;
+        (at.parse::<u64>().ok()? == self.updated_ms).then_some(version)
+    }
 }
 
 /// The record a [`LeaseStore::leave`] writes back for the lease `fence` took, having found
@@ -192,6 +224,7 @@ pub fn left_record(
             expires_ms,
             poll: None,
             label: RequestLabel::default(),
+            writer: Some(writer_stamp(now_ms)),
         },
     }
 }

@@ -200,6 +200,7 @@ mod tests {
             expires_ms: 0,
             poll: None,
             label: RequestLabel::default(),
+            writer: None,
         }
     }
 

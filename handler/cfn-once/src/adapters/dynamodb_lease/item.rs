@@ -41,6 +41,7 @@ pub(super) mod attr {
     pub const REQUEST_TYPE: &str = "request_type";
     pub const RESOURCE_TYPE: &str = "resource_type";
     pub const REPLACES: &str = "replaces";
+    pub const WRITER: &str = "writer";
 }
 
 /// The item's key: the StackId and the RequestId.
@@ -86,6 +87,10 @@ pub(super) fn record_item(record: &LeaseRecord) -> Item {
     }
     if record.delivered {
         item.insert(attr::DELIVERED.to_owned(), AttributeValue::Bool(true));
+    }
+    // As the record holds it: a `leave` puts back the record it found, and its stamp with it.
+    if let Some(writer) = &record.writer {
+        item.insert(attr::WRITER.to_owned(), text(writer));
     }
     if let Some(why) = &record.unsent {
         item.insert(attr::UNSENT.to_owned(), text(why));
@@ -149,6 +154,7 @@ pub(super) fn parse_record(key: &RequestKey, item: &Item) -> Result<LeaseRecord,
             resource_type: string(attr::RESOURCE_TYPE).unwrap_or_default(),
             replaces: string(attr::REPLACES).unwrap_or_default(),
         },
+        writer: string(attr::WRITER),
     })
 }
 

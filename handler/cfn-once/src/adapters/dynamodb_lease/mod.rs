@@ -29,6 +29,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use cfn_once_core::lease::{
     Acquire, AcquireRequest, Conditional, LeaseRecord, LeaseState, LeaseStore, PollRecord, RECORD_FORMAT, StoreError,
+    writer_stamp,
 };
 use cfn_once_core::request::RequestKey;
 
@@ -39,6 +40,10 @@ use crate::aws::{Refresh, classify};
 /// The placeholders of the format clause every write carries.
 const FORMAT_NAME: &str = "#cfn_once_format";
 const FORMAT_VALUE: &str = ":cfn_once_format";
+
+/// The placeholders of the writer's stamp every update carries (`lease::writer_stamp`).
+const WRITER_NAME: &str = "#cfn_once_writer";
+const WRITER_VALUE: &str = ":cfn_once_writer";
 
 /// `condition`, holding only on a record of a format this handler knows: absent (format 1, or
 /// no record) or not newer than [`RECORD_FORMAT`]. A record of a newer format refuses every
@@ -103,6 +108,8 @@ struct Update<'a> {
     values: Vec<(&'a str, AttributeValue)>,
     /// `ReturnValues = ALL_OLD` (else `NONE`).
     old_on_success: bool,
+    /// The time the update writes as `updated_ms`, which the writer's stamp names.
+    now_ms: u64,
 }
 
 impl DynamoLeaseStore {
@@ -127,13 +134,13 @@ impl DynamoLeaseStore {
         of_failure(self.refresh.reconsider(classify(error)).await)
     }
 
-    /// A conditional UpdateItem on `key`, which also writes this handler's record format and
-    /// holds only on a record of a format it knows ([`with_format`]).
+    /// A conditional UpdateItem on `key`, which also writes this handler's record format and its
+    /// stamp (`writer_stamp`), and holds only on a record of a format it knows ([`with_format`]).
     async fn update(&self, key: &RequestKey, call: Update<'_>) -> Result<Written, StoreError> {
         let update = call
             .update
             .strip_prefix("SET ")
-            .map(|rest| format!("SET {FORMAT_NAME} = {FORMAT_VALUE}, {rest}"))
+            .map(|rest| format!("SET {FORMAT_NAME} = {FORMAT_VALUE}, {WRITER_NAME} = {WRITER_VALUE}, {rest}"))
             .ok_or_else(|| StoreError::Permanent(format!("an update that sets nothing: {}", call.update)))?;
         let mut request = self
             .client
@@ -144,6 +151,8 @@ impl DynamoLeaseStore {
             .condition_expression(with_format(call.condition))
             .expression_attribute_names(FORMAT_NAME, attr::FORMAT)
             .expression_attribute_values(FORMAT_VALUE, number(u64::from(RECORD_FORMAT)))
+            .expression_attribute_names(WRITER_NAME, attr::WRITER)
+            .expression_attribute_values(WRITER_VALUE, AttributeValue::S(writer_stamp(call.now_ms)))
             .return_values(if call.old_on_success { ReturnValue::AllOld } else { ReturnValue::None })
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         for (placeholder, name) in call.names {
@@ -223,7 +232,7 @@ impl DynamoLeaseStore {
         &self,
         key: &RequestKey,
         (fence, state): (u64, LeaseState),
-        update: &str,
+        (update, now_ms): (&str, u64),
         names: &[(&str, &str)],
         mut values: Vec<(&str, AttributeValue)>,
     ) -> Result<Conditional, StoreError> {
@@ -236,6 +245,7 @@ impl DynamoLeaseStore {
             names,
             values,
             old_on_success: false,
+            now_ms,
         };
         refused_record(key, self.update(key, call).await?)
     }
@@ -376,6 +386,7 @@ impl DynamoLeaseStore {
             names,
             values,
             old_on_success: true,
+            now_ms: request.now_ms,
         };
         match self.update(&request.key, call).await? {
             Written::Applied(old) => match old.filter(|old| !old.is_empty()) {
@@ -428,7 +439,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.update_under_fence(
             key,
             (fence, LeaseState::Running),
-            "SET #lease_until = :lease_until, #updated = :now ADD #heartbeat :one",
+            ("SET #lease_until = :lease_until, #updated = :now ADD #heartbeat :one", now_ms),
             &[("#lease_until", attr::LEASE_UNTIL), ("#updated", attr::UPDATED), ("#heartbeat", attr::HEARTBEAT)],
             vec![(":lease_until", number(lease_until_ms)), (":now", number(now_ms)), (":one", number(1))],
         )
@@ -445,8 +456,11 @@ impl LeaseStore for DynamoLeaseStore {
         self.update_under_fence(
             key,
             (fence, LeaseState::Running),
-            "SET #state = :committed, #response = :response, #updated = :now \
-             REMOVE #poll_fp, #poll_state, #poll_at, #waiting_since, #polls",
+            (
+                "SET #state = :committed, #response = :response, #updated = :now \
+                 REMOVE #poll_fp, #poll_state, #poll_at, #waiting_since, #polls",
+                now_ms,
+            ),
             &[
                 ("#response", attr::RESPONSE),
                 ("#updated", attr::UPDATED),
@@ -475,7 +489,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.update_under_fence(
             key,
             (fence, LeaseState::Running),
-            WAIT_UPDATE,
+            (WAIT_UPDATE, now_ms),
             &[
                 ("#poll_fp", attr::POLL_FINGERPRINT),
                 ("#poll_state", attr::POLL_STATE),
@@ -516,7 +530,7 @@ impl LeaseStore for DynamoLeaseStore {
                 )
             }
         };
-        self.update_under_fence(key, (fence, LeaseState::Committed), update, names, values).await
+        self.update_under_fence(key, (fence, LeaseState::Committed), (update, now_ms), names, values).await
     }
 
     async fn read(&self, key: &RequestKey) -> Result<Option<LeaseRecord>, StoreError> {

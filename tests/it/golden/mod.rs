@@ -33,6 +33,10 @@ use cfn_once_core::wait_condition::WORK_ID_PREFIX;
 use cfn_once_tests::{LocalRegion, Options, REGION, now_ms, unique, workspace_root};
 use serde_json::{Value, json};
 
+use self::informational::{INFORMATIONAL, informational_differences};
+
+mod informational;
+
 /// The situations' numbers: the handler's defaults when the table was first blessed (skew
 /// margin, the PUT attempt timeout a fresh commit is given, the secondary's poll lag: the
 /// heartbeat jitter and a store call).
@@ -284,7 +288,7 @@ async fn every_golden_record_is_read_by_today_s_handler_and_decided_as_its_versi
     let document = json!({
         "about": "How today's handler sees each golden record (Seen::of) and what it does (decide), per viewer \
                   and time: `seen => far: <columns>; near: <columns>`, far from and near the deadline. \
-                  Written by tests/it/golden.rs with GOLDEN_BLESS=1; review every change.",
+                  Written by tests/it/golden/ with GOLDEN_BLESS=1; review every change.",
         "columns": COLUMNS.iter().map(|(_, _, name)| *name).collect::<Vec<_>>(),
         "skew_ms": SKEW_MS,
         "delivery_grace_ms": DELIVERY_GRACE_MS,
@@ -350,9 +354,15 @@ fn shape_differences(want: &Item, got: &Item) -> Vec<String> {
         .filter(|name| want.get(*name) != got.get(*name))
         .map(|name| match (want.get(name), got.get(name)) {
             (Some(w), None) => format!("`{name}` ({w}) is no longer written"),
+            (None, Some(g))
+                if INFORMATIONAL.iter().any(|(informational, kind, _)| informational == name && kind == g) =>
+            {
+                String::new()
+            }
             (None, Some(g)) => format!("`{name}` ({g}) is written, and no golden record has it"),
             (w, g) => format!("`{name}` was {}, is {}", w.map_or("", String::as_str), g.map_or("", String::as_str)),
         })
+        .filter(|difference| !difference.is_empty())
         .collect()
 }
 
@@ -619,6 +629,11 @@ async fn today_s_records_have_the_shape_of_the_golden_records_of_their_format() 
         let format = format_of(item);
         if format != own {
             failures.push(format!("{class} ({what}) is written in format {format}, not {own}"));
+        }
+        if class != CONTROL_CLASS {
+            for difference in informational_differences(item) {
+                failures.push(format!("{class} ({what}): {difference}"));
+            }
         }
         let stand_in = stand_ins.get(class.as_str()).and_then(|stand_in| golden.get(*stand_in));
         match golden.get(&class).or(stand_in) {
