@@ -1,6 +1,7 @@
 //! `cfn-once check --env` on a local environment provisioned as `cfn-once local` provisions it:
 //! healthy, it passes; then eight miswirings are planted one at a time, each undone before the
-//! next (or planted last), and each is named by its item and only by it, with exit status 1.
+//! next (or planted last), and each is named by its item and only by it, with exit status 1;
+//! then an environment naming a lease table nobody created has that item UNREADABLE, and fails.
 //! The binary is run as an operator runs it; its output is printed (`--nocapture` shows it).
 
 use std::path::{Path, PathBuf};
@@ -18,9 +19,16 @@ fn cfn_once_binary() -> PathBuf {
     profile_dir.join(format!("cfn-once{}", std::env::consts::EXE_SUFFIX))
 }
 
-/// Runs `cfn-once check --env <file>`; returns its exit success and the items it calls
-/// MISWIRED, by name.
-fn check(env_file: &Path, label: &str) -> (bool, Vec<String>) {
+/// What one run of `cfn-once check --env <file>` said: its exit success and the items it calls
+/// MISWIRED and UNREADABLE, by name.
+struct Said {
+    passed: bool,
+    miswired: Vec<String>,
+    unreadable: Vec<String>,
+}
+
+/// Runs `cfn-once check --env <file>`.
+fn check(env_file: &Path, label: &str) -> Said {
     let output = Command::new(cfn_once_binary())
         .args(["check", "--env"])
         .arg(env_file)
@@ -28,19 +36,22 @@ fn check(env_file: &Path, label: &str) -> (bool, Vec<String>) {
         .expect("cfn-once runs (build it: cargo build --workspace --bins)");
     let stdout = String::from_utf8_lossy(&output.stdout);
     println!("--- {label}: exit {}\n{stdout}{}", output.status, String::from_utf8_lossy(&output.stderr));
-    let miswired = stdout
-        .lines()
-        .filter_map(|line| line.strip_prefix("MISWIRED"))
-        .map(|rest| rest.trim_start().split(": ").next().unwrap_or_default().to_owned())
-        .collect();
-    (output.status.success(), miswired)
+    let items = |status: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter_map(|line| line.strip_prefix(status))
+            .map(|rest| rest.trim_start().split(": ").next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    Said { passed: output.status.success(), miswired: items("MISWIRED"), unreadable: items("UNREADABLE") }
 }
 
 /// Asserts `cfn-once check` fails naming exactly `item`.
 fn named(env_file: &Path, label: &str, item: &str) {
-    let (passed, miswired) = check(env_file, label);
-    assert!(!passed, "{label}: check passed");
-    assert_eq!(miswired, [item], "{label}");
+    let said = check(env_file, label);
+    assert!(!said.passed, "{label}: check passed");
+    assert_eq!(said.miswired, [item], "{label}");
+    assert!(said.unreadable.is_empty(), "{label}: {:?}", said.unreadable);
 }
 
 fn write(env: &EnvFile, dir: &Path, name: &str) -> PathBuf {
@@ -59,8 +70,13 @@ async fn check_passes_a_healthy_environment_and_names_each_planted_miswiring() {
     let dir = std::env::temp_dir().join(&name);
     std::fs::create_dir_all(&dir).expect("scratch");
     let file = write(&env.file, &dir, "env.json");
-    let (passed, miswired) = check(&file, "healthy");
-    assert!(passed && miswired.is_empty(), "a healthy environment passes: {miswired:?}");
+    let healthy = check(&file, "healthy");
+    assert!(
+        healthy.passed && healthy.miswired.is_empty() && healthy.unreadable.is_empty(),
+        "a healthy environment passes: {:?} {:?}",
+        healthy.miswired,
+        healthy.unreadable
+    );
 
     let primary_sqs = aws_sdk_sqs::Client::new(&env.sdk(&env.file.primary_region).await);
     let secondary_sqs = aws_sdk_sqs::Client::new(&env.sdk(&env.file.secondary_region).await);
@@ -128,8 +144,17 @@ async fn check_passes_a_healthy_environment_and_names_each_planted_miswiring() {
     }
 
     // Undone, every planting: healthy again.
-    let (passed, miswired) = check(&file, "all undone");
-    assert!(passed && miswired.is_empty(), "undone: {miswired:?}");
+    let undone = check(&file, "all undone");
+    assert!(undone.passed && undone.miswired.is_empty(), "undone: {:?}", undone.miswired);
+
+    // 9. A lease table nobody created: unreadable, which fails the check as a miswiring does.
+    let mut tableless = env.file.clone();
+    tableless.table_name = format!("{name}-no-such-table");
+    let tableless_file = write(&tableless, &dir, "env-tableless.json");
+    let said = check(&tableless_file, "9. a lease table that does not exist");
+    assert!(!said.passed, "9.: check passed on an unreadable table");
+    let table_item = format!("lease table {}", tableless.table_name);
+    assert!(said.unreadable.contains(&table_item), "9.: {table_item} is not UNREADABLE: {:?}", said.unreadable);
 
     // 8. The secondary's DLQ deleted (planted last: SQS lets a name be reused only after 60 s).
     secondary_sqs.delete_queue().queue_url(&env.secondary_queues.dlq_url).send().await.expect("deleted");

@@ -1,7 +1,7 @@
 //! Record formats across versions: a record of a format newer than this handler's is never
 //! written, deleted or acted on, by the in-memory store, the DynamoDB store on moto, the sweeper
 //! and the control item's reader and writer alike; a record of format 1 (no `format`
-//! attribute, as 47ab05d wrote it) is read and written, and leaves in this handler's format.
+//! attribute, as the revisions before 0.1.0 wrote it) is read and written, and leaves in this handler's format.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ async fn a_record_of_format_1_is_read_written_and_left_in_this_format() {
     let client = cfn_once::app::dynamodb_client(&region.sdk, 5_000, REGION);
     let key = key();
     assert!(matches!(store.acquire(&acquire(&key, "a", T0, false)).await, Ok(Acquire::Acquired { fence: 1, .. })));
-    // As 47ab05d wrote it: no format.
+    // As the revisions before 0.1.0 wrote it: no format.
     client
         .update_item()
         .table_name(&region.table)

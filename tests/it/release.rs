@@ -183,3 +183,38 @@ fn a_release_has_one_version_and_refuses_packages_that_disagree() {
     assert!(!disagreed.status.success(), "two versions in one release are refused");
     assert!(String::from_utf8_lossy(&disagreed.stderr).contains("disagree on their version"));
 }
+
+/// `.ci/releases`, which `.ci/build-rev` reads where a clone lacks a release's tag: every line a
+/// `v<semver>` tag and a full commit of this repository's history, on main's line (an ancestor of
+/// HEAD), each tag once; and where git has the tag, it names the same commit. The first release
+/// is there, so `make upgrade-check FROM=v0.1.0` works in any clone.
+#[test]
+fn every_listed_release_is_a_commit_of_this_history_and_agrees_with_its_tag() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join(".ci/releases")).expect(".ci/releases");
+    let git = |args: &[&str]| Command::new("git").current_dir(&root).args(args).output().expect("git runs");
+    let mut tags = Vec::new();
+    for line in text.lines().filter(|line| !line.starts_with('#') && !line.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [tag, commit] = fields[..] else { panic!(".ci/releases: {line:?} is not `<tag> <commit>`") };
+        let version = tag.strip_prefix('v').unwrap_or_else(|| panic!("{tag}: a release tag is v<version>"));
+        assert_eq!(
+            version.split('.').filter(|n| n.parse::<u32>().is_ok()).count(),
+            3,
+            "{tag}: not v<major.minor.patch>"
+        );
+        assert!(
+            commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{tag}: {commit} is not a full commit id"
+        );
+        assert!(!tags.contains(&tag), "{tag} listed twice");
+        tags.push(tag);
+        let ancestor = git(&["merge-base", "--is-ancestor", commit, "HEAD"]);
+        assert!(ancestor.status.success(), "{tag}: {commit} is not in HEAD's history");
+        let tagged = git(&["rev-parse", "-q", "--verify", &format!("refs/tags/{tag}^{{commit}}")]);
+        if tagged.status.success() {
+            assert_eq!(String::from_utf8_lossy(&tagged.stdout).trim(), commit, "{tag}: the tag names another commit");
+        }
+    }
+    assert!(tags.contains(&"v0.1.0"), "the first release is not listed");
+}

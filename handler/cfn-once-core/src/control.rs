@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use crate::clock::{Clock, within};
 
 /// The format of the active-region control item this version writes and reads: 1 for an item
-/// without one (`active_region`, `updated_ms`, `updated_by`, as 47ab05d wrote it), 2 for the
+/// without one (`active_region`, `updated_ms`, `updated_by`, as the revisions before 0.1.0 wrote it), 2 for the
 /// same fields with `format`. An item of a newer format is not read (the last known answer
 /// stands, as for any failed read) and not overwritten (the drill refuses to flip it).
 pub const CONTROL_FORMAT: u32 = 2;

@@ -1,4 +1,5 @@
-//! The decision table as the last release (47ab05d) shipped it, frozen: the simulator's
+//! The decision table as the handlers of record format 1 shipped it (the revisions before
+//! 0.1.0, which wrote no `format`), frozen: the simulator's
 //! `Kind::Upgrade` runs it in the region not yet upgraded, beside this version's table in the
 //! other. Never edit it to follow a change of `cfn_once_core::decision::decide`; when a release
 //! changes that table, freeze the released one here instead (copied from `git show
@@ -9,8 +10,8 @@ use cfn_once_core::decision::{Action, Activity, Redundant, Situation};
 use cfn_once_core::lease::Seen;
 use cfn_once_core::vocabulary::Role;
 
-/// `decide` of 47ab05d, verbatim.
-pub fn decide_47ab05d(seen: &Seen, situation: &Situation) -> Action {
+/// `decide` of the format-1 handlers, verbatim.
+pub fn decide_format_1(seen: &Seen, situation: &Situation) -> Action {
     let Situation { role, activity, deadline_near, now_ms, delivery_grace_ms, poll_lag_ms, .. } = *situation;
     let starts_new_work = activity == Activity::Active || role == Role::Secondary || deadline_near;
     match seen {

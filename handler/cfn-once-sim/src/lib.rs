@@ -318,7 +318,7 @@ mod tests {
         replays_clean(481_726_672_987_859);
     }
 
-    // UPDATE, from the fresh range 1036365776000000-1036365776999999 (run on 6b73221): a
+    // UPDATE, from the fresh range 1036365776000000-1036365776999999: a
     // resource's update rollback, 31 days after the Create, named a handle whose work record
     // the sweeper had removed and whose URL does not say when it expires, so the rollback
     // looked like an Update naming a new wait and was answered as a hand-over, its provider's
@@ -369,7 +369,7 @@ mod tests {
                         };
                         assert_eq!(
                             decide(seen, &situation),
-                            crate::frozen::decide_47ab05d(seen, &situation),
+                            crate::frozen::decide_format_1(seen, &situation),
                             "{seen:?} {situation:?}"
                         );
                         // Changed: within the primary's head start, a secondary backs off on a

@@ -52,7 +52,7 @@ pub fn class_of(item: &Item) -> String {
     class
 }
 
-/// The format an item was written in: its `format`, 1 without one (as 47ab05d wrote them).
+/// The format an item was written in: its `format`, 1 without one (as the revisions before 0.1.0 wrote them).
 pub fn format_of(item: &Item) -> u32 {
     item.get("format").and_then(|value| value.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(1)
 }

@@ -74,6 +74,9 @@ pub struct Fleet {
     pub control: TableControl,
     /// The handler's lease, in ms, from the template's environment.
     pub lease_ms: u64,
+    /// The primary's head start at most, in s, from the template's environment
+    /// (`CFN_ONCE_HEAD_START_S`).
+    pub head_start_s: u64,
     /// Kept running for the environment (`EnvFile::https_endpoint_url`).
     _front: TlsFront,
 }
@@ -126,10 +129,10 @@ impl Fleet {
             &file.table_name,
             file.primary_region.clone(),
         );
-        let lease_ms = deployed
+        let settings = deployed
             .settings_with_timeout(Role::Primary, &file.primary_region, timeout.timeout_s)
-            .map_err(|e| anyhow::anyhow!("the template's environment does not configure the handler: {e}"))?
-            .lease_ms;
+            .map_err(|e| anyhow::anyhow!("the template's environment does not configure the handler: {e}"))?;
+        let (lease_ms, head_start_s) = (settings.lease_ms, settings.head_start_s);
         let mut regions = Vec::new();
         for (role, binary) in [Role::Primary, Role::Secondary].into_iter().zip(options.binaries()) {
             let binary = std::fs::canonicalize(binary).with_context(|| format!("cannot find {}", binary.display()))?;
@@ -200,6 +203,7 @@ impl Fleet {
             lease_store,
             control,
             lease_ms,
+            head_start_s,
             _front: front,
         })
     }
@@ -212,11 +216,17 @@ impl Fleet {
         &self.regions[1]
     }
 
-    /// The longest a request may wait for its answer once the last fault is over: a crashed
-    /// invocation's batch hidden for the visibility timeout, the dead holder's lease, the
-    /// secondary's delay and the longest provider run the load asks for.
-    pub fn liveness_bound_ms(&self) -> u64 {
-        self.timeout.visibility_s * 1000
+    /// The longest a request with `span_ms` of time (its ServiceTimeout) may wait for its answer
+    /// once the last fault is over: the primary's head start, which the secondary's copy waits
+    /// out before it runs anything (a fifth of the span, at most `CFN_ONCE_HEAD_START_S`:
+    /// `Budget::head_start_ms`); then a crashed invocation's batch hidden for the visibility
+    /// timeout, the dead holder's lease, the secondary's delay and the longest provider run the
+    /// load asks for.
+    pub fn liveness_bound_ms(&self, span_ms: u64) -> u64 {
+        let head_start_ms =
+            self.head_start_s.saturating_mul(1000).min(span_ms / cfn_once_core::budget::HEAD_START_SHARE_DIVISOR);
+        head_start_ms
+            + self.timeout.visibility_s * 1000
             + self.lease_ms
             + self.deployed.secondary_delay_s * 1000
             + crate::soak::plan::LONGEST_RUN_MS

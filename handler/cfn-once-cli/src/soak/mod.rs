@@ -264,7 +264,7 @@ pub async fn run(options: &SoakOptions) -> anyhow::Result<SoakOutcome> {
     println!("{}", plan.describe());
     println!("{}", schedule.describe());
 
-    let drain_ms = options.drain_s.map_or_else(|| fleet.liveness_bound_ms() + 60_000, |s| s * 1000);
+    let drain_ms = options.drain_s.map_or_else(|| fleet.liveness_bound_ms(u64::MAX) + 60_000, |s| s * 1000);
     let started_ms = SystemClock.now_ms();
     let ledger = Arc::new(ledger::Ledger::new(started_ms, load_ms + drain_ms));
     let watcher = tokio::spawn(ledger::watch_answers(Arc::clone(&fleet), Arc::clone(&ledger)));

@@ -165,8 +165,9 @@ pub async fn verify(fleet: &Fleet, ledger: &Ledger, plan: &Plan, injected: &Inje
 
 /// The fault that excuses a FAILED answer at the request's deadline, if there is one: a region
 /// outage, a drill or a SIGKILL during the request's life, when its ServiceTimeout is shorter than
-/// the longest such a fault can hold a copy (the visibility timeout after a killed invocation, a
-/// lease, the secondary's delay and the longest provider run: `Fleet::liveness_bound_ms`). Then no
+/// the longest such a fault can hold a copy (the primary's head start the secondary waits out,
+/// the visibility timeout after a killed invocation, a lease, the secondary's delay and the
+/// longest provider run: `Fleet::liveness_bound_ms`). Then no
 /// region may be able to run the provider in time, and a FAILED before the deadline, saying so, is
 /// the designed answer. A request with more time than that gets no excuse.
 fn deadline_excuse(
@@ -176,7 +177,8 @@ fn deadline_excuse(
     injected: &Injected,
     started_ms: u64,
 ) -> Option<&'static str> {
-    if request.deadline_ms.saturating_sub(request.published_ms) >= fleet.liveness_bound_ms() {
+    let span_ms = request.deadline_ms.saturating_sub(request.published_ms);
+    if span_ms >= fleet.liveness_bound_ms(span_ms) {
         return None;
     }
     let fault = fault_seen(request, answered_ms, injected, started_ms);

@@ -84,12 +84,12 @@ pub struct RequestLabel {
 
 /// The format of the records this handler writes (answers and works alike; the control item
 /// has its own, [`crate::control::CONTROL_FORMAT`]). A record carries the format of the handler
-/// that last wrote it; a record without one was written before formats (through the first
-/// release that had none, 47ab05d) and is format 1. A handler reads every format up to its own
+/// that last wrote it; a record without one was written before formats (by the revisions
+/// before 0.1.0) and is format 1. A handler reads every format up to its own
 /// and writes its own; it never writes, deletes or acts on a record of a newer format
 /// ([`StoreError::NewerFormat`]): it leaves the message for a handler that knows it.
 ///
-/// - 1: the records as 47ab05d wrote them.
+/// - 1: the records as the revisions before 0.1.0 wrote them (`tests/golden/records/v1/`).
 /// - 2: `format` written; `unsent` (a work's signal recorded never sent, with `delivered`);
 ///   `replaces` (the work an Update's new work replaced); a close commits its FAILURE signal in
 ///   the same write that takes the work's lease.

@@ -133,7 +133,7 @@ impl World {
                 scenario.options.planted_bug != Some(crate::scenario::PlantedBug::FixedMargin);
             Worker::new(ports, input, settings)
         });
-        let old_workers = workers.clone().map(|worker| worker.with_decision_table(crate::frozen::decide_47ab05d));
+        let old_workers = workers.clone().map(|worker| worker.with_decision_table(crate::frozen::decide_format_1));
         {
             let mut observed = shared.observed();
             for (index, plan) in scenario.requests.iter().enumerate() {
