@@ -4,7 +4,7 @@
 #   make test    everything CI checks: format, lints, unit, contract and end-to-end tests
 #
 # Other targets: local, drill, soak, soak-short, upgrade-check (FROM=<git rev>), golden-records (REV=<git rev> FORMAT=<n>), package,
-# release (TAG=v<version>), cdk-synth, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, fmt, feature-sets, clippy, doc, lint-templates,
+# release (TAG=v<version>), cdk-synth, simulate, fuzz, bench, bench-quick, profile, build, sam-build, venv, bench-venv, moto, prose, fmt, feature-sets, clippy, doc, lint-templates,
 # unit, clean.
 
 SHELL := /bin/bash
@@ -20,7 +20,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help demo local play cdk-synth drill soak soak-short upgrade-check golden-records package release release-tools test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help prose demo local play cdk-synth drill soak soak-short upgrade-check golden-records package release release-tools test test-python test-static test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -86,7 +86,7 @@ bench-quick: venv bench-venv
 ## demo: start moto, provision, send events/ through SNS -> SQS -> handler -> S3, print a table.
 demo: venv
 	@echo "==> building cfn-once"
-	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once demo --python $(PY) --events events
 
 ## local: both regions on moto until Ctrl-C, a line per request; writes .local/env.json.
@@ -95,7 +95,7 @@ demo: venv
 ## serves only the built-in providers (Custom::Echo, Custom::DynamoDBItem).
 FUNCTIONS ?= examples/functions/functions.yaml
 local: venv
-	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once local --python $(PY) --functions $(FUNCTIONS)
 
 ## play: a template's custom resources through create, each update and delete, against the
@@ -103,7 +103,7 @@ local: venv
 ## b.yaml" (optional, in order), PLAY_ARGS="--fail X@update --parameter K=V ..." (optional).
 play:
 	@test -n "$(TEMPLATE)" || { echo "usage: make play TEMPLATE=path/to/template.yaml [UPDATE=\"next.yaml ...\"] [PLAY_ARGS=...]"; exit 2; }
-	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once play $(TEMPLATE) $(foreach u,$(UPDATE),--update $(u)) $(PLAY_ARGS)
 
 ## cdk-synth: the CDK app of examples/play/cdk/app synthesized into the templates checked in beside
@@ -128,7 +128,7 @@ cdk-synth:
 
 ## drill: a failover drill against the environment `make local` is running.
 drill:
-	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --quiet -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once drill --env .local/env.json
 
 ## test: the whole suite, as CI runs it. Tests start and stop their own moto. Each step is timed
@@ -161,6 +161,7 @@ test-python:
 	@$(STEP) "template linters (cfn-lint, sam validate, checkov)" $(MAKE) --no-print-directory lint-templates
 
 test-static:
+	@$(STEP) "the guides' sentences (make prose)" $(MAKE) --no-print-directory prose
 	@$(STEP) "cargo fmt --check, one feature set for binaries and tests" $(MAKE) --no-print-directory fmt feature-sets
 	@$(STEP) "cargo clippy, all targets" $(MAKE) --no-print-directory clippy
 
@@ -206,7 +207,7 @@ SOAK_SEED ?=
 soak: venv
 	@echo "==> building the function as it is deployed (release profile), and the soak"
 	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
-	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	./target/debug/cfn-once soak --minutes $(SOAK_MINUTES) --requests $(SOAK_REQUESTS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
 	  --binary target/release/cfn-once-lambda --python $(PY) --out target/soak
 
@@ -237,7 +238,7 @@ upgrade-check: venv
 	@changes=$$(git status --porcelain -- handler/cfn-once handler/cfn-once-core Cargo.toml Cargo.lock .cargo | awk '{ print $$2 }' | paste -sd ' ' -); \
 	  echo "this tree at $$(git rev-parse --short=12 HEAD)$${changes:+, with uncommitted changes to $$changes}" > target/upgrade-check/new.txt
 	$(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda
-	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	@old=$$(cat target/upgrade-check/from.path); new=target/release/cfn-once-lambda; \
 	  echo "old: $(FROM) = $$old"; echo "new: $$(cat target/upgrade-check/new.txt) = $$new"; \
 	  failed=""; : > target/upgrade-check/verdicts.txt; \
@@ -256,6 +257,11 @@ upgrade-check: venv
 	  done; \
 	  if [ -n "$$failed" ]; then echo "upgrade-check from $(FROM) FAILED:$$failed" >&2; exit 1; fi; \
 	  echo "upgrade-check from $(FROM): both directions passed"
+
+## prose: the guides' sentence lengths (.ci/prose.py): each guide's median sentence at most 20
+## words and no paragraph over 150, the README, docs/, ARCHITECTURE.md and the benches' README.
+prose:
+	@python3 .ci/prose.py --max-median 20 --max-paragraph 150 README.md docs/*.md ARCHITECTURE.md benches/README.md
 
 ## simulate: the deterministic simulator over SEEDS seeds on every core, from seed FIRST. Without
 ## FIRST, a run of 100000 seeds or more starts at a fresh seed drawn at random, printed first so
@@ -282,7 +288,7 @@ golden-records: venv
 	@echo "==> building $(REV)'s release binary (.ci/build-rev), and the generator"
 	mkdir -p target/golden-records
 	bash .ci/build-rev $(REV) > target/golden-records/binary.path
-	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-cli --bin cfn-once --bin cfn-once-dev
+	$(CARGO) build --locked -p cfn-once-ops -p cfn-once-dev --bin cfn-once --bin cfn-once-dev
 	rm -rf target/golden-records/soak target/golden-records/works
 	./target/debug/cfn-once golden-records --binary "$$(cat target/golden-records/binary.path)" --format $(FORMAT) \
 	  --revision "$$(git rev-parse $(REV)^{commit})" --python $(PY) --work-dir target/golden-records \
@@ -389,7 +395,7 @@ unit:
 
 ## moto: a moto server on a free loopback port (or PORT=n), in the foreground; prints its URL.
 moto: venv
-	$(PY) handler/cfn-once-cli/src/local/moto_server.py $(PORT)
+	$(PY) tools/cfn-once-local/src/moto_server.py $(PORT)
 
 clean:
 	$(CARGO) clean

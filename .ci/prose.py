@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Sentence lengths of the guides, as a reader meets them: prose only.
 
-Usage: python3 .ci/prose.py [FILE.md ...]   (default: README.md and docs/*.md)
+Usage: python3 .ci/prose.py [--max-median N] [--max-paragraph N] [FILE.md ...]
+       (default files: README.md and docs/*.md)
 
 Code blocks (``` fences), tables (lines starting with |), headings, HTML comments and link
 definitions are left out; list items and paragraphs are prose. A sentence ends at `.`, `!` or
 `?` followed by a space or the paragraph's end (not inside `code`, and not after "e.g", "i.e",
 "etc" or "vs"). Words are runs separated by whitespace; inline code counts as its words.
 Prints, per file, the sentences, their median and 90th percentile in words, and the longest
-paragraph; then the same over all files. Exits 0 always: the bound is the caller's.
+paragraph; then the same over all files. With --max-median or --max-paragraph, exits 1 when a
+file's median sentence or longest paragraph is over that many words (`make prose`, in CI).
 """
 import glob
 import re
@@ -77,10 +79,18 @@ def describe(name, lengths, longest):
             f"90th percentile {p90}, longest paragraph {longest} words")
 
 
-def main(files):
+def main(args):
+    bounds = {"--max-median": None, "--max-paragraph": None}
+    files = []
+    while args:
+        arg = args.pop(0)
+        if arg in bounds:
+            bounds[arg] = float(args.pop(0))
+        else:
+            files.append(arg)
     if not files:
         files = ["README.md"] + sorted(glob.glob("docs/*.md"))
-    everything, longest_all = [], 0
+    everything, longest_all, over = [], 0, []
     for path in files:
         with open(path, encoding="utf-8") as f:
             found = paragraphs(f.read())
@@ -89,8 +99,16 @@ def main(files):
         everything += lengths
         longest_all = max(longest_all, longest)
         print(describe(path, lengths, longest))
+        median = statistics.median(lengths) if lengths else 0
+        if bounds["--max-median"] is not None and median > bounds["--max-median"]:
+            over.append(f"{path}: median sentence {median:g} words, over {bounds['--max-median']:g}")
+        if bounds["--max-paragraph"] is not None and longest > bounds["--max-paragraph"]:
+            over.append(f"{path}: a paragraph of {longest} words, over {bounds['--max-paragraph']:g}")
     print(describe("all", everything, longest_all))
+    for line in over:
+        print(line, file=sys.stderr)
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

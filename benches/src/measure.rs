@@ -8,10 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use cfn_once_cli::local::environment::s3_client;
-use cfn_once_cli::local::fault_proxy::{Match, waited_for};
-use cfn_once_cli::local::provision;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_local::environment::s3_client;
+use cfn_once_local::fault_proxy::{Exchange, Match, waited_for};
+use cfn_once_local::provision;
 use cfn_once_tests::{Call, FakeRuntime, FaultProxy, Posted, TlsFront};
 use serde_json::{Value, json};
 
@@ -208,18 +208,7 @@ pub async fn run_once(
     let tag = format!("{}-{}-{pair}-{}", mode.name(), side.name(), epoch_ms());
 
     // Every invocation is built before the process starts, so building them costs it nothing.
-    let mut invocations = Vec::new();
-    for (index, records) in std::iter::once(1).chain(std::iter::repeat_n(BATCH, warm_batches)).enumerate() {
-        let mut keys = Vec::new();
-        let mut event_records = Vec::new();
-        for record in 0..records {
-            let key = format!("bench/{tag}/{index}-{record}");
-            let url = provision::presigned_put_url(&presigner, &bench.bucket, &key, 7_200).await?;
-            event_records.push(sqs_record(&tag, index, record, &url));
-            keys.push(key);
-        }
-        invocations.push((format!("{tag}-invocation-{index}"), json!({ "Records": event_records }).to_string(), keys));
-    }
+    let invocations = invocations(bench, &presigner, &tag, warm_batches).await?;
 
     let started = Instant::now();
     let mut child = spawn(bench, side, &runtime, &front, &endpoint, &tag)?;
@@ -253,19 +242,7 @@ pub async fn run_once(
         bail!("{}: {tls_handshakes} TLS handshakes completed and {refused} failed at the TLS front", side.name());
     }
 
-    // Every answer is in S3, exactly once, and says SUCCESS.
-    for (_, _, keys) in &invocations {
-        for key in keys {
-            let versions = provision::response_versions(&bench.s3, &bench.bucket, key).await?;
-            if versions.len() != 1 {
-                bail!("{}: {key} received {} PUTs", side.name(), versions.len());
-            }
-            let body = ResponseBody::parse(&versions[0]).context("a response that is not JSON")?;
-            if body.status != Status::Success {
-                bail!("{}: {key} was answered {:?}: {:?}", side.name(), body.status, body.reason);
-            }
-        }
-    }
+    answered_once(bench, side, &invocations).await?;
 
     let calls = runtime.timed_calls();
     let find = |wanted: &dyn Fn(&Call) -> bool| {
@@ -329,23 +306,7 @@ pub async fn run_once(
             *warm_calls.entry(operation(index)).or_default() += 1.0 / warm_requests;
         }
     }
-    let mut first_timeline: Vec<String> = first_window
-        .iter()
-        .map(|index| {
-            let exchange = &log[*index];
-            let at = |instant: Instant| ms(first_handed, instant);
-            let moto = exchange.upstream_took.map_or("-".to_owned(), |took| format!("{:.1}", took.as_secs_f64() * 1e3));
-            format!(
-                "{:>22} at {:>6.1}, added {:>4} ms, moto {:>5} ms, answered at {}",
-                operation(*index),
-                at(exchange.arrived),
-                exchange.added_latency.map_or(0, |added| added.as_millis()),
-                moto,
-                exchange.replied.map_or("-".to_owned(), |replied| format!("{:.1}", at(replied))),
-            )
-        })
-        .collect();
-    first_timeline.push(format!("{:>22} at {:>6.1}", "response posted", ms(first_handed, first_posted)));
+    let first_timeline = first_timeline(&log, &first_window, first_handed, first_posted);
     Ok(Sample {
         first_timeline,
         cold_start_ms: ms(started, first_next),
@@ -380,6 +341,83 @@ pub async fn run_once(
         warm_answer_ms,
         first_round_trips_before_put,
     })
+}
+
+/// One invocation's Runtime API request id, its event and the S3 keys its answers go to.
+type Invocation = (String, String, Vec<String>);
+
+/// The invocations of a run: a first one of a single record, then `warm_batches` of BATCH, each
+/// record with a presigned URL of its own.
+async fn invocations(
+    bench: &Bench,
+    presigner: &aws_sdk_s3::Client,
+    tag: &str,
+    warm_batches: usize,
+) -> anyhow::Result<Vec<Invocation>> {
+    let mut invocations = Vec::new();
+    for (index, records) in std::iter::once(1).chain(std::iter::repeat_n(BATCH, warm_batches)).enumerate() {
+        let mut keys = Vec::new();
+        let mut event_records = Vec::new();
+        for record in 0..records {
+            let key = format!("bench/{tag}/{index}-{record}");
+            let url = provision::presigned_put_url(presigner, &bench.bucket, &key, 7_200).await?;
+            event_records.push(sqs_record(tag, index, record, &url));
+            keys.push(key);
+        }
+        invocations.push((format!("{tag}-invocation-{index}"), json!({ "Records": event_records }).to_string(), keys));
+    }
+    Ok(invocations)
+}
+
+/// Every answer is in S3, exactly once, and says SUCCESS.
+async fn answered_once(bench: &Bench, side: Side, invocations: &[Invocation]) -> anyhow::Result<()> {
+    for (_, _, keys) in invocations {
+        for key in keys {
+            let versions = provision::response_versions(&bench.s3, &bench.bucket, key).await?;
+            if versions.len() != 1 {
+                bail!("{}: {key} received {} PUTs", side.name(), versions.len());
+            }
+            let body = ResponseBody::parse(&versions[0]).context("a response that is not JSON")?;
+            if body.status != Status::Success {
+                bail!("{}: {key} was answered {:?}: {:?}", side.name(), body.status, body.reason);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first invocation's calls, one line each: when each arrived at the proxy, the latency
+/// added, moto's time and when it was answered, from the moment the invocation was handed out;
+/// then when the response was posted.
+fn first_timeline(
+    log: &[Exchange],
+    first_window: &[usize],
+    first_handed: Instant,
+    first_posted: Instant,
+) -> Vec<String> {
+    let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1000.0;
+    let operation = |index: usize| {
+        let exchange = &log[index];
+        exchange.operation.clone().unwrap_or_else(|| format!("S3 {}", exchange.method))
+    };
+    let mut first_timeline: Vec<String> = first_window
+        .iter()
+        .map(|index| {
+            let exchange = &log[*index];
+            let at = |instant: Instant| ms(first_handed, instant);
+            let moto = exchange.upstream_took.map_or("-".to_owned(), |took| format!("{:.1}", took.as_secs_f64() * 1e3));
+            format!(
+                "{:>22} at {:>6.1}, added {:>4} ms, moto {:>5} ms, answered at {}",
+                operation(*index),
+                at(exchange.arrived),
+                exchange.added_latency.map_or(0, |added| added.as_millis()),
+                moto,
+                exchange.replied.map_or("-".to_owned(), |replied| format!("{:.1}", at(replied))),
+            )
+        })
+        .collect();
+    first_timeline.push(format!("{:>22} at {:>6.1}", "response posted", ms(first_handed, first_posted)));
+    first_timeline
 }
 
 /// One SQS record carrying one SNS-wrapped CloudFormation Create of `Custom::Echo`.

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use aws_sdk_dynamodb::types::KeyType;
-use cfn_once_cli::local::environment::s3_client;
-use cfn_once_cli::local::moto::MotoServer;
-use cfn_once_cli::local::provision;
+use cfn_once_local::environment::s3_client;
+use cfn_once_local::moto::MotoServer;
+use cfn_once_local::provision;
 
 /// The region both functions run in.
 pub const REGION: &str = "us-east-1";
@@ -163,9 +163,13 @@ impl Bench {
             ("moto".into(), output(Path::new(".venv/bin/python"), &["-c", "import moto; print(moto.__version__)"])),
             (
                 "rust function".into(),
+                // The path from the checkout's root: the same on every machine.
                 format!(
                     "{} ({} bytes)",
-                    self.rust_binary.display(),
+                    self.rust_binary
+                        .strip_prefix(cfn_once_tests::workspace_root())
+                        .unwrap_or(&self.rust_binary)
+                        .display(),
                     std::fs::metadata(&self.rust_binary).map_or(0, |m| m.len())
                 ),
             ),

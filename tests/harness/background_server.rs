@@ -1,5 +1,5 @@
 //! Runs a stand-in's HTTP server (the fake Runtime API, the fake ARC cluster) on hyper, through
-//! the tools' own `cfn_once_cli::local::http_server`, so no stand-in parses requests by hand.
+//! the tools' own `cfn_once_local::http_server`, so no stand-in parses requests by hand.
 //!
 //! Each server gets a thread and a single-threaded runtime of its own: the tests that use a
 //! stand-in block their own thread while they wait on it (`FakeRuntime::posted`), often inside a
@@ -8,7 +8,7 @@
 
 use std::future::Future;
 
-use cfn_once_cli::local::http_server::{self, Body, Unanswered};
+use cfn_once_local::http_server::{self, Body, Unanswered};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 

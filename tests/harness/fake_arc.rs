@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cfn_once::config::ArcEndpoint;
-use cfn_once_cli::local::http_server::{Body, Unanswered, json_reply, read_body};
+use cfn_once_local::http_server::{Body, Unanswered, json_reply, read_body};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};

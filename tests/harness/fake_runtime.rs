@@ -12,7 +12,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cfn_once_cli::local::http_server::{Body, Unanswered, json_reply, read_body};
+use cfn_once_local::http_server::{Body, Unanswered, json_reply, read_body};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::Notify;

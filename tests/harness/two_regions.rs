@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cfn_once::app::Observer;
-use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
-use cfn_once_cli::local::pair::RegionPair;
-use cfn_once_cli::local::provision;
-use cfn_once_cli::local::worker::RegionalWorker;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
 use cfn_once_core::vocabulary::{Disposition, Done, Handled, Role};
 use cfn_once_core::worker::Ports;
+use cfn_once_local::environment::{EnvironmentOptions, LocalEnvironment, s3_client};
+use cfn_once_local::pair::RegionPair;
+use cfn_once_local::provision;
+use cfn_once_local::worker::RegionalWorker;
 
 use crate::{PlainRecord, Put, Sent, WaitHandle, live_request, moto, moto_front, plain_record, puts, unique};
 
@@ -100,7 +100,7 @@ impl TwoRegions {
             secondary_delay_s,
             visibility_timeout_s: 10,
             // The deployed limit, which the handler's configuration assumes.
-            max_receive_count: cfn_once_cli::local::pair::LOCAL_MAX_RECEIVE_COUNT,
+            max_receive_count: cfn_once_local::pair::LOCAL_MAX_RECEIVE_COUNT,
             raw_delivery: false,
         };
         let env = LocalEnvironment::provision(moto(), moto_front(), &options).await.expect("environment");

@@ -17,10 +17,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::DateTime;
-use cfn_once_cli::local::provision;
 use cfn_once_core::request::{InputPolicy, RequestKey, decode};
 use cfn_once_core::response_url::{AllowedPrefix, UrlPolicy};
 use cfn_once_core::wait_condition::{HANDLE_PROPERTY, Signal, TIMEOUT_PROPERTY};
+use cfn_once_local::provision;
 use serde_json::Value;
 
 use crate::{Sent, unique};

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use cfn_once::adapters::arc::{ArcCluster, ArcControl};
 use cfn_once::clock::SystemClock;
-use cfn_once_cli::local::provision;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
+use cfn_once_local::provision;
 use cfn_once_ops::drill::{self, DrillControl, DrillOptions, DrillTarget};
 use cfn_once_tests::{EndpointMode, FakeArcCluster, TwoRegions, moto};
 

@@ -7,9 +7,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use cfn_once::adapters::sqs_queue::dead_letter_attribute::{REASON, RECEIVE_COUNT, SOURCE_QUEUE};
-use cfn_once_cli::local::esm::Invoke;
-use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_local::esm::Invoke;
+use cfn_once_local::provision::queue_depth;
 use cfn_once_tests::{LocalRegion, Options, handler};
 use serde_json::json;
 

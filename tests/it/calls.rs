@@ -1,6 +1,6 @@
-//! What one request costs in DynamoDB calls, counted on the wire (SDK retries included).
-//! DESIGN §3: the happy path is two conditional writes plus at most one more, and no reads; a
-//! duplicate arriving after the answer costs one refused conditional write.
+//! What one request costs in DynamoDB calls, counted on the wire (SDK retries included). The cost
+//! the design holds a request to: the happy path is two conditional writes plus at most one more,
+//! and no reads; a duplicate arriving after the answer costs one refused conditional write.
 
 use std::time::Duration;
 

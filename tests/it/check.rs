@@ -9,8 +9,8 @@ use std::process::Command;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use cfn_once::adapters::control_table::TableControl;
-use cfn_once_cli::local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
-use cfn_once_cli::local::provision;
+use cfn_once_local::environment::{EnvFile, EnvironmentOptions, LocalEnvironment};
+use cfn_once_local::provision;
 
 /// `cfn-once` in the same target directory as this test binary.
 fn cfn_once_binary() -> PathBuf {

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use cfn_once_cli::local::provision;
+use cfn_once_local::provision;
 use cfn_once_ops::OpsTarget;
 use cfn_once_ops::redrive::{RedriveOptions, redrive};
 use cfn_once_tests::TwoRegions;

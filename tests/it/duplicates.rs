@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::App;
 use cfn_once::providers::standard_router;
-use cfn_once_cli::local::esm::LocalEventSourceMapping;
-use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::doubles::CountingEcho;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_local::esm::LocalEventSourceMapping;
+use cfn_once_local::provision::queue_depth;
 use cfn_once_tests::{LocalRegion, Options, handler};
 use serde_json::json;
 

@@ -195,7 +195,7 @@ async fn a_shipped_provider_request_never_writes_a_key_it_deleted() {
     let region = LocalRegion::new(Options::default()).await;
     let proxy = FaultProxy::start(cfn_once_tests::moto());
     let config = region.config(&[]);
-    let sdk = cfn_once_cli::local::provision::sdk_config(&proxy.url(), cfn_once_tests::REGION).await;
+    let sdk = cfn_once_local::provision::sdk_config(&proxy.url(), cfn_once_tests::REGION).await;
     let sink = Arc::new(cfn_once::adapters::http_sink::HttpResponseSink::new(config.put_timeout_ms).expect("sink"));
     let app = region.app_with_router(
         &config,

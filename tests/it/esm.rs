@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
-use cfn_once_cli::local::esm::{EsmSettings, Invoke, LocalEventSourceMapping};
-use cfn_once_cli::local::provision::queue_depth;
+use cfn_once_local::esm::{EsmSettings, Invoke, LocalEventSourceMapping};
+use cfn_once_local::provision::queue_depth;
 use cfn_once_tests::{LocalRegion, Options};
 use lambda_runtime::LambdaEvent;
 

@@ -13,10 +13,6 @@ use std::time::{Duration, Instant};
 
 use cfn_once::adapters::s3_answers::S3AnswerDrop;
 use cfn_once::providers::function::{FunctionInvoker, FunctionProvider, LambdaInvoker};
-use cfn_once_cli::local::environment::{https_sdk_config, s3_client};
-use cfn_once_cli::local::functions::trusting;
-use cfn_once_cli::local::invoke_api::InvokeApi;
-use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
 use cfn_once_core::aws_names::FunctionRef;
 use cfn_once_core::config::FunctionRoute;
 use cfn_once_core::lease::LeaseState;
@@ -24,6 +20,10 @@ use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::wait_condition::{HANDLE_PROPERTY, SignalStatus, WORK_DATA_NAME};
 use cfn_once_core::worker::Ports;
+use cfn_once_local::environment::{https_sdk_config, s3_client};
+use cfn_once_local::functions::trusting;
+use cfn_once_local::invoke_api::InvokeApi;
+use cfn_once_local::lambda_service::{FunctionSpec, LocalFunction};
 use cfn_once_tests::{FaultProxy, Sent, TwoRegions};
 use serde_json::{Value, json};
 
@@ -472,8 +472,8 @@ async fn two_regions_with_a_responder_where(
         let function = LocalFunction::new(spec).expect("the log opens");
         let api = InvokeApi::start(vec![function]).await.expect("the Invoke API starts");
         let bucket = cfn_once_tests::unique("answers").to_lowercase();
-        let moto = cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await;
-        cfn_once_cli::local::provision::create_bucket_in(&s3_client(&moto), &bucket, region)
+        let moto = cfn_once_local::provision::sdk_config(cfn_once_tests::moto(), region).await;
+        cfn_once_local::provision::create_bucket_in(&s3_client(&moto), &bucket, region)
             .await
             .expect("the answer bucket");
         // The answer bucket is reached over HTTPS, so the URLs presigned for the function are
@@ -482,7 +482,7 @@ async fn two_regions_with_a_responder_where(
         // Invokes go through a fault proxy (a plain relay unless a test injects a fault).
         let proxy = FaultProxy::start(api.endpoint());
         let invoker: Arc<dyn FunctionInvoker> =
-            Arc::new(LambdaInvoker::new(&cfn_once_cli::local::provision::sdk_config(&proxy.url(), region).await));
+            Arc::new(LambdaInvoker::new(&cfn_once_local::provision::sdk_config(&proxy.url(), region).await));
         let route = FunctionRoute {
             resource_type: GREETING.to_owned(),
             on_event: FunctionRef::parse("responder", region).expect("a name"),
@@ -496,7 +496,7 @@ async fn two_regions_with_a_responder_where(
             Reach::PrimaryRegionSilent => Some(silent_endpoint().await),
         };
         if let Some(out) = out.filter(|_| region == "us-west-2") {
-            let out = cfn_once_cli::local::provision::sdk_config(&out, "us-east-1").await;
+            let out = cfn_once_local::provision::sdk_config(&out, "us-east-1").await;
             answers = answers.with_region("us-east-1", &out);
         }
         let answers = Arc::new(answers);
@@ -515,7 +515,7 @@ async fn two_regions_with_a_responder_where(
 
 /// The objects of `bucket` (in `region`), with their bodies.
 pub(crate) async fn answers_in(region: &str, bucket: &str) -> Vec<(String, Value)> {
-    let s3 = s3_client(&cfn_once_cli::local::provision::sdk_config(cfn_once_tests::moto(), region).await);
+    let s3 = s3_client(&cfn_once_local::provision::sdk_config(cfn_once_tests::moto(), region).await);
     let listed = s3.list_objects_v2().bucket(bucket).send().await.expect("ListObjectsV2");
     let mut objects = Vec::new();
     for object in listed.contents() {

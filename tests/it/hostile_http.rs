@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use cfn_once_cli::local::invoke_api::InvokeApi;
-use cfn_once_cli::local::lambda_service::{FunctionSpec, Invoked, LocalFunction};
+use cfn_once_local::invoke_api::InvokeApi;
+use cfn_once_local::lambda_service::{FunctionSpec, Invoked, LocalFunction};
 use cfn_once_tests::{FaultProxy, Match};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -1,12 +1,12 @@
-//! The local Invoke API (`cfn_once_cli::local::invoke_api`) answers the real `aws-sdk-lambda`
+//! The local Invoke API (`cfn_once_local::invoke_api`) answers the real `aws-sdk-lambda`
 //! client as Lambda does, for real Python functions under `awslambdaric` (the examples in
 //! `examples/functions`): a response, a function error, a timeout, a throttle, a function that
 //! does not exist. These check the local service that stands in for Lambda, not cfn-once's
 //! handling of what it answers.
 
 use aws_sdk_lambda::primitives::Blob;
-use cfn_once_cli::local::invoke_api::InvokeApi;
-use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
+use cfn_once_local::invoke_api::InvokeApi;
+use cfn_once_local::lambda_service::{FunctionSpec, LocalFunction};
 use serde_json::{Value, json};
 
 /// A Python function of `examples/functions/<example>` whose handler is `handler` (`app.on_event`).

@@ -1,4 +1,4 @@
-//! The local Lambda service (`cfn_once_cli::local::lambda_service`) behaves as Lambda does for
+//! The local Lambda service (`cfn_once_local::lambda_service`) behaves as Lambda does for
 //! the things `make soak` relies on: one invocation at a time per process, warm processes
 //! reused, a concurrency limit, the deadline header, processes killed at their timeout or on
 //! purpose and replaced. The function is a minimal Runtime API client in Python (the standard
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cfn_once_cli::local::lambda_service::{FunctionSpec, Invoked, LocalFunction};
+use cfn_once_local::lambda_service::{FunctionSpec, Invoked, LocalFunction};
 use serde_json::{Value, json};
 
 const CLIENT: &str = r#"

@@ -1,4 +1,5 @@
-//! The code's layout, as a newcomer reads it: every source file of `handler/*/src` fits on a
+//! The code's layout, as a newcomer reads it: no crate depends on a crate above it
+//! (`CRATE_ORDER`); every source file of `handler/*/src` and `tools/*/src` fits on a
 //! screen or two (at most 600 lines, its tests counted), and each crate reads top-down: no two
 //! files, and no two top-level modules, depend on each other in a circle. A file depends on
 //! the module a `crate::` or `super::` path in it names (its `mod` declarations do not count:
@@ -207,15 +208,73 @@ fn top_level(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeMap<String, BTr
     folded
 }
 
+/// Every crate's `src` folder: the function's crates in `handler/`, the tools' in `tools/`.
 fn crates() -> Vec<PathBuf> {
-    let handler = cfn_once_tests::workspace_root().join("handler");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(&handler)
-        .expect("handler/")
+    let root = cfn_once_tests::workspace_root();
+    let mut found: Vec<PathBuf> = ["handler", "tools"]
+        .iter()
+        .flat_map(|folder| std::fs::read_dir(root.join(folder)).unwrap_or_else(|e| panic!("{folder}/: {e}")))
         .map(|e| e.expect("an entry").path().join("src"))
         .filter(|src| src.is_dir())
         .collect();
     found.sort();
     found
+}
+
+/// The crates from the bottom up: each may depend only on crates before it. The protocol, the
+/// function, the operator's tool, the simulator, the local environment, then what runs on it
+/// (the player, the soak), and the command line that holds them together.
+const CRATE_ORDER: [&str; 8] = [
+    "cfn-once-core",
+    "cfn-once",
+    "cfn-once-ops",
+    "cfn-once-sim",
+    "cfn-once-local",
+    "cfn-once-play",
+    "cfn-once-soak",
+    "cfn-once-dev",
+];
+
+#[test]
+fn no_crate_depends_on_a_crate_above_it() {
+    let mut wrong = Vec::new();
+    let mut seen = Vec::new();
+    for src in crates() {
+        let dir = src.parent().expect("a crate folder");
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+        let name = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("name = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .expect("a package name")
+            .to_owned();
+        let Some(place) = CRATE_ORDER.iter().position(|c| *c == name) else {
+            wrong.push(format!("{name} ({}) is not in CRATE_ORDER", dir.display()));
+            continue;
+        };
+        let dependencies = manifest.split("[dependencies]").nth(1).unwrap_or_default();
+        let dependencies = dependencies.split("\n[").next().unwrap_or_default();
+        let on: Vec<&str> = CRATE_ORDER
+            .iter()
+            .copied()
+            .filter(|c| {
+                dependencies
+                    .lines()
+                    .any(|line| line.starts_with(&format!("{c} ")) || line.starts_with(&format!("{c}.")))
+            })
+            .collect();
+        let lines: usize = modules(&src).values().map(|(_, text)| text.lines().count()).sum();
+        println!("{name}: {lines} lines; depends on {on:?}");
+        for dependency in &on {
+            let below = CRATE_ORDER.iter().position(|c| c == dependency).expect("in the order");
+            if below >= place {
+                wrong.push(format!("{name} depends on {dependency}, which CRATE_ORDER puts above it"));
+            }
+        }
+        seen.push(name);
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert_eq!(seen.len(), CRATE_ORDER.len(), "crates found {seen:?}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! A stack's whole life, played as CloudFormation plays it (`../shared/CLOUDFORMATION.md`), for
-//! each shipped provider and the example, end to end through the queue (SNS → SQS → the local
-//! event source mapping → the handler → S3), reading the downstream table after every step: an
-//! answer is not the whole truth, what the provider did to the table is.
+//! A stack's whole life, played as CloudFormation plays it (docs/play.md, "What CloudFormation
+//! sends, and when"), for each shipped provider and the example, end to end through the queue (SNS
+//! → SQS → the local event source mapping → the handler → S3), reading the downstream table after
+//! every step: an answer is not the whole truth, what the provider did to the table is.
 //!
 //! The steps: Create; an in-place Update (same PhysicalResourceId); a replacing Update (a new
 //! id) and the cleanup Delete of the old id with the old properties; a failed Update and the
@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeyType};
 use cfn_once::app::App;
-use cfn_once_cli::local::provision;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::wait_condition::SignalStatus;
+use cfn_once_local::provision;
 use cfn_once_tests::{LocalRegion, Options, Sent};
 use serde_json::{Value, json};
 

@@ -2,7 +2,7 @@
 //! outside the repository, with neither --functions nor --python, finds the cfn-once checkout's
 //! venv, serves the built-in providers and says so, and writes `.local/` in that folder; a
 //! Python without moto stops it before anything starts; and another process crashes and
-//! restores its primary region through `local/control.rs`, a probe being answered by the
+//! restores its primary region through `tools/cfn-once-local/src/signals.rs`, a probe being answered by the
 //! secondary in between and by the primary after. `cfn-once play`, run from that folder as a
 //! user runs it, plays a template copied there through the running `cfn-once local`, its
 //! primary crashed mid-play and restored at the end, and refuses a template it cannot play
@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use cfn_once_cli::local::control::{crash_primary, restore_primary};
-use cfn_once_cli::local::environment::{EnvFile, s3_client};
-use cfn_once_cli::local::provision::sdk_config;
+use cfn_once_local::environment::{EnvFile, s3_client};
+use cfn_once_local::provision::sdk_config;
+use cfn_once_local::signals::{crash_primary, restore_primary};
 use cfn_once_ops::drill::{DrillTarget, ProbeResult, probe_once};
 use serde_json::Value;
 
@@ -97,7 +97,7 @@ async fn local_runs_from_a_folder_outside_the_repository_with_the_built_in_provi
     // The checkout the binary was built in: the repository, unless its target directory is
     // elsewhere.
     let binary = std::fs::canonicalize(cfn_once_binary()).expect("the binary");
-    let checkout = binary.ancestors().find(|dir| dir.join("handler/cfn-once-cli/Cargo.toml").is_file());
+    let checkout = binary.ancestors().find(|dir| dir.join("tools/cfn-once-dev/Cargo.toml").is_file());
     let venv = checkout.expect("the binary lies in a cfn-once checkout").join(".venv/bin/python");
     local.line_containing(&format!("Python {} (the venv of the cfn-once checkout", venv.display()));
     local.line_containing("built-in providers in each region: Custom::Echo, Custom::DynamoDBItem");

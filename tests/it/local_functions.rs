@@ -9,10 +9,10 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment};
-use cfn_once_cli::local::functions::{EXAMPLES_FILE, LocalFunctions};
-use cfn_once_cli::local::functions_file::{FunctionsFile, Kind};
-use cfn_once_cli::local::pair::{LOCAL_SETTINGS, RegionPair};
+use cfn_once_local::environment::{EnvironmentOptions, LocalEnvironment};
+use cfn_once_local::functions::{EXAMPLES_FILE, LocalFunctions};
+use cfn_once_local::functions_file::{FunctionsFile, Kind};
+use cfn_once_local::pair::{LOCAL_SETTINGS, RegionPair};
 use serde_json::Value;
 
 #[test]

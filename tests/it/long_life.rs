@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use cfn_once::sweeper::sweep;
-use cfn_once_cli::local::provision;
 use cfn_once_core::put::{PutError, ResponseSink};
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::response_url::ResponseUrl;
 use cfn_once_core::wait_condition::{HANDLE_PROPERTY, Signal, SignalStatus, WORK_DATA_NAME};
 use cfn_once_core::worker::Ports;
+use cfn_once_local::provision;
 use cfn_once_tests::{
     CLOUDFORMATION_HANDLE_EXPIRES_S, LocalRegion, Options, PlainRecord, Sent, TwoRegions, WaitHandle,
 };

@@ -36,6 +36,7 @@ mod logs;
 mod long_life;
 mod ops;
 mod play;
+mod pointers;
 mod privileged;
 mod pypi_functions;
 mod release;

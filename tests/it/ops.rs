@@ -72,7 +72,7 @@ async fn inspect_tells_a_request_in_each_of_its_states() {
     let mut retried = delivered.clone();
     retried.request["ResourceProperties"]["Message"] = json!("second attempt");
     retried.key = format!("{}-retry", delivered.key);
-    let url = cfn_once_cli::local::provision::presigned_put_url(
+    let url = cfn_once_local::provision::presigned_put_url(
         &regions.s3,
         &regions.env.file.response_bucket,
         &retried.key,
@@ -180,9 +180,7 @@ async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_
 
     let dlq_depth = || async {
         let file = &regions.env.file;
-        cfn_once_cli::local::provision::queue_depth(&regions.sqs_primary, &file.queues.primary_dlq)
-            .await
-            .expect("depth")
+        cfn_once_local::provision::queue_depth(&regions.sqs_primary, &file.queues.primary_dlq).await.expect("depth")
     };
     let started = Instant::now();
     while dlq_depth().await < 2 {
@@ -259,8 +257,8 @@ async fn after_an_outage_redrive_delivers_committed_answers_once_and_leaves_the_
 /// hours) and lists it once a poll is overdue. The handle is shown nowhere.
 #[tokio::test]
 async fn inspect_and_stuck_tell_a_wait_condition_work_by_its_polls_and_its_signal() {
-    use cfn_once_cli::local::long_work::{self, LongWork};
     use cfn_once_core::lease::LeaseStore;
+    use cfn_once_local::long_work::{self, LongWork};
 
     let mut regions = TwoRegions::new(2, &SETTINGS).await;
     let target = OpsTarget::from_env_file(&regions.env.file);

@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use cfn_once_cli::local::control::{PrimaryRequest, apply};
-use cfn_once_cli::local::environment::{EnvironmentOptions, LocalEnvironment};
-use cfn_once_cli::local::functions::LocalFunctions;
-use cfn_once_cli::local::functions_file::FunctionsFile;
-use cfn_once_cli::local::pair::{LOCAL_SETTINGS, RegionPair};
-use cfn_once_cli::play::cloud::RequestType;
-use cfn_once_cli::play::engine::Notice;
-use cfn_once_cli::play::faults::RegionFaults;
-use cfn_once_cli::play::run::{self, Place, PlayOptions, PlayReport};
-use cfn_once_cli::play::wire::{LocalCloud, LocalRegionFaults};
 use cfn_once_core::vocabulary::Role;
+use cfn_once_local::environment::{EnvironmentOptions, LocalEnvironment};
+use cfn_once_local::functions::LocalFunctions;
+use cfn_once_local::functions_file::FunctionsFile;
+use cfn_once_local::pair::{LOCAL_SETTINGS, RegionPair};
+use cfn_once_local::signals::{PrimaryRequest, apply};
+use cfn_once_play::cloud::RequestType;
+use cfn_once_play::engine::Notice;
+use cfn_once_play::faults::RegionFaults;
+use cfn_once_play::run::{self, Place, PlayOptions, PlayReport};
+use cfn_once_play::wire::{LocalCloud, LocalRegionFaults};
 
 mod nested;
 
@@ -92,12 +92,12 @@ impl Local {
         let targets = run::prepare(options, &place).unwrap_or_else(|error| panic!("{error:#}"));
         let stack = run::identity(options, &place, (7, 11));
         let notify = |notice: Notice| match notice {
-            Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
+            Notice::Event(event) => println!("{}", cfn_once_play::render::event_line(&event)),
             Notice::Progress(line) => println!(".. {line}"),
             Notice::Secret(_) => {}
         };
         let report = run::play(cloud, region_faults, &place, stack, targets, options, &notify).await.expect("the play");
-        println!("{}", cfn_once_cli::play::render::summary(&report));
+        println!("{}", cfn_once_play::render::summary(&report));
         report
     }
 
@@ -274,7 +274,7 @@ async fn a_drill_and_a_crash_of_the_primary_mid_play_move_the_answers_to_the_sec
     assert!(after.iter().all(|a| a.region == "us-west-2"), "after the drill: {after:?}");
 
     // The handlers cache the active region for a moment: the restore takes that long to show.
-    tokio::time::sleep(std::time::Duration::from_millis(cfn_once_cli::local::pair::LOCAL_SETTLE_MS)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(cfn_once_local::pair::LOCAL_SETTLE_MS)).await;
     let mut crashed = options(example("stack.yaml"));
     crashed.kill_primary_after = Some(2);
     crashed.stack_name = Some("crashed".into());
@@ -375,7 +375,7 @@ async fn the_public_templates_play_or_are_refused_before_anything_is_sent() {
     connector
         .stubs
         .insert(("ADConnectorLambdaRole".into(), "Arn".into()), "arn:aws:iam::123456789012:role/play".into());
-    let template = cfn_once_cli::play::template::Template::load(&connector.template).expect("it loads");
+    let template = cfn_once_play::template::Template::load(&connector.template).expect("it loads");
     for parameter in template.parameters.iter().filter(|p| p.default.is_none() && p.name != "ServiceToken") {
         let value = parameter.allowed_values.first().cloned().unwrap_or_else(|| match parameter.name.as_str() {
             name if name.contains("Password") => "Play-Passw0rd!".into(),
@@ -433,7 +433,7 @@ async fn the_long_work_stack_plays_its_wait_condition_past_the_service_timeout()
 /// The item `Custom::DynamoDBItem` keeps under `pk` in the environment's item table, if any.
 async fn item(local: &Local, pk: &str) -> Option<String> {
     let file = &local.env.file;
-    let sdk = cfn_once_cli::local::provision::sdk_config(&file.endpoint_url, &file.customer_region).await;
+    let sdk = cfn_once_local::provision::sdk_config(&file.endpoint_url, &file.customer_region).await;
     let found = aws_sdk_dynamodb::Client::new(&sdk)
         .get_item()
         .table_name(&file.item_table)
@@ -481,7 +481,7 @@ async fn a_replaced_item_is_deleted_in_the_cleanup_and_the_stacks_delete_deletes
 
 #[tokio::test]
 async fn a_publish_whose_reply_is_lost_is_answered_once_all_the_same() {
-    use cfn_once_cli::local::fault_proxy::{Fault, FaultProxy, Match};
+    use cfn_once_local::fault_proxy::{Fault, FaultProxy, Match};
     let local = Local::start(None, 5).await;
     // Every attempt of the first publishes reaches SNS and loses its reply: the SDK's retries
     // deliver copies, and the player, not knowing, must look for the answer rather than fail.
@@ -515,7 +515,7 @@ async fn a_second_stack_of_the_same_name_waits_for_its_own_signal() {
     }
     let (place, cloud) = (local.place(), LocalCloud::connect(&local.env.file).await.expect("clients"));
     let notify = |notice: Notice| match notice {
-        Notice::Event(event) => println!("{}", cfn_once_cli::play::render::event_line(&event)),
+        Notice::Event(event) => println!("{}", cfn_once_play::render::event_line(&event)),
         Notice::Progress(line) => println!(".. {line}"),
         Notice::Secret(_) => {}
     };

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use cfn_once_cli::local::provision;
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::response::{ResponseBody, Status, is_failed_create_id};
+use cfn_once_local::provision;
 use cfn_once_tests::{LocalRegion, Options, Sent, live_request, unique};
 use serde_json::json;
 

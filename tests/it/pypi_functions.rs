@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use cfn_once_cli::local::function_build;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_local::function_build;
 use cfn_once_tests::{Sent, TwoRegions};
 use serde_json::{Value, json};
 

@@ -84,7 +84,7 @@ async fn a_hung_call_ends_the_sweep_at_its_stop_time(hung: &str) {
     records(&region, now_ms(), 3, |_| false).await;
     let proxy = FaultProxy::start(&region.endpoint);
     proxy.inject(Match::Operation(hung.to_owned()), Fault::Hang, u32::MAX);
-    let sdk = cfn_once_cli::local::provision::sdk_config(&proxy.url(), "us-east-1").await;
+    let sdk = cfn_once_local::provision::sdk_config(&proxy.url(), "us-east-1").await;
     for client in [aws_sdk_dynamodb::Client::new(&sdk), cfn_once::app::sweeper_client(&sdk)] {
         let started = Instant::now();
         let report = tokio::time::timeout(

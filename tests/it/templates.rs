@@ -88,7 +88,7 @@ fn the_sweeper_is_scheduled_and_may_only_scan_and_delete() {
     );
 }
 
-/// The queues and the handler are one design (DESIGN §2): a copy may reach the DLQ only when
+/// The queues and the handler are one design: a copy may reach the DLQ only when
 /// nobody can be answered or its deadline has passed. These hold the template to it, reading it
 /// the way the simulator does (`cfn_once_sim::deployed`), so both see the same values.
 #[test]

@@ -385,8 +385,7 @@ async fn a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_pri
         .collect();
     for (region, observed) in [(&primary, &regions.primary_observed), (&secondary, &regions.secondary_observed)] {
         for (at, disposition) in observed.timeline(&sent) {
-            timeline
-                .push((at, format!("delivery  {region:<9}  {}", cfn_once_cli::local::report::outcome(&disposition))));
+            timeline.push((at, format!("delivery  {region:<9}  {}", cfn_once_local::report::outcome(&disposition))));
         }
     }
     timeline.push((killed, format!("--------  {primary:<9}  region killed (its worker and pollers)")));
@@ -460,7 +459,7 @@ async fn every_customer_region_topic_feeds_both_regions_and_gets_one_answer_each
 /// shown.
 #[tokio::test]
 async fn the_demos_long_work_is_answered_at_once_and_signalled_once_after_its_service_timeout() {
-    use cfn_once_cli::local::long_work::{self, LongWork};
+    use cfn_once_local::long_work::{self, LongWork};
 
     let mut regions = TwoRegions::new(DELAY_S, &SETTINGS).await;
     let mut sent = regions.request(long_work::EVENT).await;

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{AttributeValue, KeyType};
 use cfn_once::providers::function::{FunctionInvoker, FunctionProvider, LambdaInvoker};
-use cfn_once_cli::local::invoke_api::InvokeApi;
-use cfn_once_cli::local::lambda_service::{FunctionSpec, LocalFunction};
-use cfn_once_cli::local::provision;
 use cfn_once_core::aws_names::FunctionRef;
 use cfn_once_core::config::FunctionRoute;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
 use cfn_once_core::worker::Ports;
+use cfn_once_local::invoke_api::InvokeApi;
+use cfn_once_local::lambda_service::{FunctionSpec, LocalFunction};
+use cfn_once_local::provision;
 use cfn_once_tests::{Fault, FaultProxy, Match, TwoRegions};
 
 use crate::functions::{SETTINGS, answers_in, greeting, logs, signature, two_regions_with_a_responder};

@@ -1,7 +1,7 @@
 //! Which cfn-once this is: `cfn-once --version` names the version and the commit, and the commit
 //! compiled in is the checkout's HEAD (the build script reran when HEAD moved). The function's
 //! first log line is checked in `logs.rs`, its metrics' `Version` in `emf.rs`, the records'
-//! `writer` in `formats.rs` and `golden.rs`.
+//! `writer` in `tests/it/golden/` (`informational.rs`).
 
 use std::path::PathBuf;
 use std::process::Command;

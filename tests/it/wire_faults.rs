@@ -1,20 +1,21 @@
-//! Faults on the wire, end to end: the production handler (DynamoDB and SQS clients with their
-//! real timeouts, the HTTPS sink, the table control) talks to moto through
-//! `harness/fault_proxy.rs`, which throttles, fails, resets, hangs or delays chosen calls. Each
-//! case asserts what a user relies on: the request is answered exactly once (one committed body,
-//! every PUT byte-identical to it), the provider ran as often as it had to, and nothing that
-//! could be answered is in the DLQ. A request sent after the fault is answered once too.
+//! Faults on the wire, end to end: the production handler (DynamoDB and SQS clients with their real
+//! timeouts, the HTTPS sink, the table control) talks to moto through `cfn_once_local::fault_proxy`
+//! (`tools/cfn-once-local/src/fault_proxy.rs`), which throttles, fails, resets, hangs or delays
+//! chosen calls. Each case asserts what a user relies on: the request is answered exactly once (one
+//! committed body, every PUT byte-identical to it), the provider ran as often as it had to, and
+//! nothing that could be answered is in the DLQ. A request sent after the fault is answered once
+//! too.
 
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::config::Credentials;
 use cfn_once::app::App;
-use cfn_once_cli::local::provision::queue_depth;
 use cfn_once_core::doubles::CountingEcho;
 use cfn_once_core::echo::{ECHO_TYPE, Echo};
 use cfn_once_core::lease::LeaseState;
 use cfn_once_core::provider::Router;
 use cfn_once_core::response::{ResponseBody, Status};
+use cfn_once_local::provision::queue_depth;
 use cfn_once_tests::{Fault, FaultProxy, LocalRegion, Match, Options, Sent, handler};
 use serde_json::{Value, json};
 

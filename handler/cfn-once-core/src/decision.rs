@@ -1,4 +1,4 @@
-//! The decision table (DESIGN §4): what one delivery does, given the record it sees, this
+//! The decision table: what one delivery does, given the record it sees, this
 //! region's role, whether this region is active, and whether the deadline is near.
 //!
 //! | record seen              | active              | standby primary      | standby secondary   |

@@ -1,5 +1,5 @@
 //! Golden records: the lease table's items as each version of cfn-once wrote them, checked in
-//! under `tests/golden/records/v<format>/` (one file per class, `cfn_once_cli::golden::class_of`),
+//! under `tests/golden/records/v<format>/` (one file per class, `cfn_once_soak::golden::class_of`),
 //! generated once from that version's own release binary by `make golden-records` and never
 //! edited. Today's handler must
 //!
@@ -19,7 +19,6 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use cfn_once::adapters::control_table::TableControl;
-use cfn_once_cli::golden::{CONTROL_CLASS, Item, class_of, format_of, item_from_json, shape_of};
 use cfn_once_core::control::CONTROL_FORMAT;
 use cfn_once_core::decision::{Action, Activity, Situation, decide};
 use cfn_once_core::fingerprint::Fingerprint;
@@ -30,6 +29,7 @@ use cfn_once_core::lease::{
 use cfn_once_core::request::{RequestKey, StackArn};
 use cfn_once_core::vocabulary::Role;
 use cfn_once_core::wait_condition::WORK_ID_PREFIX;
+use cfn_once_soak::golden::{CONTROL_CLASS, Item, class_of, format_of, item_from_json, shape_of};
 use cfn_once_tests::{LocalRegion, Options, REGION, now_ms, unique, workspace_root};
 use serde_json::{Value, json};
 
@@ -613,7 +613,7 @@ async fn today_s_records_have_the_shape_of_the_golden_records_of_their_format() 
     writer.every_class("answer").await;
     writer.every_class("work").await;
     control(&region).set_active_region("us-west-2", now_ms(), "golden").await.expect("flip");
-    let item = stored(&region, cfn_once_cli::golden::CONTROL_PK, "control").await;
+    let item = stored(&region, cfn_once_soak::golden::CONTROL_PK, "control").await;
     writer.items.push(("the control item flipped".to_owned(), item));
 
     let all = golden();

@@ -3,7 +3,7 @@
 //! in the parent rolls the nested stack back, and the delete; and the CDK app's provider stack,
 //! whose nested template is found through its asset manifest.
 
-use cfn_once_cli::play::run::{self, PlayReport};
+use cfn_once_play::run::{self, PlayReport};
 
 use super::{Local, example, options, requests, statuses};
 
@@ -69,12 +69,12 @@ async fn a_nested_stack_lives_its_parents_life_its_rollback_and_cleanup_included
 /// `--plan`'s preview of the same templates against what the play sent: a custom resource the
 /// preview says nothing happens to got no request in that step's forward phase; one it says is
 /// added or modified by a Static change got its Create or Update (a Dynamic one may or may not).
-fn plan_says_what_was_sent(local: &Local, options: &cfn_once_cli::play::run::PlayOptions, report: &PlayReport) {
+fn plan_says_what_was_sent(local: &Local, options: &cfn_once_play::run::PlayOptions, report: &PlayReport) {
     let place = local.place();
     let targets = run::prepare(options, &place).unwrap_or_else(|error| panic!("{error:#}"));
     let stack = run::identity(options, &place, (7, 11));
     let steps = run::step_names(options.updates.len());
-    let preview = cfn_once_cli::play::plan::preview(&targets, &steps, &run::pseudo(&place, &stack), &options.stubs)
+    let preview = cfn_once_play::plan::preview(&targets, &steps, &run::pseudo(&place, &stack), &options.stubs)
         .unwrap_or_else(|error| panic!("{error}"));
     let mut checked = 0;
     for step in &preview.steps {

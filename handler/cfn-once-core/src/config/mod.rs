@@ -10,7 +10,7 @@
 //!
 //! The parts: this file holds the [`Config`] and reads it (`Config::from_lookup`); `defaults`
 //! names every default, `vars` reads one variable (trimmed, ranged, every problem kept),
-//! `functions` and `control` parse the two variables with a grammar of their own, and `checks`
+//! `functions` and `control_source` parse the two variables with a grammar of their own, and `checks`
 //! holds the checks across variables.
 
 use crate::aws_names::{ItemTables, TableRef};
@@ -20,12 +20,12 @@ use crate::settings::Settings;
 use crate::vocabulary::Role;
 
 mod checks;
-mod control;
+mod control_source;
 mod defaults;
 mod functions;
 mod vars;
 
-pub use control::{ArcEndpoint, ControlSource};
+pub use control_source::{ArcEndpoint, ControlSource};
 pub use defaults::*;
 use functions::function_routes;
 pub use functions::{ANSWERS_ITSELF, FunctionRoute};
