@@ -11,17 +11,15 @@
 //! * no path of one machine (`/work/...`, `/home/...`) is written down;
 //! * no issue number or branch name: history lives in git and in CHANGELOG.md.
 //!
-//! Build outputs and files the tools write (`target/`, `dist/`, `.local/`, ...) are not in a
-//! clean checkout and are not checked; nor is anything with a placeholder (`<`, `*`, `{`, `$`).
+//! Only the files git tracks are read and pointed at: build outputs and files the tools write
+//! (`target/`, `dist/`, `.local/`, virtual environments) are not in a clean clone, and a
+//! pointer into them is not checked; nor is anything with a placeholder (`<`, `*`, `{`, `$`).
 //! `the_checker_reports_each_kind_of_stale_pointer` plants one of each and sees it reported.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use cfn_once_tests::workspace_root;
-
-/// Folders never walked: build outputs, installed tools, git's own.
-const SKIPPED_DIRS: &[&str] = &["target", ".git", ".venv", ".tools", "node_modules", "dist", ".local", "cdk.out"];
 
 /// Prefixes of paths a tool writes, absent from a clean checkout.
 const GENERATED: &[&str] =
@@ -128,24 +126,26 @@ struct Tree {
 }
 
 impl Tree {
+    /// The files git tracks (`git ls-files`), and every folder above them: what a clean clone
+    /// holds, whatever else a checkout has around it (virtual environments, build outputs).
     fn of(root: &Path) -> Self {
+        let listed = std::process::Command::new("git")
+            .current_dir(root)
+            .args(["ls-files", "-z"])
+            .output()
+            .expect("git ls-files runs in the checkout");
+        assert!(listed.status.success(), "git ls-files: {}", String::from_utf8_lossy(&listed.stderr));
         let mut files = Vec::new();
         let mut all = BTreeSet::new();
-        let mut stack = vec![PathBuf::new()];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(root.join(&dir)) else { continue };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let path = dir.join(&name);
-                all.insert(slashed(&path));
-                if entry.path().is_dir() {
-                    if !SKIPPED_DIRS.contains(&name.as_str()) {
-                        stack.push(path);
-                    }
-                } else {
-                    files.push(path);
-                }
+        for name in String::from_utf8_lossy(&listed.stdout).split('\0').filter(|name| !name.is_empty()) {
+            let path = PathBuf::from(name);
+            let mut folder = path.parent();
+            while let Some(dir) = folder.filter(|dir| !dir.as_os_str().is_empty()) {
+                all.insert(slashed(dir));
+                folder = dir.parent();
             }
+            all.insert(slashed(&path));
+            files.push(path);
         }
         files.sort();
         Self { root: root.to_path_buf(), files, all }

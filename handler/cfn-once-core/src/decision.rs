@@ -39,7 +39,7 @@
 //! acquire and learns the record from the refusal, so no delivery both reads and acquires when
 //! one will do. A primary whose control has not answered yet acquires while it asks; if the
 //! answer is standby, this same table, applied to the record the acquire found, says whether
-//! the lease stands or is given back unused (`Worker::keep_or_give_back`), so the column above
+//! the lease stands or is given back unused (`Worker::keep_or_leave`), so the column above
 //! holds for it too.
 
 // The table reads the control's answer; the answer's type lives with the control, which is

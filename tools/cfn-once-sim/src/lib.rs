@@ -248,7 +248,7 @@ mod tests {
     // store after the answer's deadline (a short ServiceTimeout) and was dead-lettered by that
     // deadline, hours before the work's: the copy that keeps the work alive if the other region
     // goes. A handed-over request's message is now kept by the work's deadline once the
-    // answer's has passed (`Worker::come_back`, `Job::work_after`).
+    // answer's has passed (`Worker::see_again`, `Job::work_after`).
 
     #[test]
     fn seed_1062956_dlq_a_handed_over_copy_is_kept_by_its_works_deadline() {

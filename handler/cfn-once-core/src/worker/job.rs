@@ -59,7 +59,7 @@ pub(super) struct Job<'a> {
     /// The request's deadline, the invocation's, and every end this delivery's calls keep.
     pub(super) budget: Budget<'a>,
     /// For the answer of a request that hands a work past it (`Phase::HandOver`): the work's
-    /// budget, which keeps the message once the answer's deadline has passed (`come_back`).
+    /// budget, which keeps the message once the answer's deadline has passed (`see_again`).
     pub(super) work_after: Option<Budget<'a>>,
 }
 

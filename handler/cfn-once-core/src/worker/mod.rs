@@ -29,9 +29,9 @@
 //!   out its deadline ([`Worker::receive`]), and the decision loop;
 //! * `job`: what one delivery carries through the rest: the record received, the job (its
 //!   request, owner and budget), which answer it gives (its phase), and what acting came to;
-//! * `come_back`: the dispositions that bring a message back (left to the active region, a
+//! * `see_again`: the dispositions that bring a message back (left to the active region, a
 //!   retry after a failure, a backoff to a given time, the DLQ past the deadline);
-//! * `give_back`: a standby primary's lease, taken before the control answered, given back
+//! * `leave`: a standby primary's lease, taken before the control answered, given back
 //!   unused where the table gives it no right to it;
 //! * `run`: running the provider under heartbeats until it finishes, the lease is lost or its
 //!   run window closes, or answering FAILED without running it;
@@ -65,10 +65,10 @@ use crate::settings::Settings;
 use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation, QueueRecord, RequestSummary, Role};
 
 mod answer;
-mod come_back;
-mod give_back;
 mod job;
+mod leave;
 mod run;
+mod see_again;
 mod store;
 mod wait;
 mod work;
@@ -331,7 +331,7 @@ impl Worker {
                             self.acquire_finding(&job),
                         )
                         .await;
-                        match self.keep_or_give_back(&job, activity, found).await {
+                        match self.keep_or_leave(&job, activity, found).await {
                             Some(seen) => (activity, seen),
                             None => return self.leave_message(&job),
                         }
@@ -443,11 +443,11 @@ impl Worker {
                         self.metrics.record(MetricEvent::LeaseContended);
                         "another execution holds the lease"
                     };
-                    return self.come_back(job, until_ms + self.jitter_ms(), why).into();
+                    return self.see_again(job, until_ms + self.jitter_ms(), why).into();
                 }
                 Action::AwaitPoll { until_ms } => {
                     return self
-                        .come_back(job, until_ms + self.jitter_ms(), "the provider's work is in progress")
+                        .see_again(job, until_ms + self.jitter_ms(), "the provider's work is in progress")
                         .into();
                 }
                 Action::Leave => return self.leave_message(job).into(),

@@ -278,7 +278,7 @@ impl Worker {
             }
         };
         match again {
-            Again::Unknown(unknown) => self.come_back(
+            Again::Unknown(unknown) => self.see_again(
                 job,
                 free_ms + self.jitter_ms(),
                 &format!("the provider's outcome is unknown ({unknown}); it runs again under a higher fence"),
@@ -298,7 +298,7 @@ impl Worker {
                     .min(job.budget.deadline.latest_wake_ms(self.settings.deadline_margin_for_ms(&job.budget.deadline)))
                     .saturating_sub(self.settings.skew_ms + 1_000);
                 let until_ms = free_ms.max(now_ms + delay_ms).min(latest_ms.max(free_ms));
-                self.come_back(
+                self.see_again(
                     job,
                     until_ms,
                     &format!(

@@ -70,7 +70,7 @@ impl Worker {
                 let poll_in_s = poll.poll_at_ms.saturating_sub(now_ms).div_ceil(1000);
                 tracing::info!(polls, poll_in_s, "provider in progress; lease released until the next poll");
                 self.metrics.record(MetricEvent::Waiting);
-                self.come_back(job, poll.poll_at_ms, "the provider's work is in progress; polling it again")
+                self.see_again(job, poll.poll_at_ms, "the provider's work is in progress; polling it again")
             }
             Ok(None) => {
                 self.metrics.record(MetricEvent::FenceConflict);

@@ -162,7 +162,7 @@ impl Worker {
                             && !job.budget.deadline_near(until_ms)
                         {
                             let why = "the work's poll in flight was stopped; going on once its lease has ended";
-                            return Err(Unfinished::Waits(self.come_back(job, until_ms + self.jitter_ms(), why)));
+                            return Err(Unfinished::Waits(self.see_again(job, until_ms + self.jitter_ms(), why)));
                         }
                     }
                     // Refused: the record changed (committed meanwhile); look again.
@@ -185,7 +185,7 @@ impl Worker {
         let grace_end_ms = record.updated_ms.saturating_add(self.settings.put.attempt_timeout_ms);
         if now_ms < grace_end_ms && !job.budget.deadline_near(now_ms) {
             let why = "the work's signal was just committed; its committer is sending it";
-            return Err(Unfinished::Waits(self.come_back(job, grace_end_ms + self.jitter_ms(), why)));
+            return Err(Unfinished::Waits(self.see_again(job, grace_end_ms + self.jitter_ms(), why)));
         }
         let signal = record.response.as_deref().unwrap_or_default();
         let status = job.status_of(signal);

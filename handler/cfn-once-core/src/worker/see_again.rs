@@ -14,7 +14,7 @@ impl Worker {
     /// Leaves the message to the active region, to be looked at again later (standby).
     pub(super) fn leave_message(&self, job: &Job<'_>) -> Disposition {
         let until_ms = self.clock.now_ms() + self.settings.standby_retry_ms() + self.jitter_ms();
-        self.come_back(job, until_ms, "this region is on standby; the active region answers")
+        self.see_again(job, until_ms, "this region is on standby; the active region answers")
     }
 
     /// A primary's warning that `job`'s request has no failover: its deadline comes before the
@@ -46,7 +46,7 @@ impl Worker {
             RETRY_BACKOFF_BASE_MS,
             self.settings.retry_backoff_max_ms(),
         );
-        self.come_back(job, self.clock.now_ms() + delay_ms, &why)
+        self.see_again(job, self.clock.now_ms() + delay_ms, &why)
     }
 
     /// Brings the message back at `until_ms`, within the deadline and the backoff floor
@@ -54,7 +54,7 @@ impl Worker {
     /// queue instead. A message that hands a work past its answer is kept by the work's
     /// deadline once the answer's has passed (L1 for the work): whatever its answer came to,
     /// which the next look finds out, the copy may be the work's only one left.
-    pub(super) fn come_back(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
+    pub(super) fn see_again(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
         let now_ms = self.clock.now_ms();
         let (budget, deadline_name) = match job.work_after {
             Some(work) if now_ms >= job.budget.deadline.at_ms => (work, Phase::Work.deadline_name()),

@@ -19,7 +19,7 @@ impl Worker {
     /// poll due at the next (a delivery frozen between its read and its acquire). Every other
     /// column of the table takes that lease too, but a standby primary starts no new work, so
     /// for it a lease granted on a record the table gives it no right to is given back unused
-    /// (`keep_or_give_back`; seed 413998293349042 of the third fresh range: a drained primary
+    /// (`keep_or_leave`; seed 413998293349042 of the third fresh range: a drained primary
     /// polled a wait after deciding to take over an expired lease). `None`: given back.
     pub(super) async fn acquire_as_decided(
         &self,
@@ -28,7 +28,7 @@ impl Worker {
     ) -> Option<Result<Seen, StoreError>> {
         if self.settings.role == Role::Primary && activity == Activity::Standby {
             let found = self.acquire_finding(job).await;
-            return self.keep_or_give_back(job, activity, found).await;
+            return self.keep_or_leave(job, activity, found).await;
         }
         Some(self.acquire(job).await)
     }
@@ -36,10 +36,10 @@ impl Worker {
     /// After an acquire made before the control answered: the record to decide on, or `None`
     /// where the acquire took a lease the table gives a standby primary no right to (new work:
     /// no record, another attempt's, a wait to poll), which was then given back (see
-    /// `give_back`) and the message is left. A lease the table would have taken anyway (an
+    /// `leave`) and the message is left. A lease the table would have taken anyway (an
     /// expired one; anything near the deadline) stands, and so does every lease of an active
     /// region.
-    pub(super) async fn keep_or_give_back(
+    pub(super) async fn keep_or_leave(
         &self,
         job: &Job<'_>,
         activity: Activity,
@@ -68,7 +68,7 @@ impl Worker {
             Prior::Unknown if situation.deadline_near => return Some(Ok(seen)),
             Prior::Unknown => None,
         };
-        self.give_back(job, fence, left).await;
+        self.leave_unused(job, fence, left).await;
         None
     }
 
@@ -78,7 +78,7 @@ impl Worker {
     /// ended instead (a heartbeat to 0): whoever comes next takes it over, told that an
     /// execution may have run, which is the safe side. A give-back that fails leaves the lease
     /// to end by itself: later deliveries wait for its end, nothing runs twice.
-    pub(super) async fn give_back(&self, job: &Job<'_>, fence: u64, left: Option<LeaseRecord>) {
+    pub(super) async fn leave_unused(&self, job: &Job<'_>, fence: u64, left: Option<LeaseRecord>) {
         let (request, end_ms) = (job.request, job.budget.decide_end_ms());
         let outcome = match &left {
             Some(left) => {
