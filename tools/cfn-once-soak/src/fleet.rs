@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
+use cfn_once_core::deadline::{DeadlineSource, RequestDeadline};
+use cfn_once_core::settings::Settings;
 use cfn_once_core::vocabulary::Role;
 use cfn_once_sim::deployed::{Deployed, FunctionTimeout, SOURCE};
 use tokio::task::JoinHandle;
@@ -74,9 +76,9 @@ pub struct Fleet {
     pub control: TableControl,
     /// The handler's lease, in ms, from the template's environment.
     pub lease_ms: u64,
-    /// The primary's head start at most, in s, from the template's environment
-    /// (`CFN_ONCE_HEAD_START_S`).
-    pub head_start_s: u64,
+    /// The primary's settings as the template's environment gives them, for the rules the
+    /// checks share with the handler (`Settings::head_start_ms`).
+    pub settings: Settings,
     /// Kept running for the environment (`EnvFile::https_endpoint_url`).
     _front: TlsFront,
 }
@@ -132,7 +134,7 @@ impl Fleet {
         let settings = deployed
             .settings_with_timeout(Role::Primary, &file.primary_region, timeout.timeout_s)
             .map_err(|e| anyhow::anyhow!("the template's environment does not configure the handler: {e}"))?;
-        let (lease_ms, head_start_s) = (settings.lease_ms, settings.head_start_s);
+        let lease_ms = settings.lease_ms;
         let mut regions = Vec::new();
         for (role, binary) in [Role::Primary, Role::Secondary].into_iter().zip(options.binaries()) {
             let binary = std::fs::canonicalize(binary).with_context(|| format!("cannot find {}", binary.display()))?;
@@ -203,7 +205,7 @@ impl Fleet {
             lease_store,
             control,
             lease_ms,
-            head_start_s,
+            settings,
             _front: front,
         })
     }
@@ -223,9 +225,9 @@ impl Fleet {
     /// timeout, the dead holder's lease, the secondary's delay and the longest provider run the
     /// load asks for.
     pub fn liveness_bound_ms(&self, span_ms: u64) -> u64 {
-        let head_start_ms =
-            self.head_start_s.saturating_mul(1000).min(span_ms / cfn_once_core::budget::HEAD_START_SHARE_DIVISOR);
-        head_start_ms
+        // The handler's own rule, on a request sent at 0 whose ServiceTimeout ends at `span_ms`.
+        let deadline = RequestDeadline { at_ms: span_ms, source: DeadlineSource::ServiceTimeout, sent_ms: 0 };
+        self.settings.head_start_ms(&deadline)
             + self.timeout.visibility_s * 1000
             + self.lease_ms
             + self.deployed.secondary_delay_s * 1000
