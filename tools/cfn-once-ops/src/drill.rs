@@ -33,7 +33,7 @@ use cfn_once::clock::{SystemClock, random_seed};
 use cfn_once::config::ArcEndpoint;
 
 /// How long the drill waits after a flip on the local environment, whose handlers cache the
-/// control for 1 s (`CFN_ONCE_CONTROL_CACHE_MS`, cfn-once-cli's `local::settings`).
+/// control for 1 s (`CFN_ONCE_CONTROL_CACHE_MS`, `cfn_once_local::settings`).
 pub const LOCAL_SETTLE_MS: u64 = 1_500;
 
 /// What to drill.
