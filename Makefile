@@ -64,7 +64,7 @@ bench: venv bench-venv
 	  --command "make bench BENCH_PAIRS=$(BENCH_PAIRS)"
 
 ## profile: perf of a warm run (30 batches of 10) of a release build with line tables; prints the
-## self time by component (benches/perf/components.py) for benches/profile.md.
+## self time by component (benches/perf/components.py): where a warm request's CPU goes.
 profile: venv bench-venv
 	@command -v perf >/dev/null || { echo "make profile needs perf (Debian: apt-get install linux-perf)"; exit 1; }
 	CARGO_TARGET_DIR=target/profiling $(CARGO) build --release --locked -p cfn-once --bin cfn-once-lambda \

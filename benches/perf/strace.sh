@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Rust function under `strace -c -f`, for the system-call counts in benches/profile.md, with
+# The Rust function under `strace -c -f`, for its system-call counts, with
 # the variables cfn-once-bench passes through to the function (PERF_TARGET, PERF_OUT):
 #   PERF_TARGET=target/release/cfn-once-lambda PERF_OUT=target/strace.txt \
 #     ./target/debug/cfn-once-bench --pairs 1 --warm-batches 30 --modes tls \

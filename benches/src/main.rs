@@ -25,8 +25,6 @@ use crate::measure::{Latencies, Mode, Side, run_once};
 use crate::report::Report;
 use crate::setup::Bench;
 
-/// The profile of a warm batch, kept by hand, that BENCHMARKS.md ends with.
-const PROFILE: &str = "benches/profile.md";
 /// Where the results go.
 const DEFAULT_OUT: &str = "BENCHMARKS.md";
 
@@ -170,8 +168,6 @@ async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
             Some(path) => report::criterion_times(&std::fs::read_to_string(path)?),
             None => Vec::new(),
         };
-        // The hand-kept profile of a warm batch, by component (benches/profile.md).
-        let profile = std::fs::read_to_string(PROFILE).ok();
         let document = report::markdown(
             &reports,
             &bench.environment().await,
@@ -179,7 +175,6 @@ async fn run(args: &Args, modes: &[Mode]) -> anyhow::Result<()> {
             args.pairs,
             args.warm_batches,
             &micro,
-            profile.as_deref(),
         );
         std::fs::write(&args.out, document)?;
         eprintln!("wrote {}", args.out.display());

@@ -188,7 +188,6 @@ pub fn markdown(
     pairs: usize,
     warm_batches: usize,
     microbenchmarks: &[(String, String)],
-    profile: Option<&str>,
 ) -> String {
     let mut out = String::new();
     out.push_str("# Benchmarks\n\n");
@@ -212,11 +211,6 @@ pub fn markdown(
         for (name, time) in microbenchmarks {
             out.push_str(&format!("| {name} | {time} |\n"));
         }
-    }
-    if let Some(profile) = profile {
-        out.push('\n');
-        out.push_str(profile.trim_end());
-        out.push('\n');
     }
     out
 }

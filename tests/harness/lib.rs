@@ -21,9 +21,9 @@ use aws_sdk_dynamodb::error::BoxError;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::adapters::http_sink::HttpResponseSink;
 use cfn_once::app::{App, input_policy};
-use cfn_once::clock::SystemClock;
 use cfn_once::config::Config;
 use cfn_once::providers::standard_router;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::control::FixedActivity;
 use cfn_once_core::decision::Activity;
 use cfn_once_core::lease::{LeaseRecord, LeaseStore};
@@ -325,10 +325,10 @@ impl LocalRegion {
             sink,
             router: Arc::new(router),
             clock: Arc::new(SystemClock),
-            random: Arc::new(SplitMix64::new(cfn_once::clock::random_seed())),
+            random: Arc::new(SplitMix64::new(cfn_once::system_clock::random_seed())),
             // One region, always active.
             control: Arc::new(FixedActivity(Activity::Active)),
-            metrics: Arc::new(cfn_once::metrics::EmfMetrics),
+            metrics: Arc::new(cfn_once::emf::EmfMetrics),
         };
         App::new(Worker::new(ports, input_policy(config), config.settings()), &self.sdk)
     }

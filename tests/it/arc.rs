@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cfn_once::adapters::arc::{ArcCluster, ArcControl};
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::control::{ActivitySource, CachedActivity};
 use cfn_once_core::decision::Activity;
 use cfn_once_local::provision;

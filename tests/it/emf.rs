@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cfn_once::metrics::{MetricsFlush, NAMESPACE, VERSION_DIMENSION, install, names};
+use cfn_once::emf::{MetricsFlush, NAMESPACE, VERSION_DIMENSION, install, names};
 use cfn_once_tests::{LocalRegion, Options, handler};
 use serde_json::Value;
 

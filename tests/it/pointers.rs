@@ -9,7 +9,7 @@
 //!   heading or a bold phrase of that file;
 //! * an upper-case Markdown file cited (`DESIGN.md §4`) is one of the repository's;
 //! * no path of one machine (`/work/...`, `/home/...`) is written down;
-//! * no issue number or branch name: history lives in git and in CHANGELOG.md.
+//! * no issue number, branch name or commit id: history lives in git and in CHANGELOG.md.
 //!
 //! Only the files git tracks are read and pointed at: build outputs and files the tools write
 //! (`target/`, `dist/`, `.local/`, virtual environments) are not in a clean clone, and a
@@ -100,6 +100,8 @@ fn the_checker_reports_each_kind_of_stale_pointer() {
         ("docs/release.md", "Built in /work/main/target.", "a path of one machine"),
         ("handler/cfn-once/src/app.rs", "// Since issue 45, the record has a format.", "an issue number"),
         ("Makefile", "# Landed from branch i47-release.", "a branch name"),
+        ("benches/profile.md", "Before (2547fe7) against after.", "a commit id"),
+        ("tests/golden/records/README.md", "Revision: 47ab05d2051578e7994185580be2078648fdbd37.", "a commit id"),
     ];
     for (file, line, why) in planted {
         let found = check(&tree, Path::new(file), line);
@@ -110,6 +112,9 @@ fn the_checker_reports_each_kind_of_stale_pointer() {
         ("docs/soak.md", "The zip is `target/lambda/cfn-once-lambda/bootstrap.zip`; `<crate>/src/lib.rs` varies."),
         ("README.md", "See `docs/operating.md`'s \"Runbook: my stack is stuck in CREATE_IN_PROGRESS\"."),
         ("docs/release.md", "A scratch clone in /tmp/rel/clone2 is no machine's own path."),
+        ("docs/operating.md", "fingerprint 6f9015025fccce75288b3470047a37d7, owner 2f0fba64bf867fcb, deadbeef"),
+        ("BENCHMARKS.md", "- rust: rustc 1.95.0 (59807616e 2026-04-14)"),
+        ("docs/operating.md", "DLQ us-east-1 primary (a0d26721-…): RequestId e3f1c1d4-0000-4000-8000-000000000001"),
     ];
     for (file, line) in fine {
         let found = check(&tree, Path::new(file), line);
@@ -236,6 +241,13 @@ fn check(tree: &Tree, file: &Path, text: &str) -> Vec<Stale> {
         {
             report(&line[start..], "an issue number");
         }
+        if !line.contains("rustc ") {
+            for word in line.split_whitespace().map(|w| w.trim_matches(|c: char| "`'\"()[],.;:!?*".contains(c))) {
+                if is_commit_id(word) {
+                    report(word, "a commit id");
+                }
+            }
+        }
         for word in line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
             let branch = word.strip_prefix('i').and_then(|rest| rest.split_once('-')).map(|(n, _)| n);
             if branch.is_some_and(|n| n.len() == 2 && n.chars().all(|c| c.is_ascii_digit())) {
@@ -244,6 +256,18 @@ fn check(tree: &Tree, file: &Path, text: &str) -> Vec<Stale> {
         }
     }
     stale
+}
+
+/// Whether `word` (a word of prose, its punctuation trimmed) reads as a git commit id: 7 to 12
+/// hexadecimal digits (an abbreviated id) or all 40, with a letter and a digit among them. Part
+/// of a longer token is not (a UUID's groups, a query string). Nor are digests of other lengths
+/// (a request's 32-digit fingerprint, a lease owner's 16-digit nonce), or the toolchain's own id
+/// in a `rustc` version line, which is not this repository's history.
+fn is_commit_id(word: &str) -> bool {
+    (matches!(word.len(), 7..=12) || word.len() == 40)
+        && word.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        && word.chars().any(|c| c.is_ascii_digit())
+        && word.chars().any(|c| c.is_ascii_lowercase())
 }
 
 /// The spans of `line` in backticks.

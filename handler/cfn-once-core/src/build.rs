@@ -14,7 +14,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit built, the first 12 hex digits, or "unknown".
 pub const COMMIT: &str = env!("CFN_ONCE_COMMIT");
 
-/// "0.2.0 (commit 0123456789ab)": the version and the commit, as `--version` and the logs say.
+/// "0.2.0 (commit <its first 12 hex digits>)": the version and the commit, as `--version` and the logs say.
 pub const DESCRIPTION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CFN_ONCE_COMMIT"), ")");
 
 /// [`DESCRIPTION`], for callers that want a function.

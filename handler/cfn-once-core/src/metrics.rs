@@ -1,7 +1,7 @@
 //! What the protocol counts, as domain events, through a port.
 //!
 //! The worker records [`MetricEvent`]s; the Lambda's adapter turns them into CloudWatch
-//! embedded-metric-format lines (`cfn_once::metrics`), tests count them in memory, and local
+//! embedded-metric-format lines (`cfn_once::emf`), tests count them in memory, and local
 //! tools ignore them ([`NoMetrics`]).
 
 use crate::response::Status;

@@ -19,9 +19,9 @@ use crate::adapters::dynamodb_lease::DynamoLeaseStore;
 use crate::adapters::http_sink::HttpResponseSink;
 use crate::adapters::sqs_queue::SqsQueue;
 use crate::aws::Refresh;
-use crate::clock::{SystemClock, random_seed};
+use crate::system_clock::{SystemClock, random_seed};
 use crate::config::{Config, ControlSource};
-use crate::metrics::{EmfMetrics, MetricsFlush};
+use crate::emf::{EmfMetrics, MetricsFlush};
 // Where the repository's tools and tests name the SDK clients' bounds.
 pub use crate::aws::{call_timeouts, dynamodb_client, dynamodb_config};
 use aws_lambda_events::event::sqs::SqsMessage;

@@ -231,7 +231,7 @@ impl Handler {
         if let Some(handler_timeout_s) = config.handler_timeout_s {
             functions_fit(&config, &sdk, handler_timeout_s).await?;
         }
-        let metrics = crate::metrics::install(&config.region, config.role.as_str())
+        let metrics = crate::emf::install(&config.region, config.role.as_str())
             .map_err(|error| Error::Setup(error.to_string()))?;
         let router = self.router(&config, &sdk);
         let app = App::from_config(&config, &sdk, router).map_err(|error| Error::Setup(format!("{error:#}")))?;
@@ -279,9 +279,9 @@ async fn run_sweeper(config: &SweeperConfig, sdk: &SdkConfig) -> Result<(), Erro
     let (client, table) = (&client, config.table_name.as_str());
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         // Keep 10 s of the invocation to finish the page in hand and report.
-        let left_ms = event.context.deadline.saturating_sub(crate::clock::SystemClock.now_ms());
+        let left_ms = event.context.deadline.saturating_sub(crate::system_clock::SystemClock.now_ms());
         let stop_at = std::time::Instant::now() + std::time::Duration::from_millis(left_ms.saturating_sub(10_000));
-        let report = crate::sweeper::sweep(client, table, crate::clock::SystemClock.now_ms(), stop_at).await?;
+        let report = crate::sweeper::sweep(client, table, crate::system_clock::SystemClock.now_ms(), stop_at).await?;
         tracing::info!(?report, "sweep done");
         Ok::<_, lambda_runtime::Error>(serde_json::to_value(report)?)
     }))

@@ -110,24 +110,24 @@ machinery!(
     app,
     /// What every AWS call shares: its clients' bounds, and how a failed call is read.
     aws,
-    /// The system clock and the process's random seed.
-    clock,
     /// The configuration, read once from the environment.
     config,
+    /// The protocol's metrics as CloudWatch embedded-metric-format lines.
+    emf,
     /// The one builder, `Handler`.
     handler,
     /// The Lambda entry: one SQS batch in, the records to see again out.
     lambda,
     /// JSON log lines, with foreign targets capped.
     logging,
-    /// CloudWatch embedded metrics.
-    metrics,
     /// Lambda's SQS event made JSON text before it is deserialized, record by record.
     raw_event,
     /// Lambda's SQS event read record by record.
     sqs_records,
     /// The lease table's sweeper.
     sweeper,
+    /// The system clock and the process's random seed.
+    system_clock,
 );
 
 pub use async_trait::async_trait;

@@ -11,10 +11,10 @@
 //! `AWS_LAMBDA_LOG_FORMAT`, so the logs are machine-readable however the function is configured.
 //!
 //! The lines are tracing-subscriber's own JSON format (`json()` with the current span and the
-//! span list, no target, no time: Lambda stamps each line). A formatter of cfn-once's own wrote
-//! the same bytes in 0.9 µs a line against this format's 7 to 9.5 µs (`cargo bench --bench
-//! hot_path`, "one log line"): about 30 µs of a warm request's four lines, which Lambda bills no
-//! one for (it bills wall time, and a request waits milliseconds on the network); BENCHMARKS.md.
+//! span list, no target, no time: Lambda stamps each line). A formatter of our own would be
+//! faster per line, but a line costs microseconds (`cargo bench -p cfn-once-bench --bench
+//! hot_path`, "one log line", in BENCHMARKS.md) where a request waits milliseconds on the
+//! network, and Lambda bills wall time; the well-kept crate's format wins.
 
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;

@@ -181,8 +181,8 @@ fn the_secondary_answering_pages() {
     assert_eq!(alarm["Condition"], "IsSecondary");
     for (id, status) in [("succeeded", "SUCCESS"), ("failed", "FAILED")] {
         let stat = &query(alarm, id)["MetricStat"];
-        assert_eq!(stat["Metric"]["Namespace"], cfn_once::metrics::NAMESPACE);
-        assert_eq!(stat["Metric"]["MetricName"], cfn_once::metrics::names::RESPONSES_SENT);
+        assert_eq!(stat["Metric"]["Namespace"], cfn_once::emf::NAMESPACE);
+        assert_eq!(stat["Metric"]["MetricName"], cfn_once::emf::names::RESPONSES_SENT);
         assert_eq!(
             stat["Metric"]["Dimensions"],
             json!([{"Name": "Region", "Value": {"Ref": "AWS::Region"}}, {"Name": "Role", "Value": "secondary"}, {"Name": "Status", "Value": status}])

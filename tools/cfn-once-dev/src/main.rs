@@ -86,7 +86,7 @@ async fn run_local(args: LocalArgs) -> anyhow::Result<bool> {
     let python = python(&args.moto, &modules.into_iter().flatten().collect::<Vec<_>>())?;
     let (_moto, endpoint) = moto(&args.moto, python.as_deref())?;
     let options = EnvironmentOptions::local(
-        format!("cfn-once-local-{:06x}", cfn_once::clock::random_seed() & 0xff_ffff),
+        format!("cfn-once-local-{:06x}", cfn_once::system_clock::random_seed() & 0xff_ffff),
         args.moto.secondary_delay_s,
     );
     // S3 over HTTPS with a CA of this environment's own, its PEM beside the env file.

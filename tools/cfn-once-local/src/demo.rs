@@ -41,7 +41,7 @@ use crate::report::status_name;
 use crate::settings::{LOCAL_SETTINGS, LOCAL_SETTLE_MS};
 use crate::tls_front::TlsFront;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
-use cfn_once::clock::random_seed;
+use cfn_once::system_clock::random_seed;
 use cfn_once_ops::drill::{self, DrillOptions, DrillTarget};
 
 /// The sample requests, in the order a stack's life would send them.

@@ -28,7 +28,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lambda_runtime::{Context as LambdaContext, LambdaEvent};
 
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 
 /// Pause after a failed poll before trying again.

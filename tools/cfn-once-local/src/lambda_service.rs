@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
@@ -349,7 +349,7 @@ impl LocalFunction {
         // Lambda names each sandbox's log stream; functions use it (cfnresponse's default
         // PhysicalResourceId is the context's log_stream_name, which runtimes read from here).
         let log_group = format!("/aws/lambda/{}", self.spec.name);
-        let log_stream = log_stream_name(SystemClock.now_ms(), cfn_once::clock::random_seed(), id);
+        let log_stream = log_stream_name(SystemClock.now_ms(), cfn_once::system_clock::random_seed(), id);
         for (name, value) in [
             ("AWS_LAMBDA_LOG_GROUP_NAME", log_group.as_str()),
             ("AWS_LAMBDA_LOG_STREAM_NAME", log_stream.as_str()),

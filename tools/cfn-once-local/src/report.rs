@@ -54,7 +54,7 @@ pub fn status_name(status: Status) -> &'static str {
 /// HH:MM:SS.mmm, UTC.
 fn timestamp() -> String {
     use cfn_once_core::clock::Clock;
-    let ms = cfn_once::clock::SystemClock.now_ms();
+    let ms = cfn_once::system_clock::SystemClock.now_ms();
     let day_ms = ms % 86_400_000;
     format!("{:02}:{:02}:{:02}.{:03}", day_ms / 3_600_000, day_ms / 60_000 % 60, day_ms / 1000 % 60, day_ms % 1000)
 }

@@ -29,8 +29,8 @@ use crate::env_file::EnvFile;
 use cfn_once::adapters::arc::ArcCluster;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
-use cfn_once::clock::{SystemClock, random_seed};
 use cfn_once::config::ArcEndpoint;
+use cfn_once::system_clock::{SystemClock, random_seed};
 
 /// How long the drill waits after a flip on the local environment, whose handlers cache the
 /// control for 1 s (`CFN_ONCE_CONTROL_CACHE_MS`, `cfn_once_local::settings`).

@@ -8,7 +8,7 @@
 
 use anyhow::Context;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::lease::{LeaseRecord, LeaseState, LeaseStore};
 use cfn_once_core::request::{RequestKey, StackArn};

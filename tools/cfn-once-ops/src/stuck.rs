@@ -10,7 +10,7 @@
 //! keep the Timeout, so this is the latest any work's deadline can be), or when its signal was
 //! committed and not delivered.
 
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::lease::{LeaseRecord, LeaseState};
 use cfn_once_core::wait_condition::{TIMEOUT_S_MAX, is_work_id};

@@ -163,7 +163,8 @@ pub async fn run(args: PlayArgs) -> anyhow::Result<bool> {
     let region_faults = LocalRegionFaults::connect(&file).await;
     let faults: Option<&dyn RegionFaults> =
         (options.drill_after.is_some() || options.kill_primary_after.is_some()).then_some(&region_faults);
-    let stack = run::identity(&options, &place, (cfn_once::clock::random_seed(), cfn_once::clock::random_seed()));
+    let stack =
+        run::identity(&options, &place, (cfn_once::system_clock::random_seed(), cfn_once::system_clock::random_seed()));
     let declared = exports::declared(&targets, &place, &stack)?;
     book.check(&declared, &stack)?;
     let printer = Printer { columns: Columns::for_stack(&stack.name, &targets), secrets };

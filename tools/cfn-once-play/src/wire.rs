@@ -19,7 +19,7 @@ use crate::faults::RegionFaults;
 use cfn_once::adapters::control_table::TableControl;
 use cfn_once::adapters::dynamodb_lease::DynamoLeaseStore;
 use cfn_once::aws::Failure;
-use cfn_once::clock::{SystemClock, random_seed};
+use cfn_once::system_clock::{SystemClock, random_seed};
 use cfn_once_core::clock::Clock;
 use cfn_once_core::lease::LeaseStore;
 use cfn_once_core::request::{RequestKey, StackArn};

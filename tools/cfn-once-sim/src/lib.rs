@@ -232,7 +232,7 @@ mod tests {
     // a batch-mate taken with 26 s of the Delete's time left (1211045). The close now takes the
     // lease from a poll in flight under a higher fence (`AcquireRequest::preempt`), commits the
     // work's FAILURE signal, and goes on once the stopped poll's lease has ended, or at once if
-    // that would bring its own deadline near (`worker::work`).
+    // that would bring its own deadline near (`worker::close`).
 
     #[test]
     fn seed_1015227_l1_a_delete_never_waits_on_a_work_polled_every_four_seconds() {

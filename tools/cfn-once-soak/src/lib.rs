@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 
 use cfn_once_local::moto::MotoServer;

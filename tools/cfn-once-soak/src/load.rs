@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use serde_json::{Value, json};
 

@@ -17,7 +17,7 @@
 //!   were (if they belong to the acquiring attempt); on refusal it returns the record as it was,
 //!   so no second read is needed;
 //! * **close** takes the record as a preempting acquire does and commits a work's signal in the
-//!   same write (a close of a work: `worker::work`);
+//!   same write (a close of a work: `worker::close`);
 //! * **heartbeat** and **commit** succeed only while `fence` is the caller's and the state is
 //!   RUNNING; commit is the single commit point (S1) and clears the poll fields;
 //! * **wait** succeeds only while `fence` is the caller's and the state is RUNNING: it stores a
@@ -75,7 +75,7 @@ pub struct AcquireRequest {
     pub label: RequestLabel,
     /// Take the lease even from a live holder, or from a wait whose poll is not due. Only a
     /// close does ([`LeaseStore::close`]: a Delete, or an Update naming a new handle, ending a
-    /// resource's work: see `worker::work`): a work polled every few seconds holds its lease
+    /// resource's work: see `worker::close`): a work polled every few seconds holds its lease
     /// again before any backoff of the close comes back, and a poll may run for longer than
     /// the close's request has left. The holder's heartbeat, wait and commit are refused from
     /// then on (S2), and the close's write commits the work's one signal (S1). Never set by

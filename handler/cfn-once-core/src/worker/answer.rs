@@ -22,11 +22,11 @@ impl Worker {
     /// Builds the body, commits it under `fence`, and sends what was committed.
     pub(super) async fn commit_and_send(&self, job: &Job<'_>, fence: u64, outcome: Outcome) -> Disposition {
         let (body, status) = match job.phase {
-            Phase::Work => {
+            Phase::Signal => {
                 let (body, status) = crate::work::signal_body(job.origin, outcome);
                 (body, if status == SignalStatus::Success { Status::Success } else { Status::Failed })
             }
-            Phase::Answer | Phase::HandOver => response::build_with_status(job.request, outcome),
+            Phase::Answer | Phase::AnswerAtOnce => response::build_with_status(job.request, outcome),
         };
         // The commit leaves room for one PUT attempt and the delivery record.
         let commit_end_ms = job.budget.commit_end_ms();
@@ -83,7 +83,7 @@ impl Worker {
         // A signal to a handle past its presigned expiry is never attempted: S3 refuses it.
         let url = &job.request.response_url;
         let expired = url.presigned_expiry_ms().filter(|expiry_ms| *expiry_ms <= self.clock.now_ms());
-        if job.phase == Phase::Work
+        if job.phase == Phase::Signal
             && let Some(expiry_ms) = expired
         {
             let why = format!(
@@ -94,7 +94,7 @@ impl Worker {
         }
         // The last PUT attempt ends in time to record the delivery, and a signal's attempts stop
         // at its handle's expiry: an attempt past it would only be refused.
-        let handle_expiry_ms = url.presigned_expiry_ms().filter(|_| job.phase == Phase::Work);
+        let handle_expiry_ms = url.presigned_expiry_ms().filter(|_| job.phase == Phase::Signal);
         let stop_at_ms = job.budget.put_stop_at_ms().min(handle_expiry_ms.unwrap_or(u64::MAX));
         let put = put_with_retries(
             self.sink.as_ref(),
@@ -111,7 +111,7 @@ impl Worker {
             // A handle that refuses a signal (403 once it has expired) never takes one: the
             // work is done without it, rather than retried until its message is dead-lettered
             // (which would also hold up a Delete or an Update closing the work).
-            Err(PutError::Permanent(why)) if job.phase == Phase::Work => {
+            Err(PutError::Permanent(why)) if job.phase == Phase::Signal => {
                 let why = format!("not sent: the wait condition handle refused it: {why}");
                 return self.never_sent(job, fence, status, &why, work_end_ms).await;
             }

@@ -58,7 +58,7 @@ pub(super) struct Job<'a> {
     pub(super) owner: String,
     /// The request's deadline, the invocation's, and every end this delivery's calls keep.
     pub(super) budget: Budget<'a>,
-    /// For the answer of a request that hands a work past it (`Phase::HandOver`): the work's
+    /// For the answer of a request that hands a work past it (`Phase::AnswerAtOnce`): the work's
     /// budget, which keeps the message once the answer's deadline has passed (`see_again`).
     pub(super) work_after: Option<Budget<'a>>,
 }
@@ -71,11 +71,11 @@ impl Job<'_> {
     /// The status committed `bytes` carry: an answer's, or a signal's (FAILURE as FAILED).
     pub(super) fn status_of(&self, bytes: &[u8]) -> Status {
         match self.phase {
-            Phase::Work => match Signal::parse(bytes).map(|signal| signal.status) {
+            Phase::Signal => match Signal::parse(bytes).map(|signal| signal.status) {
                 Some(SignalStatus::Success) => Status::Success,
                 _ => Status::Failed,
             },
-            Phase::Answer | Phase::HandOver => crate::response::status_of(bytes),
+            Phase::Answer | Phase::AnswerAtOnce => crate::response::status_of(bytes),
         }
     }
 }
@@ -87,10 +87,10 @@ pub(super) enum Phase {
     Answer,
     /// A Create or Update of a resource with a wait condition: answered SUCCESS at once,
     /// without running the provider, which runs under the work instead.
-    HandOver,
+    AnswerAtOnce,
     /// The work of a resource with a wait condition: its provider runs and is polled here, and
     /// its answer is the signal PUT to the handle.
-    Work,
+    Signal,
 }
 
 impl Phase {
@@ -108,22 +108,22 @@ impl Phase {
         let hands_over = matches!(request.kind(), Some(RequestKind::Create | RequestKind::Update))
             && !matches!(request.wait, WaitDeclared::None)
             && !(request.kind() == Some(RequestKind::Update) && keeps_handle);
-        if hands_over { Self::HandOver } else { Self::Answer }
+        if hands_over { Self::AnswerAtOnce } else { Self::Answer }
     }
 
     /// Whose deadline this job keeps, for Reasons.
     pub(super) fn deadline_name(self) -> &'static str {
         match self {
-            Self::Work => "the work's deadline",
-            Self::Answer | Self::HandOver => "the request's deadline",
+            Self::Signal => "the work's deadline",
+            Self::Answer | Self::AnswerAtOnce => "the request's deadline",
         }
     }
 
     /// What this job's answer is called in log lines.
     pub(super) fn answer_name(self) -> &'static str {
         match self {
-            Self::Work => "signal",
-            Self::Answer | Self::HandOver => "response",
+            Self::Signal => "signal",
+            Self::Answer | Self::AnswerAtOnce => "response",
         }
     }
 }

@@ -65,13 +65,13 @@ use crate::settings::Settings;
 use crate::vocabulary::{DeadLetterCause, Disposition, Done, Handled, Invocation, QueueRecord, RequestSummary, Role};
 
 mod answer;
+mod close;
 mod job;
 mod leave;
 mod run;
 mod see_again;
 mod store;
 mod wait;
-mod work;
 
 use job::{Acted, Decoded, Job, Phase, dropped, work_deadline};
 pub use job::{Received, fence_scope};
@@ -210,7 +210,7 @@ impl Worker {
                 request.response_url.presigned_expiry_ms(),
                 self.settings.deadline_ceiling_s,
             );
-            let work_deadline = (Phase::of(&request) == Phase::HandOver)
+            let work_deadline = (Phase::of(&request) == Phase::AnswerAtOnce)
                 .then(|| request.wait.spec())
                 .flatten()
                 .map(|spec| work_deadline(attempt_sent_ms, spec));
@@ -294,7 +294,7 @@ impl Worker {
         // A close that cannot finish by the deadline margin leaves the request to be answered
         // FAILED, saying why (`unclosed`).
         let mut unclosed = None;
-        if let Some(closing) = work::to_close(request) {
+        if let Some(closing) = close::to_close(request) {
             // As for any request: a standby primary leaves it to the active region, unless its
             // deadline is near.
             let activity = match (settings.role, self.control.fresh_now()) {
@@ -347,12 +347,13 @@ impl Worker {
         // is delivered too. Whether it was handed over is read from the committed answer, so
         // every delivery follows the decision its committer made (`Worker::waits_on`).
         match (job.phase, acted.answered, acted.handed_over, request.wait.spec()) {
-            (Phase::HandOver, Some(Status::Success), true, Some(spec)) => {
+            (Phase::AnswerAtOnce, Some(Status::Success), true, Some(spec)) => {
                 let work_request = crate::work::work_request(request, spec);
                 let now_ms = self.clock.now_ms();
                 let deadline = decoded.work_deadline.unwrap_or_else(|| work_deadline(decoded.attempt_sent_ms, spec));
                 let budget = Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms);
-                let work = Job { request: &work_request, phase: Phase::Work, budget, work_after: None, ..job.clone() };
+                let work =
+                    Job { request: &work_request, phase: Phase::Signal, budget, work_after: None, ..job.clone() };
                 let seen = self.first_look(&work, activity).await;
                 self.act(&work, activity, seen, None).await.disposition
             }
@@ -430,7 +431,7 @@ impl Worker {
                     };
                     return Acted::answered(Disposition::Done(Done::Duplicate), status, handed_over);
                 }
-                Action::Drop(Redundant::Superseded) if job.phase == Phase::Work => {
+                Action::Drop(Redundant::Superseded) if job.phase == Phase::Signal => {
                     return self.superseded_work(job).await.into();
                 }
                 Action::Drop(redundant) => return Disposition::Done(dropped(redundant)).into(),
@@ -480,7 +481,7 @@ impl Worker {
             poll_lag_ms: job.budget.poll_lag_ms(now_ms),
             // Only CloudFormation's request has a head start: a work is already under way.
             head_start_until_ms: match (self.settings.role, job.phase) {
-                (Role::Secondary, Phase::Answer | Phase::HandOver) => job.budget.head_start_end_ms(),
+                (Role::Secondary, Phase::Answer | Phase::AnswerAtOnce) => job.budget.head_start_end_ms(),
                 _ => 0,
             },
         }

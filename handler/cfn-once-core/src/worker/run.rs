@@ -84,7 +84,7 @@ impl Worker {
     ) -> Acted {
         tracing::Span::current().record("fence", fence);
         // A poll is of an ordinary run: a hand-over never waits.
-        if job.phase == Phase::HandOver && poll.is_none() {
+        if job.phase == Phase::AnswerAtOnce && poll.is_none() {
             // A request its type is kept from is answered FAILED now, never SUCCESS first.
             if let Some(refused) = self.router.refuses(job.request) {
                 return self.commit_and_send(job, fence, refused).await.into();
@@ -131,7 +131,7 @@ impl Worker {
             return Ok(true);
         }
         let work_request = crate::work::work_request(job.request, spec);
-        let work = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        let work = Job { request: &work_request, phase: Phase::Signal, work_after: None, ..job.clone() };
         let record = self.read_record(&work).await?;
         let fresh = record.is_none_or(|record| record.state == crate::lease::LeaseState::Left);
         if !fresh {
@@ -148,7 +148,7 @@ impl Worker {
             return Ok(true);
         };
         let old_request = crate::work::work_request(job.request, old);
-        let old_work = Job { request: &old_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        let old_work = Job { request: &old_request, phase: Phase::Signal, work_after: None, ..job.clone() };
         let replaced = self
             .read_record(&old_work)
             .await?

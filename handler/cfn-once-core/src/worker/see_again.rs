@@ -57,7 +57,7 @@ impl Worker {
     pub(super) fn see_again(&self, job: &Job<'_>, until_ms: u64, why: &str) -> Disposition {
         let now_ms = self.clock.now_ms();
         let (budget, deadline_name) = match job.work_after {
-            Some(work) if now_ms >= job.budget.deadline.at_ms => (work, Phase::Work.deadline_name()),
+            Some(work) if now_ms >= job.budget.deadline.at_ms => (work, Phase::Signal.deadline_name()),
             _ => (job.budget, job.phase.deadline_name()),
         };
         let deadline = &budget.deadline;

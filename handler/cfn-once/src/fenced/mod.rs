@@ -126,7 +126,7 @@ use self::attempts::attempt;
 use self::expression::Sdk;
 pub use self::expression::{Condition, Update};
 pub use crate::aws::{Failure, REFRESH_LOOK_KEPT_MS, Refresh, classify, classify_read};
-use crate::clock::SystemClock;
+use crate::system_clock::SystemClock;
 
 /// A DynamoDB item or key: attribute names to values.
 pub type Item = HashMap<String, AttributeValue>;

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cfn_once::clock::SystemClock;
+use cfn_once::system_clock::SystemClock;
 use cfn_once_core::clock::Clock;
 use cfn_once_core::wait_condition::{HANDLE_PROPERTY, TIMEOUT_PROPERTY, WORK_ID_PREFIX};
 use serde_json::{Value, json};

@@ -92,7 +92,7 @@ impl Worker {
     ) -> Result<Option<String>, Disposition> {
         let work_request = crate::work::work_request(job.request, closing.spec);
         // The close keeps the closing request's deadline: its answer is what is owed.
-        let close = Job { request: &work_request, phase: Phase::Work, work_after: None, ..job.clone() };
+        let close = Job { request: &work_request, phase: Phase::Signal, work_after: None, ..job.clone() };
         // Its calls end where the request's own FAILED answer must begin to come before the
         // deadline: an acquire, a commit and a PUT, what a taker-over needs in the margin. A
         // call cut there has an unknown outcome, which only that FAILED answer follows. Past
