@@ -41,6 +41,11 @@ pub fn run_seed(seed: u64, options: Options, tracing: bool) -> SeedOutcome {
     run(&scenario, parameters, tracing)
 }
 
+/// The self-checks replay thousands of seeds: the binary's allocator for them too (`main.rs`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(test)]
 mod tests {
     use super::*;
