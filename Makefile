@@ -20,7 +20,7 @@ TOOLS_PATH := $(abspath $(VENV))/bin:$(PATH)
 # make build ARCH=x86_64 for Intel functions; arm64 (Graviton) is what infra/ deploys.
 ARCH ?= arm64
 
-.PHONY: help prose demo local play cdk-synth drill soak soak-short upgrade-check golden-records package release release-tools test test-python test-static test-build test-lane-tests test-lane-slow test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
+.PHONY: help prose demo local play cdk-synth drill soak soak-short upgrade-check golden-records package release release-tools test test-python test-static test-build test-lane-tests test-lane-soak test-lane-build feature-sets simulate fuzz bench bench-quick profile venv bench-venv build build-tools sam-build moto fmt clippy doc lint-templates unit clean
 
 help:
 	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
@@ -141,33 +141,15 @@ STEP := bash .ci/step
 # control read (1 s timeout in the test; a slower read keeps the last answer, as designed) to
 # see the flip. Beside the lanes (95% CPU), a moto call can take longer; they run alone after.
 ALONE_TESTS := wire_faults::class_ two_regions::the_drill_
-# The end-to-end tests that take longest (25 to 80 s each, mostly waiting on queue delays,
-# ServiceTimeouts and crashed processes), in a lane and a moto of their own, started first: in
-# the one `it` run they started in name order, and the last of them ran for a minute and a half
-# after the others were done. Full names: `test-lane-slow` fails if one no longer names exactly
-# one test.
-SLOW_TESTS := \
-  wait_conditions::a_work_outliving_its_service_timeout_is_signalled_success_from_the_secondary_after_the_primary_dies \
-  local_anywhere::play_runs_a_template_from_the_users_folder_and_survives_a_crash_of_the_primary \
-  play::a_drill_and_a_crash_of_the_primary_mid_play_move_the_answers_to_the_secondary \
-  contract::dynamodb::the_store_decides_as_admits_says \
-  two_regions::storm_of_200_requests_with_the_primary_killed_and_restarted_midway \
-  functions::a_cdk_style_function_is_answered_once_and_never_sees_the_response_url \
-  deploy_command::sam_validate_lints_every_environment_of_the_written_configuration \
-  functions::a_self_answer_pending_in_a_silent_region_is_redone_once_by_a_new_execution \
-  two_regions::a_wait_started_in_the_primary_is_finished_by_the_secondary_when_the_primary_dies \
-  functions::is_complete_is_polled_from_the_secondary_when_the_primary_dies_mid_wait \
-  functions::a_cdk_style_functions_work_past_the_answer_is_signalled_once_to_its_wait_condition
 test:
 	@# 1. The one build of every binary and test (with the tests' features: the logs test, the
 	@# soak and the benchmark harness run the binaries, which `cargo test` alone does not build),
 	@# beside the Python side (uv, the template linters) and the checks that need no build.
 	@echo "==> building every binary and test, beside the Python side and the static checks"
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-python test-static test-build
-	@# 2. Four lanes side by side: the tests, the slow tests, the soak (all mostly waiting), and
-	@# what computes.
-	@$(STEP) "lanes: tests | slow tests | short soak | simulator, clippy, docs, packaging, fuzzing, harness" \
-	  $(MAKE) --no-print-directory -j4 --output-sync=target test-lane-tests test-lane-slow test-lane-soak test-lane-build
+	@# 2. Three lanes side by side: the tests, the soak (both mostly waiting), and what computes.
+	@$(STEP) "lanes: tests | short soak | simulator, clippy, docs, packaging, fuzzing, harness" \
+	  $(MAKE) --no-print-directory -j3 --output-sync=target test-lane-tests test-lane-soak test-lane-build
 	@# 3. The tests that time calls against second-long timeouts run alone, on a quiet machine.
 	@echo "==> the failure classes of AWS calls and the drill, alone (each call well under a second)"
 	@$(STEP) "failure-class and drill tests, alone" env CFN_ONCE_PYTHON="$(abspath $(PY))" \
@@ -191,17 +173,7 @@ test-lane-tests:
 	@echo "==> tests (unit, lease-store contract, end to end on moto, hostile inputs)"
 	@$(STEP) "  | cargo test (unit, contract, end to end on moto)" env CFN_ONCE_PYTHON="$(abspath $(PY))" \
 	  $(BESIDE_SOAK) $(CARGO) test --workspace --locked --exclude cfn-once-sim -- --skip fuzz_tests \
-	  $(addprefix --skip ,$(ALONE_TESTS) $(SLOW_TESTS)) --test-threads 8
-
-# Each name of SLOW_TESTS is one test, and no other test's name contains it (a filter or a skip
-# matches any test whose name contains it): so the two lanes run every test once.
-test-lane-slow:
-	@n=$$(env CFN_ONCE_PYTHON="$(abspath $(PY))" $(CARGO) test --locked -p cfn-once-tests --test it -- --list $(SLOW_TESTS) 2>/dev/null | grep -c ': test$$'); \
-	  if [ "$$n" -ne $(words $(SLOW_TESTS)) ]; then \
-	    echo "SLOW_TESTS names $(words $(SLOW_TESTS)) tests, but they match $$n: a name changed or names more than one test" >&2; exit 1; fi
-	@echo "==> the slowest end-to-end tests, in a lane of their own"
-	@$(STEP) "  | cargo test, the slowest end-to-end tests" env CFN_ONCE_PYTHON="$(abspath $(PY))" \
-	  $(BESIDE_SOAK) $(CARGO) test --locked -p cfn-once-tests --test it -- --exact $(SLOW_TESTS) --test-threads 11
+	  $(addprefix --skip ,$(ALONE_TESTS)) --test-threads 8
 
 test-lane-soak:
 	@$(STEP) "  | short soak" $(MAKE) --no-print-directory soak-short

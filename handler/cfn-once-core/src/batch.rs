@@ -24,6 +24,9 @@
 //!   FAILED answer; a panic anywhere else in one record's handling (a bug) makes only that
 //!   record retry. Nothing unwinds into the batch, which Lambda would fail as a whole.
 //!
+//! The records' answers come before their bookkeeping: each record's delivered mark waits until
+//! the batch's other records have sent their answers (a second at most, [`crate::marks`]).
+//!
 //! Every queue call is bounded by `Settings::queue_call_timeout_ms` and runs in time the worker
 //! leaves for it (`Settings::batch_tail_ms`), so the batch answers before Lambda's deadline even
 //! when SQS is slow: a killed invocation would fail the whole batch.
@@ -35,6 +38,7 @@ use futures_util::FutureExt;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 
 use crate::clock::within;
+use crate::marks::AnswersGate;
 use crate::vocabulary::{DeadLetterCause, Disposition, Handled, Invocation, QueueRecord};
 use crate::worker::{Received, Worker, panic_message};
 
@@ -105,7 +109,10 @@ pub async fn handle<Q>(
 where
     Q: MessageQueue + ?Sized,
 {
-    let received: Vec<Received<'_>> = records.iter().map(|record| worker.receive(record.queue_record)).collect();
+    // Each record's delivered mark waits for the batch's answers (`crate::marks`).
+    let gate = AnswersGate::new(records.len());
+    let received: Vec<Received<'_>> =
+        records.iter().map(|record| worker.receive(record.queue_record).in_batch(gate.ticket())).collect();
     let now_ms = worker.clock().now_ms();
     let near: Vec<(&Q::Message, u32)> = records
         .iter()

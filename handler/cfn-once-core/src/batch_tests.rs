@@ -9,13 +9,16 @@ use serde_json::{Value, json};
 use crate::batch::{self, MessageQueue, QueueError, Record};
 use crate::clock::{Clock, ManualClock};
 use crate::control::{Activity, FixedActivity};
-use crate::doubles::{drive, drive_until};
+use crate::doubles::{Op, RecordingSink, drive, drive_until};
 use crate::echo::{ECHO_TYPE, Echo};
+use crate::marks::MARK_WAIT_MS;
 use crate::metrics::MetricEvent;
 use crate::provider::{Provider, ProviderContext, ProviderError, Router, Step};
+use crate::put::{PutError, ResponseSink};
 use crate::random::SplitMix64;
 use crate::request::InputPolicy;
 use crate::response::Status;
+use crate::response_url::ResponseUrl;
 use crate::response_url::UrlPolicy;
 use crate::vocabulary::{DeadLetterCause, QueueRecord};
 use crate::worker::tests::{Harness, request, settings};
@@ -106,10 +109,14 @@ impl Provider for Panics {
 }
 
 fn worker_with_panics(h: &Harness) -> Worker {
+    worker_with_sink(h, h.sink.clone())
+}
+
+fn worker_with_sink(h: &Harness, sink: Arc<dyn ResponseSink>) -> Worker {
     let router = Router::new().register(ECHO_TYPE, Echo).register("Custom::Panics", Panics);
     let ports = Ports {
         store: h.store.clone(),
-        sink: h.sink.clone(),
+        sink,
         router: Arc::new(router),
         clock: Arc::new(h.clock.clone()),
         random: Arc::new(SplitMix64::new(7)),
@@ -235,4 +242,53 @@ fn l1_a_record_near_its_deadline_is_hidden_no_longer_than_its_margin_if_its_invo
     // At receive, in one call, only the near record: back where its deadline margin begins
     // (500 s - 20 s margin), when someone can still answer it, instead of after 960 s.
     assert_eq!(queue.calls(), vec![(start_ms, Call::SetVisibility(vec![(0, 480)]))]);
+}
+
+/// A sink that notes, at each PUT, how many delivered marks the store had been sent.
+#[derive(Debug)]
+struct MarksAtPut {
+    inner: Arc<RecordingSink>,
+    store: Arc<crate::doubles::FaultyStore>,
+    marks_before: Mutex<Vec<u32>>,
+}
+
+#[async_trait]
+impl ResponseSink for MarksAtPut {
+    async fn put(&self, url: &ResponseUrl, body: &[u8]) -> Result<(), PutError> {
+        self.marks_before.lock().expect("marks").push(self.store.calls(Op::MarkDelivered));
+        self.inner.put(url, body).await
+    }
+}
+
+#[test]
+fn a_batchs_delivered_marks_come_after_all_its_answers() {
+    let h = Harness::new();
+    let sink = Arc::new(MarksAtPut { inner: h.sink.clone(), store: h.store.clone(), marks_before: Mutex::default() });
+    let worker = worker_with_sink(&h, sink.clone());
+    let queue = RecordingQueue::new(&h.clock);
+    let start_ms = h.clock.now_ms();
+    let bodies: Vec<String> = (1..=4).map(|n| nth("Create", ECHO_TYPE, json!({}), n).0).collect();
+    assert_eq!(run_batch(&h, &worker, &queue, &bodies, 0), vec![false; 4]);
+    // Each record's mark waited for the others' answers: no PUT came after a mark.
+    assert_eq!(*sink.marks_before.lock().expect("marks"), vec![0, 0, 0, 0]);
+    assert_eq!(h.store.calls(Op::MarkDelivered), 4, "every answer is marked delivered");
+    assert_eq!(h.clock.now_ms(), start_ms, "no record waited: the gate opened at the last answer");
+    assert!(h.records().iter().all(|record| record.delivered));
+}
+
+#[test]
+fn a_slow_batch_mate_holds_a_delivered_mark_back_a_second_at_most() {
+    let h = Harness::new();
+    let worker = h.worker("us-east-1");
+    let queue = RecordingQueue::new(&h.clock);
+    let start_ms = h.clock.now_ms();
+    let (quick, _) = nth("Create", ECHO_TYPE, json!({}), 1);
+    let (slow, _) = nth("Create", ECHO_TYPE, json!({"DelayMs": "100000"}), 2);
+    assert_eq!(run_batch(&h, &worker, &queue, &[quick, slow], 0), vec![false, false]);
+    let marked = |request_id: &str| {
+        let record = h.records().into_iter().find(|record| record.key.request_id == request_id).expect("a record");
+        (record.delivered, record.updated_ms)
+    };
+    assert_eq!(marked("req-1"), (true, start_ms + MARK_WAIT_MS), "the quick answer's mark waited its bound");
+    assert_eq!(marked("req-2"), (true, start_ms + 100_000), "the slow one's mark came at its own answer");
 }

@@ -56,6 +56,7 @@ pub mod failure;
 pub mod fenced;
 pub mod fingerprint;
 pub mod lease;
+pub mod marks;
 pub mod memory_store;
 pub mod metrics;
 pub mod ownership;

@@ -5,12 +5,14 @@
 //! region) repeats them exactly. A commit refused because the record is under another fence
 //! means the lease was lost: nothing is sent. Sending an answer is the PUT to the ResponseURL
 //! (`put::put_with_retries`), then the delivered mark in the record, best effort: a duplicate
-//! that finds the answer unmarked only PUTs the same bytes again. Each step ends in time for the
+//! that finds the answer unmarked only PUTs the same bytes again. In a batch, the mark waits
+//! for the batch's other answers first (`crate::marks`), so it does not delay them. Each step ends in time for the
 //! next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before the batch's tail.
 
 use super::Worker;
 use super::job::{Job, Phase};
 use crate::lease::{Conditional, LeaseState, StoreError};
+use crate::marks::MARK_WAIT_MS;
 use crate::metrics::MetricEvent;
 use crate::put::{PutError, put_with_retries};
 use crate::request::Request;
@@ -126,6 +128,15 @@ impl Worker {
         let latency_ms = job.sent_ms.map(|sent_ms| now_ms.saturating_sub(sent_ms));
         self.metrics.record(MetricEvent::ResponseSent { status, latency_ms });
         tracing::info!(attempts, latency_ms, ?status, what = job.phase.answer_name(), "response delivered");
+        // In a batch, the mark waits for the batch-mates' answers (`crate::marks`), leaving
+        // time for one store call before the end this delivery keeps.
+        if job.phase == Phase::Answer
+            && let Some(ticket) = job.batch
+        {
+            let latest_ms = work_end_ms.saturating_sub(self.settings.store_call_timeout_ms);
+            let wait_ms = MARK_WAIT_MS.min(latest_ms.saturating_sub(self.clock.now_ms()));
+            ticket.wait_for_batch(self.clock.as_ref(), wait_ms).await;
+        }
         match self.mark_delivered(&job.request.key, fence, None, work_end_ms).await {
             Ok(Conditional::Applied) => {}
             Ok(Conditional::Refused(_)) => tracing::info!("a newer attempt replaced the record; delivery not recorded"),

@@ -6,6 +6,7 @@ use crate::budget::Budget;
 use crate::deadline::RequestDeadline;
 use crate::decision::Redundant;
 use crate::lease::Viewer;
+use crate::marks::Ticket;
 use crate::request::{Request, RequestKind, Undeliverable};
 use crate::response::Status;
 use crate::vocabulary::{Disposition, Done, QueueRecord, RequestSummary};
@@ -16,9 +17,17 @@ use crate::wait_condition::{Signal, SignalStatus};
 pub struct Received<'a> {
     pub(super) record: QueueRecord<'a>,
     pub(super) decoded: Result<Box<Decoded>, Undeliverable>,
+    /// The record's place among its batch's answers, when it came in a batch
+    /// ([`crate::marks`]): its delivered mark waits for the batch's answers.
+    pub(super) ticket: Option<Ticket>,
 }
 
 impl Received<'_> {
+    /// The record as one of a batch whose delivered marks wait for its answers.
+    pub fn in_batch(self, ticket: Ticket) -> Self {
+        Self { ticket: Some(ticket), ..self }
+    }
+
     /// What the record is about, if it could be decoded.
     pub fn summary(&self) -> Option<RequestSummary> {
         self.decoded.as_ref().ok().map(|decoded| RequestSummary::of(&decoded.request))
@@ -61,6 +70,8 @@ pub(super) struct Job<'a> {
     /// For the answer of a request that hands a work past it (`Phase::AnswerAtOnce`): the work's
     /// budget, which keeps the message once the answer's deadline has passed (`see_again`).
     pub(super) work_after: Option<Budget<'a>>,
+    /// The delivery's place in its batch, whose answers its delivered mark waits for.
+    pub(super) batch: Option<&'a Ticket>,
 }
 
 impl Job<'_> {

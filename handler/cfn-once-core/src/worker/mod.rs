@@ -55,6 +55,7 @@ use crate::deadline::RequestDeadline;
 use crate::decision::{Action, FirstStep, Redundant, Situation, decide, first_step};
 use crate::fingerprint::hex_prefix;
 use crate::lease::{LeaseStore, Seen, StoreError};
+use crate::marks::Ticket;
 use crate::metrics::{MetricEvent, MetricsSink};
 use crate::provider::Router;
 use crate::put::ResponseSink;
@@ -216,7 +217,7 @@ impl Worker {
                 .map(|spec| work_deadline(attempt_sent_ms, spec));
             Box::new(Decoded { request, sent_ms, attempt_sent_ms, deadline, work_deadline })
         });
-        Received { record, decoded }
+        Received { record, decoded, ticket: None }
     }
 
     /// The visibility to give a received record now, in seconds, so that if its invocation dies
@@ -235,7 +236,8 @@ impl Worker {
 
     /// Handles a received record and says which request it was about.
     pub async fn handle_received(&self, received: Received<'_>, invocation: &Invocation) -> Handled {
-        let Received { record, decoded } = received;
+        // The ticket is dropped, so arrives, when this record is done, however it ends.
+        let Received { record, decoded, ticket } = received;
         let decoded = match decoded {
             Ok(decoded) => decoded,
             Err(error) => {
@@ -256,7 +258,7 @@ impl Worker {
             fingerprint = %request.fingerprint,
             fence = tracing::field::Empty,
         );
-        let disposition = self.process(&decoded, record, invocation).instrument(span.clone()).await;
+        let disposition = self.process(&decoded, record, invocation, ticket.as_ref()).instrument(span.clone()).await;
         span.in_scope(|| match &disposition {
             Disposition::Done(done) => tracing::info!(?done, "message done"),
             Disposition::Retry { delay_s, why } => tracing::info!(delay_s, why, "message will be seen again"),
@@ -267,7 +269,13 @@ impl Worker {
         Handled { request: Some(RequestSummary::of(request)), disposition }
     }
 
-    async fn process(&self, decoded: &Decoded, record: QueueRecord<'_>, invocation: &Invocation) -> Disposition {
+    async fn process(
+        &self,
+        decoded: &Decoded,
+        record: QueueRecord<'_>,
+        invocation: &Invocation,
+        batch: Option<&Ticket>,
+    ) -> Disposition {
         let settings = &self.settings;
         let now_ms = self.clock.now_ms();
         let request = &decoded.request;
@@ -288,6 +296,7 @@ impl Worker {
             work_after: decoded.work_deadline.map(|deadline| {
                 Budget::for_work(settings, deadline, invocation.deadline_ms, record.receive_count, now_ms)
             }),
+            batch,
         };
         // A Delete, or an Update that names a new handle, first closes the work it ends: no
         // poll of it commits after this, and its handle has its one signal before the answer.

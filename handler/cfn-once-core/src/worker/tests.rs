@@ -140,6 +140,11 @@ impl Harness {
         self.memory.snapshot().into_iter().next().expect("a lease record")
     }
 
+    /// Every lease record the store holds.
+    pub(crate) fn records(&self) -> Vec<LeaseRecord> {
+        self.memory.snapshot()
+    }
+
     pub(crate) fn bodies(&self, url: &str) -> Vec<ResponseBody> {
         self.sink.bodies(url).iter().map(|b| ResponseBody::parse(b).expect("valid body")).collect()
     }
