@@ -147,8 +147,8 @@ test:
 	@# beside the Python side (uv, the template linters) and the checks that need no build.
 	@echo "==> building every binary and test, beside the Python side and the static checks"
 	@$(MAKE) --no-print-directory -j3 --output-sync=target test-python test-static test-build
-	@# 2. Three lanes side by side: the tests, the soak (both mostly waiting), and what computes.
-	@$(STEP) "lanes: tests | short soak | simulator, clippy, docs, packaging, fuzzing, harness" \
+	@# 2. Three lanes side by side: the tests, the soak then clippy, and what computes.
+	@$(STEP) "lanes: tests | short soak, clippy | simulator, docs, packaging, fuzzing, harness" \
 	  $(MAKE) --no-print-directory -j3 --output-sync=target test-lane-tests test-lane-soak test-lane-build
 	@# 3. The tests that time calls against second-long timeouts run alone, on a quiet machine.
 	@echo "==> the failure classes of AWS calls and the drill, alone (each call well under a second)"
@@ -175,22 +175,22 @@ test-lane-tests:
 	  $(BESIDE_SOAK) $(CARGO) test --workspace --locked --exclude cfn-once-sim -- --skip fuzz_tests \
 	  $(addprefix --skip ,$(ALONE_TESTS)) --test-threads 8
 
+# Clippy after the soak, in its lane: the soak computes little (a fifth of the machine), clippy
+# then has the proc macros and build scripts the build made, and the lanes end together.
 test-lane-soak:
 	@$(STEP) "  | short soak" $(MAKE) --no-print-directory soak-short
+	@$(STEP) "  | cargo clippy, all targets" $(BESIDE_SOAK) $(MAKE) --no-print-directory clippy
 
 # The simulator runs on the debug build the tests made (the core, the simulator and the crates
 # its seeds spend their time in optimised, Cargo.toml's profile.dev): the `sim` profile's own
 # build of them would cost more than it saves on 10,000 seeds.
 test-lane-build:
 	@# First what needs no cargo: the other lanes' cargo takes the build directory's lock for a
-	@# moment at their start, which clippy's or the packaging's compile would otherwise hold.
+	@# moment at their start, which the packaging's compile would otherwise hold.
 	@echo "==> simulating $(CI_SEEDS) seeds (debug build)"
 	@$(STEP) "  | simulator, $(CI_SEEDS) seeds" $(BESIDE_SOAK) ./target/debug/cfn-once-sim --seeds $(CI_SEEDS)
 	@echo "==> the simulator's self-checks (planted bugs, replays, coverage)"
 	@$(STEP) "  | simulator's self-checks" $(BESIDE_SOAK) $(CARGO) test --locked -p cfn-once-sim --lib
-	@# Clippy after the build: the proc macros and build scripts it needs are built already, and
-	@# the docs after clippy reuse the dependencies' metadata it checked.
-	@$(STEP) "  | cargo clippy, all targets" $(BESIDE_SOAK) $(MAKE) --no-print-directory clippy
 	@$(STEP) "  | cargo doc (cfn-once, cfn-once-core)" $(BESIDE_SOAK) $(MAKE) --no-print-directory doc
 	@# After the docs: the outside crate's check reuses what they checked, its test the tests' build.
 	@$(STEP) "  | packaging, and a provider crate built from the packages" $(BESIDE_SOAK) env OUTSIDE_CRATE_REUSE=require $(MAKE) --no-print-directory package
