@@ -166,13 +166,18 @@ impl Bench {
                 // The path from the checkout's root: the same on every machine.
                 format!(
                     "{} ({} bytes)",
-                    self.rust_binary
-                        .strip_prefix(cfn_once_tests::workspace_root())
-                        .unwrap_or(&self.rust_binary)
-                        .display(),
+                    from_root(&self.rust_binary).display(),
                     std::fs::metadata(&self.rust_binary).map_or(0, |m| m.len())
                 ),
             ),
         ]
     }
+}
+
+/// `path` from the checkout's root, both made absolute first (the root is the tests crate's
+/// folder joined with `..`, which `strip_prefix` does not see through); as given if outside it.
+fn from_root(path: &Path) -> PathBuf {
+    let absolute = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let path = absolute(path);
+    path.strip_prefix(absolute(&cfn_once_tests::workspace_root())).map(Path::to_path_buf).unwrap_or(path)
 }
