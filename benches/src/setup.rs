@@ -174,10 +174,9 @@ impl Bench {
     }
 }
 
-/// `path` from the checkout's root, both made absolute first (the root is the tests crate's
-/// folder joined with `..`, which `strip_prefix` does not see through); as given if outside it.
+/// `path` from the checkout's root (made absolute first: it may be given relative to the working
+/// folder); as given if it is outside the checkout.
 fn from_root(path: &Path) -> PathBuf {
-    let absolute = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    let path = absolute(path);
-    path.strip_prefix(absolute(&cfn_once_tests::workspace_root())).map(Path::to_path_buf).unwrap_or(path)
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    path.strip_prefix(cfn_once_tests::workspace_root()).map(Path::to_path_buf).unwrap_or(path)
 }

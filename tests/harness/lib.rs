@@ -7,7 +7,7 @@
 //! the test process.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -96,9 +96,11 @@ pub fn python() -> PathBuf {
     std::env::var_os("CFN_ONCE_PYTHON").map(PathBuf::from).unwrap_or_else(|| workspace_root().join(".venv/bin/python"))
 }
 
-/// The repository root.
+/// The repository root: the folder above this crate's, without a `..` in the path, so that a
+/// path under it can be told apart by `strip_prefix`.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"));
+    tests.parent().unwrap_or(tests).to_path_buf()
 }
 
 /// A name no other test in this process uses.

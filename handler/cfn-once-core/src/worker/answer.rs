@@ -6,8 +6,9 @@
 //! means the lease was lost: nothing is sent. Sending an answer is the PUT to the ResponseURL
 //! (`put::put_with_retries`), then the delivered mark in the record, best effort: a duplicate
 //! that finds the answer unmarked only PUTs the same bytes again. In a batch, the mark waits
-//! for the batch's other answers first (`crate::marks`), so it does not delay them. Each step ends in time for the
-//! next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before the batch's tail.
+//! for the batch's other answers first (`crate::marks`), so it does not delay them. Each step
+//! ends in time for the next (`Budget::commit_end_ms`, `Budget::put_stop_at_ms`), all before
+//! the batch's tail.
 
 use super::Worker;
 use super::job::{Job, Phase};
